@@ -1,0 +1,74 @@
+"""The exception tree. Every message says what was wrong and what to do about it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ConfigError",
+    "ConflictError",
+    "MissingExtraError",
+    "ModelError",
+    "ObserverOutputError",
+    "ObsmemError",
+    "StoreError",
+]
+
+
+class ObsmemError(Exception):
+    """Base class of every error obsmem raises on purpose."""
+
+
+class ConfigError(ObsmemError, ValueError):
+    """An option has a value obsmem cannot use.
+
+    ``option`` is the dotted Python name (``observation.message_tokens``), ``value`` the value
+    given and ``rule`` the rule it broke, in words.
+    """
+
+    def __init__(self, option: str, value: Any, rule: str) -> None:
+        self.option = option
+        self.value = value
+        self.rule = rule
+        super().__init__(f"{option}={value!r} is invalid: {rule}")
+
+
+class MissingExtraError(ObsmemError, ImportError):
+    """An optional dependency is not installed; the message holds the command that installs it."""
+
+    def __init__(self, feature: str, extra: str, *, package: str | None = None) -> None:
+        self.feature = feature
+        self.extra = extra
+        self.install = f'pip install "obsmem[{extra}]"'
+        what = f" (the {package} package)" if package else ""
+        super().__init__(f"{feature} needs an optional dependency{what}: run  {self.install}")
+
+
+class StoreError(ObsmemError):
+    """The store refused an operation (bad input, a broken invariant, or a storage failure)."""
+
+
+class ConflictError(StoreError):
+    """A state transition lost a race: the record changed since the caller read it.
+
+    Re-read the record and decide again; the losing work is either retried or dropped.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        expected_version: int | None = None,
+        actual_version: int | None = None,
+    ) -> None:
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        super().__init__(message)
+
+
+class ModelError(ObsmemError):
+    """A model could not be resolved or called (unknown provider, missing key, failed request)."""
+
+
+class ObserverOutputError(ModelError):
+    """The Observer or Reflector answered with output that cannot be used (empty or degenerate)."""

@@ -1,0 +1,170 @@
+"""Durable state: threads, observational-memory records, buffered chunks, observation groups.
+
+All of it is frozen data. A store never hands out something a caller could mutate into an
+inconsistent state; every change goes through one of the store's transitions
+(:mod:`obsmem.stores.base`).
+
+Vocabulary (see ARCHITECTURE.md):
+
+- *key*: what one log covers, ``thread:<id>`` (thread scope) or ``resource:<id>`` (resource scope).
+- *record*: one generation of the log for a key. Only the newest (the *head*) changes; a
+  reflection retires it (``superseded_by``) and starts the next generation.
+- *cursor*: per thread, the ``seq`` of the last message the active log covers. Messages after it
+  are raw (unobserved). It only moves forward.
+- *chunk*: observations made in the background for the messages right after the cursor, waiting
+  to be activated. Chunks belong to the key, not to a generation, so a reflection can never strand
+  them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+__all__ = [
+    "BufferedChunk",
+    "BufferedReflection",
+    "Cursor",
+    "MessageRange",
+    "OMRecord",
+    "ObservationGroup",
+    "Scope",
+    "Thread",
+    "record_key",
+]
+
+Scope: TypeAlias = Literal["thread", "resource"]
+Cursor: TypeAlias = Mapping[str, int]
+"""thread id -> seq of the last message covered by the active log."""
+
+
+def record_key(scope: Scope, *, thread_id: str | None, resource_id: str | None) -> str:
+    """The lookup key of the log for a thread (thread scope) or a resource (resource scope)."""
+    if scope == "thread":
+        if not thread_id:
+            raise ValueError("thread scope needs a thread id")
+        return f"thread:{thread_id}"
+    if not resource_id:
+        raise ValueError("resource scope needs a resource id")
+    return f"resource:{resource_id}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Thread:
+    id: str
+    resource_id: str
+    title: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    created_at: datetime
+    updated_at: datetime
+    message_count: int = 0
+    """How many messages the thread holds; the next message gets ``seq = message_count + 1``."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessageRange:
+    """Messages ``first_seq..last_seq`` (inclusive) of one thread."""
+
+    thread_id: str
+    first_seq: int
+    last_seq: int
+
+    def __post_init__(self) -> None:
+        if self.first_seq < 1 or self.last_seq < self.first_seq:
+            raise ValueError(
+                f"bad message range {self.first_seq}..{self.last_seq} in thread {self.thread_id}"
+            )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferedChunk:
+    """Observations of a run of messages made ahead of time, waiting for activation."""
+
+    id: str
+    cycle_id: str
+    observations: str
+    token_count: int
+    """Tokens of ``observations``."""
+    message_tokens: int
+    """Tokens of the messages the chunk covers (what activation removes from the context)."""
+    ranges: tuple[MessageRange, ...]
+    """The messages covered, per thread; each starts right after the cursor or the prior chunk."""
+    message_ids: tuple[str, ...] = ()
+    last_message_at: datetime | None = None
+    created_at: datetime
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    extraction_failures: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferedReflection:
+    """A reflection made in the background of the first ``line_count`` lines of the log."""
+
+    cycle_id: str
+    text: str
+    token_count: int
+    input_tokens: int
+    line_count: int
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OMRecord:
+    """One generation of the observation log of a key."""
+
+    id: str
+    key: str
+    scope: Scope
+    thread_id: str | None
+    resource_id: str | None
+    generation: int = 0
+    origin: Literal["initial", "reflection"] = "initial"
+    version: int = 1
+    """Bumped by every transition; a transition names the version it read (compare-and-set)."""
+    observations: str = ""
+    observation_tokens: int = 0
+    cursor: Mapping[str, int] = field(default_factory=dict[str, int])
+    chunks: tuple[BufferedChunk, ...] = ()
+    buffered_reflection: BufferedReflection | None = None
+    pending_message_tokens: int = 0
+    last_buffered_at_tokens: int = 0
+    total_tokens_observed: int = 0
+    superseded_by: str | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def is_head(self) -> bool:
+        return self.superseded_by is None
+
+    def covered_through(self, thread_id: str) -> int:
+        """The seq up to which messages of ``thread_id`` are observed or buffered (0 if none)."""
+        last = self.cursor.get(thread_id, 0)
+        for chunk in self.chunks:
+            for r in chunk.ranges:
+                if r.thread_id == thread_id:
+                    last = max(last, r.last_seq)
+        return last
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObservationGroup:
+    """The observations one cycle produced, with the range of messages they came from."""
+
+    id: str
+    key: str
+    resource_id: str | None
+    thread_id: str | None
+    cycle_id: str
+    start_id: str
+    end_id: str
+    observations: str
+    ranges: tuple[MessageRange, ...] = ()
+    created_at: datetime
+    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])

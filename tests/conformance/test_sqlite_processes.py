@@ -1,0 +1,61 @@
+"""Two OS processes committing to the same SQLite file."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from obsmem.stores import SQLiteStore
+
+from .invariants import assert_record_invariants
+
+WORKER = Path(__file__).with_name("sqlite_worker.py")
+ROUNDS = 150
+
+
+@pytest.mark.slow
+async def test_two_processes_share_one_file_without_losing_work(tmp_path: Path) -> None:
+    path = tmp_path / "shared.db"
+    store = SQLiteStore(path)
+    await store.create_thread("shared", "r1")
+    await store.get_or_create_record(
+        "thread:shared", scope="thread", thread_id="shared", resource_id="r1"
+    )
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(WORKER),
+            str(path),
+            name,
+            str(ROUNDS),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for name in ("a", "b")
+    ]
+    outputs = [await p.communicate() for p in procs]
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err.decode()
+
+    messages = await store.list_messages("shared")
+    assert [m.seq for m in messages] == list(range(1, 2 * ROUNDS + 1))
+    assert {m.id for m in messages} == {f"{n}-{i}" for n in "ab" for i in range(ROUNDS)}
+
+    await assert_record_invariants(store, "thread:shared")
+    head = await store.get_record("thread:shared")
+    assert head is not None
+    history = await store.history("thread:shared")
+    assert len(history) > 1, "the workers should have reflected at least once"
+    # Every message was observed at most once, in order: the log followed by the pending chunks
+    # names each covered message exactly once and nothing past what is covered.
+    lines = [ln for ln in head.observations.splitlines() if ln]
+    for chunk in head.chunks:
+        lines += chunk.observations.splitlines()
+    seen = [ln.removeprefix("* saw ") for ln in lines]
+    covered = head.covered_through("shared")
+    assert seen == [m.id for m in messages[:covered]]
+    await store.aclose()
