@@ -1,4 +1,9 @@
-"""obsmem: observational memory for LLM agents."""
+"""obsmem: observational memory for LLM agents.
+
+A background Observer turns old messages into a dense, dated observation log; a Reflector
+rewrites the log shorter when it grows. The agent's context stays inside a fixed budget for
+conversations of any length, and every raw message stays in storage.
+"""
 
 from .errors import (
     ConfigError,
@@ -19,6 +24,14 @@ from .messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from .models import ModelByInputTokens
+from .options import (
+    ObservationalMemoryOptions,
+    ObservationOptions,
+    ReflectionOptions,
+    RetrievalOptions,
+    resolve_options,
+)
 
 __version__ = "0.1.0"
 
@@ -30,13 +43,19 @@ __all__ = [
     "ImagePart",
     "Message",
     "MissingExtraError",
+    "ModelByInputTokens",
     "ModelError",
+    "ObservationOptions",
+    "ObservationalMemoryOptions",
     "ObserverOutputError",
     "ObsmemError",
     "ReasoningPart",
+    "ReflectionOptions",
+    "RetrievalOptions",
     "StoreError",
     "TextPart",
     "ToolCallPart",
     "ToolResultPart",
     "__version__",
+    "resolve_options",
 ]

@@ -80,6 +80,7 @@ async def test_threads_are_created_once_and_listed_by_resource(store: Store) -> 
     await store.create_thread("c", "r2")
     assert [t.id for t in await store.list_threads("r1")] == ["a", "b"]
     assert [t.id for t in await store.list_threads("r2")] == ["c"]
+    assert await store.list_resources() == ["r1", "r2"]
     assert await store.get_thread("missing") is None
 
 

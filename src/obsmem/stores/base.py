@@ -57,6 +57,10 @@ class Store(Protocol):
         """The resource's threads, oldest first."""
         ...
 
+    async def list_resources(self) -> list[str]:
+        """Every resource id that owns a thread, sorted."""
+        ...
+
     async def update_thread(
         self,
         thread_id: str,

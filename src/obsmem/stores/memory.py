@@ -88,6 +88,10 @@ class InMemoryStore:
         found = [t for t in self._threads.values() if t.resource_id == resource_id]
         return sorted(found, key=lambda t: (t.created_at, t.id))
 
+    async def list_resources(self) -> list[str]:
+        self._check_open()
+        return sorted({t.resource_id for t in self._threads.values()})
+
     async def update_thread(
         self,
         thread_id: str,

@@ -206,6 +206,12 @@ class SQLiteStore:
 
         return await self._run(load)
 
+    async def list_resources(self) -> list[str]:
+        def load(c: sqlite3.Connection) -> list[str]:
+            return [r[0] for r in c.execute(sql.SELECT_RESOURCES)]
+
+        return await self._run(load)
+
     async def update_thread(
         self,
         thread_id: str,

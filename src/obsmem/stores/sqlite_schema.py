@@ -121,6 +121,7 @@ SELECT_THREAD = f"SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"
 SELECT_THREADS_OF_RESOURCE = (
     f"SELECT {THREAD_COLUMNS} FROM threads WHERE resource_id = ? ORDER BY created_at, id"
 )
+SELECT_RESOURCES = "SELECT DISTINCT resource_id FROM threads ORDER BY resource_id"
 INSERT_THREAD = f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
 UPDATE_THREAD = "UPDATE threads SET title = ?, metadata = ?, updated_at = ? WHERE id = ?"
 UPDATE_THREAD_COUNT = "UPDATE threads SET message_count = ?, updated_at = ? WHERE id = ?"

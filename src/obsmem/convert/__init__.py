@@ -1,0 +1,18 @@
+"""Conversions between obsmem messages and the message formats of model libraries.
+
+* :mod:`obsmem.convert.pydantic_ai`: pydantic-ai ``ModelMessage`` lists.
+* :mod:`obsmem.convert.openai_chat`: OpenAI chat-completions message dicts.
+
+Both directions are lossless: what obsmem has no field for travels in ``metadata``. ``DataPart``
+markers (``data-om-*`` and the like) are stored but never sent to a model, so the ``to_*``
+functions drop them; the one exception is a ``DataPart`` a ``from_*`` function made to carry an
+item of its own format that obsmem has no type for (named ``"pydantic-ai:..."`` or
+``"openai-chat:..."``), which the matching ``to_*`` function restores.
+"""
+
+from __future__ import annotations
+
+from obsmem.convert.openai_chat import from_openai_chat, to_openai_chat
+from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
+
+__all__ = ["from_openai_chat", "from_pydantic_ai", "to_openai_chat", "to_pydantic_ai"]
