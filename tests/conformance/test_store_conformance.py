@@ -313,6 +313,38 @@ async def test_commit_observation_never_moves_the_cursor_back(store: Store) -> N
     await assert_record_invariants(store, key)
 
 
+async def test_commit_observation_checks_where_it_started(store: Store) -> None:
+    key, record = await _thread_with_messages(store, 5)
+    stale_from = dict(record.cursor)
+    record = await store.commit_observation(
+        record.id,
+        record.version,
+        observations="a",
+        observation_tokens=1,
+        cursor={"t1": 2},
+        expected_cursor=stale_from,
+    )
+    with pytest.raises(ConflictError, match="stale"):
+        await store.commit_observation(
+            record.id,
+            record.version,
+            observations="a\nb",
+            observation_tokens=2,
+            cursor={"t1": 4},
+            expected_cursor=stale_from,
+        )
+    record = await store.commit_observation(
+        record.id,
+        record.version,
+        observations="a\nb",
+        observation_tokens=2,
+        cursor={"t1": 4},
+        expected_cursor={"t1": 2},
+    )
+    assert record.cursor == {"t1": 4}
+    await assert_record_invariants(store, key)
+
+
 async def test_commit_observation_drops_redundant_chunks_and_refuses_to_split(store: Store) -> None:
     key, record = await _thread_with_messages(store, 9)
     for n, (a, b) in enumerate([(1, 3), (4, 6), (7, 9)], start=1):

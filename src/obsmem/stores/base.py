@@ -146,10 +146,13 @@ class Store(Protocol):
         cursor: Mapping[str, int],
         pending_message_tokens: int | None = None,
         observed_tokens: int = 0,
+        expected_cursor: Mapping[str, int] | None = None,
         groups: Sequence[ObservationGroup] = (),
     ) -> OMRecord:
         """A synchronous observation: the new log and the cursor it reaches (never backwards).
-        Chunks made redundant by the new cursor are dropped; a chunk it would split is an error."""
+        Chunks made redundant by the new cursor are dropped; a chunk it would split is an error.
+        With ``expected_cursor`` the observation only applies if it starts where the record's
+        cursor still is (ConflictError otherwise): nothing is observed twice."""
         ...
 
     async def set_buffered_reflection(

@@ -272,6 +272,7 @@ class InMemoryStore:
         cursor: Mapping[str, int],
         pending_message_tokens: int | None = None,
         observed_tokens: int = 0,
+        expected_cursor: Mapping[str, int] | None = None,
         groups: Sequence[ObservationGroup] = (),
     ) -> OMRecord:
         self._check_open()
@@ -285,6 +286,7 @@ class InMemoryStore:
                 message_counts=self._message_counts(record, list(cursor)),
                 pending_message_tokens=pending_message_tokens,
                 observed_tokens=observed_tokens,
+                expected_cursor=expected_cursor,
                 now=utcnow(),
             )
             self._groups.extend(groups)

@@ -393,6 +393,7 @@ class SQLiteStore:
         cursor: Mapping[str, int],
         pending_message_tokens: int | None = None,
         observed_tokens: int = 0,
+        expected_cursor: Mapping[str, int] | None = None,
         groups: Sequence[ObservationGroup] = (),
     ) -> OMRecord:
         def apply(c: sqlite3.Connection, record: OMRecord) -> OMRecord:
@@ -404,6 +405,7 @@ class SQLiteStore:
                 message_counts=_message_counts(c, list(cursor)),
                 pending_message_tokens=pending_message_tokens,
                 observed_tokens=observed_tokens,
+                expected_cursor=expected_cursor,
                 now=utcnow(),
             )
 

@@ -166,7 +166,17 @@ def commit_observation(
     pending_message_tokens: int | None,
     observed_tokens: int,
     now: datetime,
+    expected_cursor: Mapping[str, int] | None = None,
 ) -> OMRecord:
+    if expected_cursor is not None:
+        for thread_id in {*expected_cursor, *cursor}:
+            seq = expected_cursor.get(thread_id, 0)
+            actual = record.cursor.get(thread_id, 0)
+            if actual != seq:
+                raise ConflictError(
+                    f"thread {thread_id} was observed through seq {actual} meanwhile, not "
+                    f"{seq}; this observation is stale"
+                )
     new_cursor = dict(record.cursor)
     for thread_id, seq in cursor.items():
         _check_thread(record, thread_id)

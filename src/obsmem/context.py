@@ -1,0 +1,284 @@
+"""What the actor sees: the memory messages put in front of the raw unobserved messages.
+
+:func:`build_context` is pure. Its output, in order:
+
+1. a system message with the memory preamble (plus retrieval instructions when given);
+2. resource scope: a system message with other threads' recent messages, for reference only;
+3. a system message holding only ``<observations>`` (never closed, so nothing after the log
+   has to change when the log grows);
+4. the log, with relative dates added, as one system message per segment between
+   ``--- message boundary (...) ---`` lines. The log only grows by appending, so every
+   segment but the last stays byte-identical from turn to turn and the prompt cache keeps
+   hitting;
+5. ``<current-task>``, 6. ``<suggested-response>``, 7. one ``<slug>`` message per extracted value;
+8. a continuation reminder (a user message wrapped in ``<system-reminder>``);
+9. the raw messages, with a temporal-gap reminder before a user message that arrives ten
+   minutes or more after the previous one (when ``temporal_markers`` is on).
+
+Memory messages have fixed ids and a fixed ``created_at`` so equal text gives equal messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any
+
+from .dates import format_timestamp, gap_text, render_relative_dates
+from .messages import (
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+
+__all__ = [
+    "CONTINUATION_REMINDER",
+    "MEMORY_PREAMBLE",
+    "OTHER_CONVERSATIONS_INTRO",
+    "TEMPORAL_GAP_THRESHOLD",
+    "ContextInput",
+    "build_context",
+    "split_log_segments",
+    "tool_pairs_complete",
+]
+
+MEMORY_PREAMBLE = """\
+The notes below are your memory of earlier conversations with this user. They were written \
+from past messages, grouped by date, and they are what you already know about the user and \
+the work you did together.
+
+How to use them:
+- Use the specific details (names, numbers, preferences, decisions) so your answers fit this \
+user.
+- When notes disagree, the one with the latest date is true. Wording such as "changed to", \
+"switched to", "now prefers" or "no longer" replaces what was noted before.
+- A planned action whose date has already passed is assumed to have happened, unless a \
+later note says otherwise.
+- The user's newest message has priority: answer it, and treat the notes as background.
+- Talk like someone who simply remembers. Never mention memory, notes, observations or \
+summaries, and never say that earlier messages are missing or were condensed.
+- Text inside <system-reminder> tags is internal guidance for you: follow it, and never \
+quote or mention it."""
+
+OTHER_CONVERSATIONS_INTRO = """\
+The blocks below are recent messages from OTHER conversations with the same user, not this \
+one. They are not in your notes yet. Use them as reference only: do not answer or continue \
+them, and reply only in the current conversation."""
+
+CONTINUATION_REMINDER = (
+    "<system-reminder>The conversation goes on from here. Everything above is background: "
+    "reply naturally to the user's most recent message. If a suggested response is given "
+    "above, follow it. Do not mention memory, notes or summaries, and do not say that "
+    "earlier messages are missing. Anything after this reminder is newer than the notes and "
+    "takes priority.</system-reminder>"
+)
+
+TEMPORAL_GAP_THRESHOLD = timedelta(minutes=10)
+"""A raw user message this long or longer after the previous message gets a temporal marker."""
+
+_PART_CHARS = 500
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BOUNDARY_RE = re.compile(r"^[ \t]*--- message boundary \([^()\n]*\) ---[ \t]*$", re.M)
+_ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextInput:
+    """Everything :func:`build_context` needs; ``now`` and ``tz`` set the relative dates."""
+
+    observations: str
+    now: datetime
+    tz: tzinfo
+    current_task: str | None = None
+    suggested_response: str | None = None
+    extracted: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    raw_messages: Sequence[Message] = ()
+    other_threads: Sequence[tuple[str, Sequence[Message]]] = ()
+    retrieval_instructions: str | None = None
+    temporal_markers: bool = False
+
+
+def tool_pairs_complete(messages: Sequence[Message]) -> bool:
+    """True when every tool result in ``messages`` has its tool call earlier in the list."""
+    return _first_orphan(messages) is None
+
+
+def _first_orphan(messages: Sequence[Message]) -> tuple[Message, ToolResultPart] | None:
+    seen: set[str] = set()
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, ToolCallPart):
+                seen.add(part.tool_call_id)
+            elif isinstance(part, ToolResultPart) and part.tool_call_id not in seen:
+                return message, part
+    return None
+
+
+def split_log_segments(log: str) -> list[str]:
+    """The log cut at each boundary line; segments are stripped and empty ones dropped."""
+    return [s for piece in _BOUNDARY_RE.split(log) if (s := piece.strip())]
+
+
+def _memory(text: str, *, key: str, section: str) -> Message:
+    return Message(
+        role="system",
+        parts=(TextPart(text=text),),
+        id=f"obsmem-{key}",
+        created_at=_EPOCH,
+        metadata={"obsmem": {"synthetic": section}},
+    )
+
+
+def _cut(text: str) -> str:
+    return text if len(text) <= _PART_CHARS else text[:_PART_CHARS] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def _render_part(part: Part) -> str | None:
+    match part:
+        case TextPart():
+            return _cut(part.text) if part.text.strip() else None
+        case ToolCallPart():
+            args = part.args if isinstance(part.args, str) else _json(part.args)
+            return _cut(f"[Tool call {part.tool_name}: {args}]")
+        case ToolResultPart():
+            content = part.content if isinstance(part.content, str) else _json(part.content)
+            label = "Tool error" if part.is_error else "Tool result"
+            return _cut(f"[{label} {part.tool_name}: {content}]")
+        case ImagePart():
+            return f"[Image: {part.filename or part.url or part.media_type}]"
+        case FilePart():
+            return f"[File: {part.filename or part.url or part.media_type}]"
+        case _:
+            return None  # reasoning and data parts are not shown
+
+
+def _render_other_thread(thread_id: str, messages: Sequence[Message]) -> str | None:
+    lines: list[str] = []
+    for message in messages:
+        rendered = [r for p in message.parts if (r := _render_part(p)) is not None]
+        if rendered:
+            lines.append(f"{_ROLE_LABELS[message.role]}: " + "\n".join(rendered))
+    if not lines:
+        return None
+    body = "\n".join(lines)
+    return f'<other-conversation id="{thread_id}">\n{body}\n</other-conversation>'
+
+
+def _other_conversations(threads: Sequence[tuple[str, Sequence[Message]]]) -> Message | None:
+    blocks = [b for tid, msgs in threads if (b := _render_other_thread(tid, msgs)) is not None]
+    if not blocks:
+        return None
+    text = OTHER_CONVERSATIONS_INTRO + "\n\n" + "\n\n".join(blocks)
+    return _memory(text, key="other-conversations", section="other_conversations")
+
+
+def _is_marker(message: Message) -> bool:
+    meta = message.metadata.get("obsmem")
+    return isinstance(meta, dict) and bool(meta.get("synthetic"))
+
+
+def _with_temporal_markers(raw: Sequence[Message], tz: tzinfo) -> list[Message]:
+    out: list[Message] = []
+    previous: Message | None = None
+    for message in raw:
+        if _is_marker(message):
+            out.append(message)
+            continue
+        if message.role == "user" and previous is not None:
+            delta = message.created_at - previous.created_at
+            if delta >= TEMPORAL_GAP_THRESHOLD:
+                words = gap_text(delta)
+                text = f"{words} later — {format_timestamp(message.created_at, tz)}"
+                out.append(
+                    Message(
+                        role="user",
+                        parts=(TextPart(text=f"<system-reminder>{text}</system-reminder>"),),
+                        id=f"obsmem-gap-{message.id}",
+                        created_at=message.created_at,
+                        thread_id=message.thread_id,
+                        resource_id=message.resource_id,
+                        metadata={
+                            "obsmem": {
+                                "synthetic": "temporal_gap",
+                                "gap_ms": int(delta / timedelta(milliseconds=1)),
+                                "precedes": message.id,
+                                "temporal_gap": words,
+                            }
+                        },
+                    )
+                )
+        out.append(message)
+        previous = message
+    return out
+
+
+def build_context(inp: ContextInput) -> list[Message]:
+    """The messages the actor sees this turn: memory messages, then the raw messages.
+
+    With an empty log there are no memory messages, except the retrieval instructions on
+    their own when they are given. Raises ``ValueError`` when a raw tool result has no tool
+    call before it: the caller cut a tool-call pair in two.
+    """
+    orphan = _first_orphan(inp.raw_messages)
+    if orphan is not None:
+        message, part = orphan
+        raise ValueError(
+            f"raw message {message.id} holds the result of tool call {part.tool_call_id!r} "
+            f"({part.tool_name}) but the call is not among the raw messages; keep tool-call "
+            "pairs together when choosing which messages to observe"
+        )
+    raw = (
+        _with_temporal_markers(inp.raw_messages, inp.tz)
+        if inp.temporal_markers
+        else list(inp.raw_messages)
+    )
+    out: list[Message] = []
+    if not inp.observations.strip():
+        if inp.retrieval_instructions:
+            out.append(_memory(inp.retrieval_instructions, key="preamble", section="preamble"))
+        return out + raw
+
+    preamble = MEMORY_PREAMBLE
+    if inp.retrieval_instructions:
+        preamble += "\n\n" + inp.retrieval_instructions
+    out.append(_memory(preamble, key="preamble", section="preamble"))
+    if (others := _other_conversations(inp.other_threads)) is not None:
+        out.append(others)
+    out.append(_memory("<observations>", key="observations", section="observations_open"))
+    rendered = render_relative_dates(inp.observations, inp.now, inp.tz)
+    for index, segment in enumerate(split_log_segments(rendered)):
+        out.append(_memory(segment, key=f"segment-{index}", section="segment"))
+    if inp.current_task:
+        text = f"<current-task>\n{inp.current_task}\n</current-task>"
+        out.append(_memory(text, key="current-task", section="current_task"))
+    if inp.suggested_response:
+        text = f"<suggested-response>\n{inp.suggested_response}\n</suggested-response>"
+        out.append(_memory(text, key="suggested-response", section="suggested_response"))
+    for slug, value in inp.extracted.items():
+        if value is None:
+            continue
+        body = value if isinstance(value, str) else _json(value)
+        out.append(
+            _memory(f"<{slug}>\n{body}\n</{slug}>", key=f"extracted-{slug}", section="extracted")
+        )
+    out.append(
+        Message(
+            role="user",
+            parts=(TextPart(text=CONTINUATION_REMINDER),),
+            id="obsmem-continuation",
+            created_at=inp.raw_messages[0].created_at if inp.raw_messages else inp.now,
+            metadata={"obsmem": {"synthetic": "continuation"}},
+        )
+    )
+    return out + raw

@@ -1,0 +1,293 @@
+"""The ``data-om-*`` events, the event bus and the hooks.
+
+Every event is a frozen dataclass whose ``type`` is the Mastra name (``data-om-status`` ...) and
+whose fields are snake_case. ``to_dict()`` gives the JSON form (``{"type": ..., **fields}``).
+Listeners are plain callables; a listener that raises is logged and never breaks memory work.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from datetime import datetime
+from typing import Any, ClassVar, Literal, TypeAlias
+
+from .messages import Message
+
+__all__ = [
+    "ActivationEvent",
+    "BufferingEndEvent",
+    "BufferingFailedEvent",
+    "BufferingStartEvent",
+    "Event",
+    "EventBus",
+    "HookContext",
+    "Hooks",
+    "ObservationEndEvent",
+    "ObservationFailedEvent",
+    "ObservationStartEvent",
+    "OperationType",
+    "StatusEvent",
+    "ThreadUpdateEvent",
+]
+
+log = logging.getLogger("obsmem")
+
+OperationType: TypeAlias = Literal["observation", "reflection"]
+
+
+class _EventBase:
+    type: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            out[f.name] = value.isoformat() if isinstance(value, datetime) else value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusEvent(_EventBase):
+    """The message and observation windows at one step."""
+
+    type: ClassVar[str] = "data-om-status"
+    record_id: str | None
+    thread_id: str
+    resource_id: str | None
+    generation: int
+    message_tokens: int
+    message_threshold: int
+    observation_tokens: int
+    observation_threshold: int
+    buffered_chunks: int
+    buffered_message_tokens: int
+    projected_message_removal: int
+    buffered_observation_tokens: int
+    buffering_status: Literal["idle", "running"]
+    buffered_reflection_tokens: int
+    buffered_reflection_input_tokens: int
+    reflection_status: Literal["idle", "running", "complete"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObservationStartEvent(_EventBase):
+    type: ClassVar[str] = "data-om-observation-start"
+    cycle_id: str
+    operation_type: OperationType
+    started_at: datetime
+    tokens_to_observe: int
+    record_id: str | None
+    thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObservationEndEvent(_EventBase):
+    type: ClassVar[str] = "data-om-observation-end"
+    cycle_id: str
+    operation_type: OperationType
+    completed_at: datetime
+    duration_ms: float
+    tokens_observed: int
+    observation_tokens: int
+    """Tokens of this cycle's output."""
+    record_id: str | None
+    thread_id: str
+    observations: str | None = None
+    current_task: str | None = None
+    suggested_response: str | None = None
+    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    extraction_failures: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObservationFailedEvent(_EventBase):
+    type: ClassVar[str] = "data-om-observation-failed"
+    cycle_id: str
+    operation_type: OperationType
+    failed_at: datetime
+    duration_ms: float
+    tokens_attempted: int
+    error: str
+    record_id: str | None
+    thread_id: str
+    retrying: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferingStartEvent(_EventBase):
+    type: ClassVar[str] = "data-om-buffering-start"
+    cycle_id: str
+    operation_type: OperationType
+    started_at: datetime
+    tokens_to_buffer: int
+    record_id: str | None
+    thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    config: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferingEndEvent(_EventBase):
+    type: ClassVar[str] = "data-om-buffering-end"
+    cycle_id: str
+    operation_type: OperationType
+    completed_at: datetime
+    duration_ms: float
+    tokens_buffered: int
+    buffered_tokens: int
+    """Total observation tokens now waiting in buffered chunks (or the buffered reflection)."""
+    record_id: str | None
+    thread_id: str
+    observations: str | None = None
+    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    extraction_failures: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BufferingFailedEvent(_EventBase):
+    type: ClassVar[str] = "data-om-buffering-failed"
+    cycle_id: str
+    operation_type: OperationType
+    failed_at: datetime
+    duration_ms: float
+    tokens_attempted: int
+    error: str
+    record_id: str | None
+    thread_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivationEvent(_EventBase):
+    type: ClassVar[str] = "data-om-activation"
+    cycle_id: str
+    operation_type: OperationType
+    activated_at: datetime
+    chunks_activated: int
+    tokens_activated: int
+    """Message tokens that left the context (observation) or log tokens replaced (reflection)."""
+    observation_tokens: int
+    """The log's size after activation."""
+    messages_activated: int
+    record_id: str | None
+    thread_id: str
+    generation: int
+    triggered_by: Literal["threshold", "ttl", "provider_change"] | None = None
+    observations: str | None = None
+    last_activity_at: datetime | None = None
+    ttl_expired_ms: float | None = None
+    previous_model: str | None = None
+    current_model: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadUpdateEvent(_EventBase):
+    type: ClassVar[str] = "data-om-thread-update"
+    cycle_id: str
+    thread_id: str
+    old_title: str | None
+    new_title: str
+    timestamp: datetime
+
+
+Event: TypeAlias = (
+    StatusEvent
+    | ObservationStartEvent
+    | ObservationEndEvent
+    | ObservationFailedEvent
+    | BufferingStartEvent
+    | BufferingEndEvent
+    | BufferingFailedEvent
+    | ActivationEvent
+    | ThreadUpdateEvent
+)
+Listener: TypeAlias = Callable[[Event], object]
+
+
+class EventBus:
+    """Delivers events to listeners, in order, synchronously. Listener errors are logged."""
+
+    def __init__(self) -> None:
+        self._listeners: list[Listener] = []
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Add a listener; returns a function that removes it."""
+        self._listeners.append(listener)
+
+        def unsubscribe() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def emit(self, event: Event) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(event)
+            except Exception:
+                log.exception("obsmem event listener failed on %s", event.type)
+
+
+# -- hooks -------------------------------------------------------------------------------------
+
+Trigger: TypeAlias = Literal["manual", "turn-sync", "async-buffer"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HookContext:
+    """What lifecycle hooks receive."""
+
+    thread_id: str
+    resource_id: str | None
+    cycle_id: str
+    operation_type: OperationType
+    trigger: Trigger
+    observations: str | None = None
+    error: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+
+
+MaybeAwaitable: TypeAlias = Awaitable[Any] | Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hooks:
+    """Lifecycle hooks (told, never asked) and transform hooks (may change what is observed or
+    stored). Each may be a plain function or a coroutine function. A transform hook that raises
+    fails the cycle (the old state stays); a lifecycle hook that raises is logged."""
+
+    on_observation_start: Callable[[HookContext], MaybeAwaitable] | None = None
+    on_observation_end: Callable[[HookContext], MaybeAwaitable] | None = None
+    on_reflection_start: Callable[[HookContext], MaybeAwaitable] | None = None
+    on_reflection_end: Callable[[HookContext], MaybeAwaitable] | None = None
+    before_observation: Callable[[Sequence[Message]], MaybeAwaitable] | None = None
+    """Receives the messages to observe; returns the messages to show the Observer. Returning an
+    empty list skips the model call, but the messages still count as observed."""
+    after_observation: Callable[[str], MaybeAwaitable] | None = None
+    """Receives the new observations; returns what to store."""
+    before_reflection: Callable[[str], MaybeAwaitable] | None = None
+    after_reflection: Callable[[str], MaybeAwaitable] | None = None
+
+
+async def call_hook(hook: Callable[..., Any] | None, arg: Any) -> Any:
+    """Call a hook that may be sync or async; None when there is no hook."""
+    if hook is None:
+        return None
+    result = hook(arg)
+    if inspect.isawaitable(result):
+        return await result
+    return result
+
+
+async def notify(hook: Callable[[HookContext], Any] | None, ctx: HookContext) -> None:
+    """Call a lifecycle hook, logging (not raising) its errors."""
+    try:
+        await call_hook(hook, ctx)
+    except Exception:
+        log.exception("obsmem lifecycle hook failed (%s)", ctx.operation_type)

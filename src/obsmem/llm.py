@@ -1,0 +1,202 @@
+"""The one seam every memory-model call goes through (Observer, Reflector, extractors).
+
+``call_model`` resolves the model (routing a ``ModelByInputTokens`` by the request's input-token
+estimate), sends one system message and one user message through pydantic-ai's direct API,
+retries transient errors within a budget, bounds the whole call by a timeout, and reports the
+answer with its token usage and cost. Each call is one OpenTelemetry span named
+``obsmem.<role>``; without an OpenTelemetry SDK configured the span costs nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+from opentelemetry import trace
+from pydantic_ai import messages as pa
+from pydantic_ai.direct import model_request
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.usage import RequestUsage
+
+from obsmem.errors import ModelError, ObsmemError
+from obsmem.messages import FilePart, ImagePart
+from obsmem.models import ModelByInputTokens, ModelSpec, call_with_retry, provider_of, resolve_model
+
+__all__ = ["LLMRequest", "LLMResult", "Role", "call_model", "cost_usd"]
+
+Role = Literal["observer", "reflector", "extractor"]
+
+_resolved: dict[str, Model] = {}
+"""Models resolved from strings, kept so each spec builds its SDK client once."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMRequest:
+    """One call to a memory model: a system message and the content of one user message."""
+
+    role: Role
+    model: ModelSpec
+    system: str
+    """Instructions, sent as the system message."""
+    user: Sequence[str | ImagePart | FilePart]
+    """The content of the one user message: text pieces and attachments, in order."""
+    model_settings: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    """pydantic-ai ``ModelSettings`` keys (``temperature``, ``max_tokens``, ...)."""
+    input_tokens: int = 0
+    """Local estimate of the input size; picks the ``ModelByInputTokens`` tier."""
+    timeout: float | None = None
+    """Seconds for the whole call, retries included; ``None`` waits as long as it takes."""
+    retry_budget: float = 60.0
+    """Most seconds spent retrying transient errors (rate limits, 5xx, connection errors)."""
+    operation: str = ""
+    """What the call is for (``"observation"``, ``"buffering"``, ``"reflection"``), for traces."""
+    cycle_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LLMResult:
+    """The model's answer and what it cost."""
+
+    text: str
+    """The text parts of the answer, concatenated."""
+    model_name: str
+    provider: str | None
+    input_tokens: int
+    """From the response's usage (0 when the provider did not say)."""
+    output_tokens: int
+    cost_usd: float | None
+    """Priced with ``genai_prices``; ``None`` when the model is not in its price list."""
+    duration_ms: float
+
+
+async def call_model(request: LLMRequest) -> LLMResult:
+    """Send ``request`` to its model and return the answer.
+
+    Raises ``ModelError`` when the model cannot be resolved, the call fails with a non-transient
+    error, transient errors outlast ``retry_budget``, or the whole call exceeds ``timeout``.
+    """
+    started = time.perf_counter()
+    tracer = trace.get_tracer("obsmem")
+    with tracer.start_as_current_span(f"obsmem.{request.role}") as span:
+        span.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "obsmem.operation": request.operation,
+                "obsmem.cycle_id": request.cycle_id,
+                "obsmem.input_tokens_estimate": request.input_tokens,
+            }
+        )
+        model, tier = _choose_model(request)
+        if tier is not None:
+            span.set_attribute("obsmem.model_tier", tier)
+        span.set_attribute("gen_ai.request.model", model.model_name)
+        provider = provider_of(model)
+        if provider is not None:
+            span.set_attribute("gen_ai.provider.name", provider)
+
+        response = await _request(request, model)
+
+        model_name = response.model_name or model.model_name
+        usage = response.usage
+        cost = cost_usd(usage, model_name=model_name, provider=provider)
+        span.set_attributes(
+            {
+                "gen_ai.response.model": model_name,
+                "gen_ai.usage.input_tokens": usage.input_tokens,
+                "gen_ai.usage.output_tokens": usage.output_tokens,
+            }
+        )
+        if cost is not None:
+            span.set_attribute("obsmem.cost_usd", cost)
+        return LLMResult(
+            text="".join(p.content for p in response.parts if isinstance(p, pa.TextPart)),
+            model_name=model_name,
+            provider=provider,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cost_usd=cost,
+            duration_ms=(time.perf_counter() - started) * 1000,
+        )
+
+
+def _choose_model(request: LLMRequest) -> tuple[Model, int | None]:
+    """The pydantic-ai model for ``request`` and, when routed, the chosen tier's limit."""
+    spec, tier = request.model, None
+    if isinstance(spec, ModelByInputTokens):
+        tier, spec = spec.select(request.input_tokens)
+    if isinstance(spec, Model):
+        return spec, tier
+    model = _resolved.get(spec)
+    if model is None:
+        model = _resolved[spec] = resolve_model(spec)
+    return model, tier
+
+
+async def _retry_sleep(seconds: float) -> None:
+    await asyncio.sleep(seconds)
+
+
+async def _request(request: LLMRequest, model: Model) -> pa.ModelResponse:
+    what = f"the {request.role} call to model {model.model_name!r}"
+    messages: list[pa.ModelMessage] = [
+        pa.ModelRequest(
+            parts=[
+                pa.SystemPromptPart(content=request.system),
+                pa.UserPromptPart(content=[_content(item) for item in request.user]),
+            ]
+        )
+    ]
+    settings = cast(ModelSettings, dict(request.model_settings)) if request.model_settings else None
+
+    async def attempt() -> pa.ModelResponse:
+        return await model_request(model, messages, model_settings=settings)
+
+    deadline = asyncio.timeout(request.timeout)
+    try:
+        async with deadline:
+            return await call_with_retry(
+                attempt, max_total=request.retry_budget, sleep=_retry_sleep, what=what
+            )
+    except ObsmemError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, TimeoutError) and deadline.expired():
+            raise ModelError(
+                f"{what} timed out after {request.timeout:g} s (retries included); raise the "
+                "timeout, or use a faster model or smaller inputs"
+            ) from exc
+        raise ModelError(
+            f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check the "
+            "model name, its settings and the provider account"
+        ) from exc
+
+
+def _content(item: str | ImagePart | FilePart) -> pa.UserContent:
+    if isinstance(item, str):
+        return item
+    vendor = {"detail": item.detail} if isinstance(item, ImagePart) and item.detail else None
+    if item.data is not None:
+        return pa.BinaryContent(item.data, media_type=item.media_type, vendor_metadata=vendor)
+    url = cast(str, item.url)  # a part always has data or a url
+    if isinstance(item, ImagePart):
+        return pa.ImageUrl(url, media_type=item.media_type, vendor_metadata=vendor)
+    if item.media_type.startswith("audio/"):
+        return pa.AudioUrl(url, media_type=item.media_type)
+    if item.media_type.startswith("video/"):
+        return pa.VideoUrl(url, media_type=item.media_type)
+    return pa.DocumentUrl(url, media_type=item.media_type)
+
+
+def cost_usd(usage: RequestUsage, *, model_name: str, provider: str | None) -> float | None:
+    """The price in US dollars of ``usage`` on ``model_name``; ``None`` when it is not known."""
+    import genai_prices
+
+    try:
+        price = genai_prices.calc_price(usage, model_name, provider_id=provider)
+    except Exception:  # unknown model or provider, or a price-list problem: cost is optional
+        return None
+    return float(price.total_price)

@@ -1,0 +1,345 @@
+"""The observation log as text: parsing model output, spotting degenerate output, truncation.
+
+Everything here is pure. :func:`parse_output` reads an Observer or Reflector answer (the pinned
+format of SPEC §5) tolerantly; :func:`is_degenerate` is the repetition detector that turns a
+looping model answer into a failed attempt; :func:`truncate_observations` shortens the previous
+log shown to the Observer; :func:`boundary_line` and :func:`split_segments` join and split a log
+at message boundaries.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, cast
+
+__all__ = [
+    "BOUNDARY",
+    "MAX_LINE_CHARS",
+    "ParsedOutput",
+    "boundary_line",
+    "is_degenerate",
+    "parse_output",
+    "split_segments",
+    "truncate_observations",
+]
+
+BOUNDARY = "--- message boundary ({iso}) ---"
+"""The line that separates log segments appended at different times."""
+
+MAX_LINE_CHARS = 10_000
+"""Longer observation lines are cut and end in :data:`_TRUNCATED`."""
+
+_TRUNCATED = " … [truncated]"
+_HINTS = ("current-task", "suggested-response", "thread-title")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ParsedOutput:
+    """What an Observer or Reflector answer holds."""
+
+    observations: str
+    """The ``<observations>`` content (list lines when the tags are missing), sanitised."""
+    current_task: str | None = None
+    suggested_response: str | None = None
+    thread_title: str | None = None
+    sections: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Every other ``<slug>…</slug>`` section (inline extractor values), by slug."""
+    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    """The JSON object of an ``<extracted-values>`` section (ignored when it is not valid)."""
+    threads: Mapping[str, ParsedOutput] = field(default_factory=dict[str, "ParsedOutput"])
+    """Resource scope: one entry per ``<thread id="…">`` block inside ``<observations>``."""
+
+    @property
+    def is_empty(self) -> bool:
+        """True when neither the log nor any thread block holds an observation."""
+        return not self.observations.strip() and all(t.is_empty for t in self.threads.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# parsing
+# ---------------------------------------------------------------------------------------------
+
+_OBS_OPEN = re.compile(r"^[ \t]*<observations>[ \t]*\n?", re.MULTILINE)
+_OBS_CLOSE = re.compile(r"</observations>")
+_SECTION = re.compile(r"<([a-z][a-z0-9_-]*)>(.*?)</\1>", re.DOTALL)
+_THREAD_BLOCK = re.compile(
+    r"<thread\s+id\s*=\s*[\"']([^\"']*)[\"']\s*>(.*?)</thread>", re.DOTALL | re.IGNORECASE
+)
+_THREAD_TAG = re.compile(r"[ \t]*</?thread\b[^>]*>[ \t]*\n?", re.IGNORECASE)
+_LIST_LINE = re.compile(r"^\s*(?:[*\-•]\s|\d+[.)]\s)")
+_DATE_LINE = re.compile(r"^\s*Date:\s")
+_FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+
+
+def parse_output(text: str, *, multi_thread: bool = True) -> ParsedOutput:
+    """Parse an Observer or Reflector answer.
+
+    One or more ``<observations>`` blocks (the opening tag must start a line) are joined; without
+    them only list-item lines and ``Date:`` headers are kept. ``<thread id="…">`` blocks inside
+    the observations become :attr:`ParsedOutput.threads` (their own hints parsed from each block)
+    and stay in :attr:`ParsedOutput.observations` without those hints. With
+    ``multi_thread=False`` (single-thread output) stray ``<thread>`` tags are stripped instead.
+    """
+    blocks, outside = _observation_blocks(text)
+    if blocks is None:
+        body = _fallback_lines(_SECTION.sub("", text))
+    else:
+        body = "\n\n".join(b.strip("\n") for b in blocks)
+    threads: dict[str, ParsedOutput] = {}
+    if multi_thread:
+        body = _THREAD_BLOCK.sub(lambda m: _take_thread(m, threads), body)
+    else:
+        body = _THREAD_TAG.sub("", body)
+    top = _inner(outside)
+    stray = _inner(body)  # hints written inside <observations> count when missing outside
+    return ParsedOutput(
+        observations=_sanitise(_SECTION.sub(_drop_stray_hint, body)),
+        current_task=top.current_task or stray.current_task,
+        suggested_response=top.suggested_response or stray.suggested_response,
+        thread_title=top.thread_title or stray.thread_title,
+        sections=top.sections,
+        extracted_values=top.extracted_values or stray.extracted_values,
+        threads=threads,
+    )
+
+
+def _observation_blocks(text: str) -> tuple[list[str] | None, str]:
+    """The ``<observations>`` contents (``None`` when there are none) and the text outside."""
+    blocks: list[str] = []
+    outside: list[str] = []
+    pos = 0
+    while (opening := _OBS_OPEN.search(text, pos)) is not None:
+        outside.append(text[pos : opening.start()])
+        closing = _OBS_CLOSE.search(text, opening.end())
+        if closing is None:  # unclosed: the block runs to the first hint section or the end
+            rest = text[opening.end() :]
+            hint = re.search(
+                r"^[ \t]*<(?:current-task|suggested-response|thread-title)>", rest, re.M
+            )
+            cut = hint.start() if hint else len(rest)
+            blocks.append(rest[:cut])
+            outside.append(rest[cut:])
+            pos = len(text)
+            break
+        blocks.append(text[opening.end() : closing.start()])
+        pos = closing.end()
+    outside.append(text[pos:])
+    return (blocks or None), "".join(outside)
+
+
+def _inner(text: str) -> ParsedOutput:
+    """The hint sections of ``text``; the rest (tags removed) is the observations."""
+    hints: dict[str, str | None] = dict.fromkeys(_HINTS)
+    sections: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    for match in _SECTION.finditer(text):
+        slug, content = match.group(1), match.group(2).strip()
+        if slug in ("observations", "thread"):
+            continue
+        if slug in hints:
+            hints[slug] = content or None
+        elif slug == "extracted-values":
+            values = _json_object(content)
+        else:
+            sections[slug] = content
+    return ParsedOutput(
+        observations=_sanitise(_SECTION.sub("", text)),
+        current_task=hints["current-task"],
+        suggested_response=hints["suggested-response"],
+        thread_title=hints["thread-title"],
+        sections=sections,
+        extracted_values=values,
+    )
+
+
+def _take_thread(match: re.Match[str], into: dict[str, ParsedOutput]) -> str:
+    thread_id, content = match.group(1), match.group(2)
+    parsed = _inner(content)
+    into[thread_id] = parsed
+    return f'<thread id="{thread_id}">\n{parsed.observations}\n</thread>'
+
+
+def _drop_stray_hint(match: re.Match[str]) -> str:
+    """Hint sections that slipped into the observations are removed; other tags stay as text."""
+    slug = match.group(1)
+    if slug in _HINTS or slug == "extracted-values":
+        return ""
+    return match.group(0)
+
+
+def _json_object(content: str) -> dict[str, Any]:
+    try:
+        value = json.loads(_FENCE.sub("", content.strip()))
+    except ValueError:
+        return {}
+    return cast(dict[str, Any], value) if isinstance(value, dict) else {}
+
+
+def _fallback_lines(text: str) -> str:
+    lines = text.splitlines()
+    return "\n".join(ln for ln in lines if _LIST_LINE.match(ln) or _DATE_LINE.match(ln))
+
+
+def _sanitise(text: str) -> str:
+    out: list[str] = []
+    for line in text.splitlines():
+        line = line.rstrip()
+        if len(line) > MAX_LINE_CHARS:
+            line = line[: MAX_LINE_CHARS - len(_TRUNCATED)] + _TRUNCATED
+        out.append(line)
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(out)).strip("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# degenerate output
+# ---------------------------------------------------------------------------------------------
+
+_MIN_DEGENERATE_CHARS = 2_000
+_WINDOW = 200
+_SAMPLES = 50
+_MAX_LINE = 50_000
+_MIN_LINE = 24
+_MIN_LINES = 20
+
+
+def is_degenerate(text: str) -> bool:
+    """True when ``text`` looks like a model stuck in a loop (reference §6.4).
+
+    Text under 2,000 characters never is. Longer text is when more than 40% of about 50 sampled
+    200-character windows repeat an earlier one, when a line exceeds 50,000 characters, or when
+    more than half of the substantial lines (at least 20 lines of 24+ characters) are duplicates.
+    """
+    if len(text) < _MIN_DEGENERATE_CHARS:
+        return False
+    step = max(1, len(text) // _SAMPLES)
+    windows = [text[i : i + _WINDOW] for i in range(0, len(text) - _WINDOW + 1, step)]
+    if len(windows) > 5:
+        repeats = len(windows) - len(set(windows))
+        if repeats / len(windows) > 0.4:
+            return True
+    lines = text.splitlines()
+    if any(len(line) > _MAX_LINE for line in lines):
+        return True
+    substantial = [s for line in lines if len(s := line.strip()) >= _MIN_LINE]
+    if len(substantial) >= _MIN_LINES:
+        duplicates = len(substantial) - len(set(substantial))
+        if duplicates / len(substantial) > 0.5:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# truncation of the previous log shown to the Observer
+# ---------------------------------------------------------------------------------------------
+
+_KEEP_MARKS = ("🔴", "✅")
+
+
+def _marker(n: int) -> str:
+    return f"[{n} observations truncated here]"
+
+
+def truncate_observations(log: str, budget: int | None, count: Callable[[str], int]) -> str:
+    """``log`` shortened to about ``budget`` tokens (as ``count`` counts them).
+
+    ``None`` keeps everything and ``0`` keeps nothing. A log over budget keeps its newest lines
+    that fit in half the budget, then the older 🔴 and ✅ lines that still fit (newest first),
+    with the ``Date:`` headers of every kept line, and a ``[N observations truncated here]``
+    marker wherever lines were cut.
+    """
+    if budget is None:
+        return log
+    if budget <= 0:
+        return ""
+    if count(log) <= budget:
+        return log
+    lines = log.split("\n")
+    cost = [count(line) for line in lines]
+    header_of = _headers(lines)
+
+    keep: set[int] = set()
+    used = 0
+    tail_start = len(lines)
+    for i in range(len(lines) - 1, -1, -1):
+        if used + cost[i] > budget // 2:
+            break
+        used += cost[i]
+        tail_start = i
+    keep.update(range(tail_start, len(lines)))
+    first = next((i for i in range(tail_start, len(lines)) if lines[i].strip()), None)
+    if first is not None and (h := header_of[first]) is not None and h not in keep:
+        keep.add(h)
+        used += cost[h]
+
+    marker_cost = count(_marker(len(lines)))
+    used += marker_cost
+    for i in range(tail_start - 1, -1, -1):
+        if not any(mark in lines[i] for mark in _KEEP_MARKS) or _DATE_LINE.match(lines[i]):
+            continue
+        header = header_of[i]
+        extra = cost[i] + marker_cost
+        if header is not None and header not in keep:
+            extra += cost[header]
+        if used + extra > budget:
+            continue
+        used += extra
+        keep.add(i)
+        if header is not None:
+            keep.add(header)
+    return _render_kept(lines, keep)
+
+
+def _headers(lines: list[str]) -> list[int | None]:
+    """For each line, the index of the ``Date:`` header above it (itself for a header)."""
+    out: list[int | None] = []
+    current: int | None = None
+    for i, line in enumerate(lines):
+        if _DATE_LINE.match(line):
+            current = i
+        out.append(current)
+    return out
+
+
+def _render_kept(lines: list[str], keep: set[int]) -> str:
+    out: list[str] = []
+    cut = 0
+    for i, line in enumerate(lines):
+        if i in keep:
+            if cut:
+                out.append(_marker(cut))
+                cut = 0
+            out.append(line)
+        elif line.strip() and not _DATE_LINE.match(line):
+            cut += 1
+    if cut:
+        out.append(_marker(cut))
+    return "\n".join(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# message boundaries
+# ---------------------------------------------------------------------------------------------
+
+_BOUNDARY_LINE = re.compile(r"\n*^--- message boundary \([^)\n]*\) ---$\n*", re.MULTILINE)
+
+
+def boundary_line(at: datetime) -> str:
+    """The separator put between log segments: ``"\\n\\n--- message boundary (ISO) ---\\n\\n"``.
+
+    The time is written in UTC with milliseconds (``2025-12-04T14:30:00.000Z``).
+    """
+    utc = at.astimezone(UTC)
+    iso = utc.strftime("%Y-%m-%dT%H:%M:%S.") + f"{utc.microsecond // 1000:03d}Z"
+    return "\n\n" + BOUNDARY.format(iso=iso) + "\n\n"
+
+
+def split_segments(log: str) -> list[str]:
+    """``log`` split at its boundary lines (the inverse of joining with :func:`boundary_line`).
+
+    Blank segments are dropped.
+    """
+    return [seg for seg in _BOUNDARY_LINE.split(log) if seg.strip()]

@@ -1,0 +1,345 @@
+"""The Observer: render new messages as a transcript, ask the model for observations, parse.
+
+:func:`render_transcript` writes messages in the pinned transcript form (SPEC §5): a
+``Dec 4 2025:`` header per date, ``User (2:30 PM): …`` lines with the time only when it changed,
+tool calls, capped tool results, reasoning, and numbered placeholders for images and files (the
+attachments themselves are returned so they can be sent along as model inputs).
+:func:`observe` makes the Observer call and retries once on empty or degenerate output.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, tzinfo
+from typing import Any, cast
+
+from obsmem.errors import ObserverOutputError
+from obsmem.llm import LLMRequest, LLMResult, call_model
+from obsmem.messages import (
+    FilePart,
+    ImagePart,
+    Message,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from obsmem.models import ModelSpec
+from obsmem.observations import ParsedOutput, is_degenerate, parse_output, truncate_observations
+from obsmem.prompts import observer_system_prompt
+from obsmem.tokens import TokenEstimator
+
+__all__ = [
+    "ObserverInput",
+    "observe",
+    "observer_user_message",
+    "render_multi_thread_transcript",
+    "render_transcript",
+]
+
+AttachmentFilter = Callable[[str], bool]
+"""Called with an attachment's media type; True sends the attachment to the model."""
+
+_ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool"}
+_CUT = "… [truncated]"
+
+
+def _allow_all(media_type: str) -> bool:
+    return True
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def _clock(at: datetime) -> str:
+    hour = at.hour % 12 or 12
+    return f"{hour}:{at.minute:02d} {'AM' if at.hour < 12 else 'PM'}"
+
+
+def _day_header(day: date) -> str:
+    return f"{day.strftime('%b')} {day.day} {day.year}:"
+
+
+class _Renderer:
+    """Transcript state shared across threads: attachment numbers and tool calls already seen."""
+
+    def __init__(
+        self, *, tz: tzinfo, estimator: TokenEstimator, cap: int, allow: AttachmentFilter
+    ) -> None:
+        self.tz = tz
+        self.estimator = estimator
+        self.cap = cap
+        self.allow = allow
+        self.attachments: list[ImagePart | FilePart] = []
+        self._number = 0
+        self._seen_calls: set[str] = set()
+
+    def render(self, messages: Sequence[Message]) -> str:
+        out: list[str] = []
+        last_day: date | None = None
+        last_time: str | None = None
+        for message in messages:
+            gap = _temporal_gap(message)
+            if gap is not None:
+                out.append(gap)
+                continue
+            if message.role == "system":
+                continue
+            local = message.created_at.astimezone(self.tz)
+            day, clock = local.date(), _clock(local)
+            time = f" ({clock})" if (clock != last_time or day != last_day) else ""
+            lines = self._message_lines(message, time, f" ({clock})")
+            if not lines:
+                continue
+            if day != last_day:
+                if out:
+                    out.append("")
+                out.append(_day_header(day))
+                last_day = day
+            last_time = clock
+            out.extend(lines)
+        return "\n".join(out)
+
+    def _message_lines(self, message: Message, time: str, clock: str) -> list[str]:
+        label = _ROLE_LABELS[message.role]
+        lines: list[str] = []
+        open_line = False  # the last line emitted continues the "Role: ..." line
+        for part in message.parts:
+            piece: str | None = None
+            match part:
+                case TextPart():
+                    piece = part.text
+                case ReasoningPart():
+                    open_line = False
+                    lines.append(f"Reasoning: {part.text}")
+                case ImagePart() | FilePart():
+                    piece = self._attachment(part)
+                case ToolCallPart():
+                    open_line = False
+                    if part.tool_call_id in self._seen_calls:
+                        continue
+                    self._seen_calls.add(part.tool_call_id)
+                    args = part.args if isinstance(part.args, str) else _to_json(part.args)
+                    lines.append(f"Tool Call {part.tool_name}{clock}: {args}")
+                case ToolResultPart():
+                    open_line = False
+                    lines.append(self._result(part))
+                    lines.extend(self._attachment(a) for a in part.attachments)
+                case _:  # DataPart: stored, never shown to a model
+                    continue
+            if piece is None:
+                continue
+            if open_line:
+                lines.append(piece)
+            else:
+                lines.append(f"{label}{time}: {piece}")
+                time = ""
+                open_line = True
+        return lines
+
+    def _attachment(self, part: ImagePart | FilePart) -> str:
+        self._number += 1
+        if self.allow(part.media_type):
+            self.attachments.append(part)
+        if isinstance(part, ImagePart):
+            return f"Image: [Image #{self._number}: {part.filename or 'image'}]"
+        return f"File: [File #{self._number}: {part.filename or 'file'}]"
+
+    def _result(self, part: ToolResultPart) -> str:
+        content = part.content
+        text = content if isinstance(content, str) else _to_json(content)
+        kind = "Tool Error" if part.is_error else "Tool Result"
+        return f"{kind} {part.tool_name}: {self._cap(text)}"
+
+    def _cap(self, text: str) -> str:
+        count = self.estimator.count_text
+        if count(text) <= self.cap:
+            return text
+        lo, hi = 0, len(text)  # the longest prefix that fits, by bisection
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if count(text[:mid]) <= self.cap:
+                lo = mid
+            else:
+                hi = mid - 1
+        kept = text[:lo].rstrip()
+        return f"{kept} {_CUT}" if kept else _CUT
+
+
+def _temporal_gap(message: Message) -> str | None:
+    meta = message.metadata.get("obsmem")
+    if isinstance(meta, dict):
+        gap = cast(dict[str, Any], meta).get("temporal_gap")
+        if isinstance(gap, str):
+            return gap
+    return None
+
+
+def render_transcript(
+    messages: Sequence[Message],
+    *,
+    tz: tzinfo,
+    estimator: TokenEstimator,
+    tool_result_cap: int = 5_000,
+    attachment_filter: AttachmentFilter = _allow_all,
+) -> tuple[str, list[ImagePart | FilePart]]:
+    """The transcript of ``messages`` and the attachments to send with it.
+
+    Every image or file gets a numbered placeholder; only attachments whose media type passes
+    ``attachment_filter`` are returned. Tool results over ``tool_result_cap`` tokens are cut.
+    System messages and data parts are left out.
+    """
+    renderer = _Renderer(tz=tz, estimator=estimator, cap=tool_result_cap, allow=attachment_filter)
+    return renderer.render(messages), renderer.attachments
+
+
+def render_multi_thread_transcript(
+    threads: Sequence[tuple[str, Sequence[Message]]],
+    *,
+    tz: tzinfo,
+    estimator: TokenEstimator,
+    tool_result_cap: int = 5_000,
+    attachment_filter: AttachmentFilter = _allow_all,
+) -> tuple[str, list[ImagePart | FilePart]]:
+    """Like :func:`render_transcript`, one ``<thread id="…">`` block per thread.
+
+    Attachment numbers run across all threads; date and time headers restart in each block.
+    """
+    renderer = _Renderer(tz=tz, estimator=estimator, cap=tool_result_cap, allow=attachment_filter)
+    blocks = [
+        f'<thread id="{thread_id}">\n{renderer.render(messages)}\n</thread>'
+        for thread_id, messages in threads
+    ]
+    return "\n\n".join(blocks), renderer.attachments
+
+
+# ---------------------------------------------------------------------------------------------
+# the Observer call
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObserverInput:
+    """What one Observer call sees."""
+
+    messages: Sequence[Message] = ()
+    """Thread scope: the new messages to observe."""
+    threads: Sequence[tuple[str, Sequence[Message]]] = ()
+    """Resource scope: ``(thread_id, messages)`` per thread; when set, ``messages`` is ignored."""
+    previous_observations: str = ""
+    """The whole current log; :func:`observe` truncates it to ``previous_observer_tokens``."""
+    previous_observer_tokens: int | None = 2000
+    """Budget for the previous log shown: ``None`` shows all of it, ``0`` none."""
+    prior_current_task: str | None = None
+    prior_suggested_response: str | None = None
+    prior_thread_title: str | None = None
+    ask_thread_title: bool = False
+    continuation_hints: bool = True
+    """Ask for ``<current-task>`` and ``<suggested-response>``."""
+    instruction: str | None = None
+    extra_sections: Sequence[tuple[str, str]] = ()
+    """``(slug, description)`` of inline extractor sections to ask for."""
+    prior_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    """Earlier extractor values by slug, shown as continuity hints."""
+    tz: tzinfo = UTC
+
+
+def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenEstimator) -> str:
+    """The text of the Observer's user message: previous log, prior hints, task, transcript."""
+    parts: list[str] = []
+    previous = truncate_observations(
+        inp.previous_observations, inp.previous_observer_tokens, estimator.count_text
+    ).strip()
+    if previous:
+        parts.append(
+            "## Previous Observations\n\n"
+            f"{previous}\n\n---\n\n"
+            "Do not repeat these observations. Your new observations will be appended after them."
+        )
+    prior: list[str] = []
+    for label, value in (
+        ("current-task", inp.prior_current_task),
+        ("suggested-response", inp.prior_suggested_response),
+        ("thread-title", inp.prior_thread_title),
+    ):
+        if value:
+            prior.append(f"- prior {label}: {value}")
+    for slug, value in inp.prior_values.items():
+        shown = value if isinstance(value, str) else _to_json(value)
+        prior.append(f"<{slug}>{shown}</{slug}>")
+    if prior:
+        parts.append(
+            "## Prior Thread Metadata\n\n"
+            + "\n".join(prior)
+            + "\n\nUse these only as continuity hints; update them from the new messages."
+        )
+    task = "## Your Task\n\nExtract new observations from the messages below. Do not repeat "
+    task += "anything already in the previous observations."
+    if not inp.continuation_hints:
+        task += " Output <observations> every time."
+    parts.append(task)
+    parts.append(f"## New Message History to Observe\n\n{transcript}")
+    return "\n\n".join(parts)
+
+
+async def observe(
+    inp: ObserverInput,
+    *,
+    model: ModelSpec,
+    model_settings: Mapping[str, Any] | None = None,
+    estimator: TokenEstimator,
+    timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
+    attachment_filter: AttachmentFilter = _allow_all,
+    cycle_id: str = "",
+    operation: str = "observation",
+) -> tuple[ParsedOutput, LLMResult]:
+    """Run the Observer over ``inp`` and parse its answer.
+
+    Empty or degenerate output is retried once, then raises ``ObserverOutputError``. Errors of
+    the model call itself (``ModelError``) propagate unchanged.
+    """
+    multi = bool(inp.threads)
+    if multi:
+        transcript, attachments = render_multi_thread_transcript(
+            inp.threads, tz=inp.tz, estimator=estimator, attachment_filter=attachment_filter
+        )
+    else:
+        transcript, attachments = render_transcript(
+            inp.messages, tz=inp.tz, estimator=estimator, attachment_filter=attachment_filter
+        )
+    request = LLMRequest(
+        role="observer",
+        model=model,
+        system=observer_system_prompt(
+            multi_thread=multi,
+            continuation_hints=inp.continuation_hints,
+            thread_title=inp.ask_thread_title,
+            extra_sections=inp.extra_sections,
+            instruction=inp.instruction,
+        ),
+        user=[observer_user_message(inp, transcript, estimator), *attachments],
+        model_settings=dict(model_settings or {}),
+        input_tokens=estimator.count_text(transcript),
+        timeout=timeout,
+        operation=operation,
+        cycle_id=cycle_id,
+    )
+    problem = ""
+    for _ in range(2):
+        result = await call_model(request)
+        if is_degenerate(result.text):
+            problem = "degenerate (the same text repeated over and over)"
+            continue
+        parsed = parse_output(result.text, multi_thread=multi)
+        if parsed.is_empty:
+            problem = "empty (no <observations> and no list lines)"
+            continue
+        return parsed, result
+    raise ObserverOutputError(
+        f"The Observer's answer was {problem} twice in a row; no observations were recorded and "
+        "the messages stay unobserved. Try another observation model, or check its max_tokens "
+        "setting if answers are cut off."
+    )

@@ -1,0 +1,179 @@
+"""Scripted Observer and Reflector models for tests, demos and benchmarks that run offline.
+
+``scripted_observer()`` and ``scripted_reflector()`` return pydantic-ai ``FunctionModel``s that
+answer in obsmem's pinned formats without any network: the Observer writes one dated, prioritised
+line per message it is shown; the Reflector keeps the dates and shortens the lines. Both accept a
+``fault`` function that can make any call fail in a chosen way, which is how the failure and
+fuzz tests inject faults.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, TypeAlias
+
+from pydantic_ai import messages as pa
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+__all__ = ["Fault", "ModelCalls", "scripted_observer", "scripted_reflector"]
+
+Fault: TypeAlias = Literal["error", "transient", "hang", "empty", "degenerate", "untagged"]
+"""How a scripted call fails: a non-retryable error, an HTTP 503, never answering, an empty
+answer, a degenerate (repeating) answer, or list lines without the ``<observations>`` tags."""
+FaultFn: TypeAlias = Callable[[int], Fault | None]
+
+_LINE = re.compile(r"^(User|Assistant|Tool Result [^:]*|Tool Call [^:(]*)(?: \(([^)]*)\))?: (.*)$")
+_DATE = re.compile(r"^([A-Z][a-z]{2}) (\d{1,2}) (\d{4}):$")
+_THREAD = re.compile(r'<thread id="([^"]+)">\n(.*?)\n</thread>', re.DOTALL)
+
+
+@dataclass(slots=True)
+class ModelCalls:
+    """What a scripted model was asked: the user text of each call, in order."""
+
+    prompts: list[str] = field(default_factory=list[str])
+
+    @property
+    def count(self) -> int:
+        return len(self.prompts)
+
+
+def _user_text(messages: list[pa.ModelMessage]) -> str:
+    texts: list[str] = []
+    for message in messages:
+        if isinstance(message, pa.ModelRequest):
+            for part in message.parts:
+                if isinstance(part, pa.UserPromptPart):
+                    content = part.content
+                    if isinstance(content, str):
+                        texts.append(content)
+                    else:
+                        texts.extend(c for c in content if isinstance(c, str))
+    return "\n".join(texts)
+
+
+async def _apply_fault(fault: Fault | None) -> str | None:
+    if fault is None:
+        return None
+    if fault == "error":
+        raise ValueError("scripted model failure")
+    if fault == "transient":
+        raise ModelHTTPError(status_code=503, model_name="scripted", body="overloaded")
+    if fault == "hang":
+        await asyncio.Event().wait()
+    if fault == "empty":
+        return ""
+    if fault == "degenerate":
+        return "<observations>\n" + "* 🟡 the same thing again and again\n" * 400
+    return None
+
+
+def _observe_lines(transcript: str, words: int) -> list[str]:
+    out: list[str] = []
+    time = "00:00"
+    for raw in transcript.splitlines():
+        line = raw.strip()
+        if m := _DATE.match(line):
+            out.append(f"Date: {m.group(1)} {m.group(2)}, {m.group(3)}")
+            continue
+        m = _LINE.match(line)
+        if m is None:
+            continue
+        who, when, text = m.groups()
+        if when:
+            time = datetime.strptime(when, "%I:%M %p").strftime("%H:%M")
+        short = " ".join(text.split()[:words])
+        mark = "🔴" if who == "User" else "🟡"
+        out.append(f"* {mark} ({time}) {who} said: {short}")
+    return out
+
+
+def scripted_observer(
+    *,
+    words: int = 12,
+    fault: FaultFn | None = None,
+    delay: float = 0.0,
+    gate: asyncio.Event | None = None,
+    calls: ModelCalls | None = None,
+) -> FunctionModel:
+    """An Observer that writes one line per message (its first ``words`` words).
+
+    ``gate``: each call waits for this event (a slow Observer under the test's control);
+    ``delay``: each call sleeps that long first; ``fault(n)`` may fail call ``n`` (0-based).
+    """
+    counter = {"n": 0}
+
+    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        n = counter["n"]
+        counter["n"] += 1
+        text = _user_text(messages)
+        if calls is not None:
+            calls.prompts.append(text)
+        if gate is not None:
+            await gate.wait()
+        if delay:
+            await asyncio.sleep(delay)
+        faulty = await _apply_fault(fault(n) if fault else None)
+        if faulty is not None:
+            return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
+        transcript = text.split("## New Message History to Observe", 1)[-1]
+        threads = _THREAD.findall(transcript)
+        if threads:
+            body = "\n".join(
+                f'<thread id="{tid}">\n' + "\n".join(_observe_lines(t, words)) + "\n</thread>"
+                for tid, t in threads
+            )
+        else:
+            body = "\n".join(_observe_lines(transcript, words))
+        if fault is not None and fault(n) == "untagged":
+            return pa.ModelResponse(parts=[pa.TextPart(content=body)])
+        tail = "<current-task>Keep helping with the latest request.</current-task>\n"
+        tail += "<suggested-response>Answer the newest message.</suggested-response>"
+        return pa.ModelResponse(
+            parts=[pa.TextPart(content=f"<observations>\n{body}\n</observations>\n{tail}")]
+        )
+
+    return FunctionModel(answer, model_name="scripted-observer")
+
+
+def scripted_reflector(
+    *,
+    keep: float = 0.5,
+    words: int = 8,
+    fault: FaultFn | None = None,
+    calls: ModelCalls | None = None,
+) -> FunctionModel:
+    """A Reflector that keeps every date line and the newest ``keep`` share of the other lines,
+    each cut to ``words`` words."""
+    counter = {"n": 0}
+
+    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        n = counter["n"]
+        counter["n"] += 1
+        text = _user_text(messages)
+        if calls is not None:
+            calls.prompts.append(text)
+        faulty = await _apply_fault(fault(n) if fault else None)
+        if faulty is not None:
+            return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
+        log = text.split("## Observations to Reflect On", 1)[-1].split("\n---", 1)[0]
+        lines = [ln for ln in log.splitlines() if ln.strip()]
+        bullets = [ln for ln in lines if not ln.startswith("Date:") and "<" not in ln]
+        kept = set(bullets[int(len(bullets) * (1 - keep)) :])
+        out: list[str] = []
+        for line in lines:
+            if line.startswith("Date:"):
+                out.append(line)
+            elif line in kept:
+                out.append(" ".join(line.split()[: words + 3]))
+        body = "\n".join(out) or "* ✅ (00:00) Nothing left worth keeping."
+        return pa.ModelResponse(
+            parts=[pa.TextPart(content=f"<observations>\n{body}\n</observations>")]
+        )
+
+    return FunctionModel(answer, model_name="scripted-reflector")

@@ -1,0 +1,256 @@
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from obsmem.context import (
+    CONTINUATION_REMINDER,
+    MEMORY_PREAMBLE,
+    ContextInput,
+    build_context,
+    split_log_segments,
+    tool_pairs_complete,
+)
+from obsmem.messages import Message, Role, TextPart, ToolCallPart, ToolResultPart
+
+NOW = datetime(2025, 12, 25, 12, 0, tzinfo=UTC)
+T0 = datetime(2025, 12, 25, 9, 0, tzinfo=UTC)
+
+
+def boundary(iso: str) -> str:
+    return f"\n\n--- message boundary ({iso}) ---\n\n"
+
+
+LOG = (
+    "Date: Dec 4, 2025\n* 🔴 (14:30) User's favorite color is blue."
+    + boundary("2025-12-04T15:00:00.000Z")
+    + "Date: Dec 11, 2025\n* 🟡 (10:00) User will visit Rome (meaning Dec 20, 2025)"
+)
+
+
+def raw(role: Role, text: str, minutes: float, **kw: Any) -> Message:
+    return Message(
+        role=role,
+        parts=(TextPart(text=text),),
+        created_at=T0 + timedelta(minutes=minutes),
+        **kw,
+    )
+
+
+def ctx(**kw: Any) -> ContextInput:
+    base: dict[str, Any] = {"observations": LOG, "now": NOW, "tz": UTC}
+    base.update(kw)
+    return ContextInput(**base)
+
+
+def texts(messages: Sequence[Message]) -> list[tuple[str, str]]:
+    return [(m.role, m.text) for m in messages]
+
+
+def synthetic(message: Message) -> str | None:
+    return message.metadata.get("obsmem", {}).get("synthetic")
+
+
+def test_golden_order_and_contents() -> None:
+    first = raw("user", "hi again", 0, id="m1")
+    second = raw("assistant", "hello!", 1, id="m2")
+    out = build_context(
+        ctx(
+            current_task="Plan the Rome trip",
+            suggested_response="Ask about hotels",
+            extracted={"user-profile": {"color": "blue"}, "mood": "calm", "empty": None},
+            raw_messages=[first, second],
+            retrieval_instructions="Use recall for details.",
+        )
+    )
+    assert texts(out) == [
+        ("system", MEMORY_PREAMBLE + "\n\nUse recall for details."),
+        ("system", "<observations>"),
+        ("system", "Date: Dec 4, 2025 (3 weeks ago)\n* 🔴 (14:30) User's favorite color is blue."),
+        (
+            "system",
+            "[1 week later]\nDate: Dec 11, 2025 (2 weeks ago)\n"
+            "* 🟡 (10:00) User will visit Rome "
+            "(meaning Dec 20, 2025 - 5 days ago, likely already happened)",
+        ),
+        ("system", "<current-task>\nPlan the Rome trip\n</current-task>"),
+        ("system", "<suggested-response>\nAsk about hotels\n</suggested-response>"),
+        ("system", '<user-profile>\n{"color": "blue"}\n</user-profile>'),
+        ("system", "<mood>\ncalm\n</mood>"),
+        ("user", CONTINUATION_REMINDER),
+        ("user", "hi again"),
+        ("assistant", "hello!"),
+    ]
+    reminder = out[-3]
+    assert reminder.metadata == {"obsmem": {"synthetic": "continuation"}}
+    assert reminder.created_at == first.created_at
+    assert out[-2] is first
+    assert out[-1] is second
+    assert "</observations>" not in "".join(m.text for m in out)
+
+
+def test_preamble_says_what_matters() -> None:
+    text = MEMORY_PREAMBLE.lower()
+    for needle in ("changed to", "switched to", "latest date", "already passed", "newest"):
+        assert needle in text
+    assert "<system-reminder>" in MEMORY_PREAMBLE
+    assert CONTINUATION_REMINDER.startswith("<system-reminder>")
+    assert CONTINUATION_REMINDER.endswith("</system-reminder>")
+
+
+def test_continuation_uses_now_without_raw_messages() -> None:
+    out = build_context(ctx())
+    assert synthetic(out[-1]) == "continuation"
+    assert out[-1].created_at == NOW
+    assert out[-1].role == "user"
+
+
+def test_segments_stay_byte_identical_when_the_log_grows() -> None:
+    before = build_context(ctx(current_task="a", raw_messages=[raw("user", "x", 0)]))
+    grown = LOG + boundary("2025-12-24T08:00:00.000Z") + "Date: Dec 24, 2025\n* new fact"
+    after = build_context(ctx(observations=grown, current_task="b"))
+    segments_before = [m for m in before if synthetic(m) in ("preamble", "observations_open")]
+    segments_before += [m for m in before if synthetic(m) == "segment"]
+    segments_after = [m for m in after if synthetic(m) in ("preamble", "observations_open")]
+    segments_after += [m for m in after if synthetic(m) == "segment"]
+    assert len(segments_after) == len(segments_before) + 1
+    assert segments_after[: len(segments_before)] == segments_before
+    assert segments_after[-1].text == "[1 week later]\nDate: Dec 24, 2025 (yesterday)\n* new fact"
+
+
+def test_split_log_segments() -> None:
+    log = boundary("a") + "one" + boundary("b") + boundary("c") + "two\n"
+    assert split_log_segments(log) == ["one", "two"]
+    assert split_log_segments("no boundaries") == ["no boundaries"]
+    assert split_log_segments("x --- message boundary (z) --- y") == [
+        "x --- message boundary (z) --- y"
+    ]
+
+
+@pytest.mark.parametrize("log", ["", "  \n\n "])
+def test_empty_log_gives_no_memory_messages(log: str) -> None:
+    messages = [raw("user", "hi", 0)]
+    out = build_context(
+        ctx(
+            observations=log,
+            current_task="t",
+            suggested_response="s",
+            extracted={"x": 1},
+            raw_messages=messages,
+            other_threads=[("t2", [raw("user", "elsewhere", 0)])],
+        )
+    )
+    assert out == messages
+
+
+def test_empty_log_keeps_retrieval_instructions_alone() -> None:
+    messages = [raw("user", "hi", 0)]
+    out = build_context(ctx(observations="", raw_messages=messages, retrieval_instructions="R"))
+    assert texts(out) == [("system", "R"), ("user", "hi")]
+
+
+def test_other_conversations_block() -> None:
+    long = "y" * 700
+    other = [
+        raw("user", "What about Paris?", 0),
+        raw("assistant", long, 1),
+        Message(
+            role="assistant",
+            parts=(ToolCallPart(tool_call_id="c1", tool_name="weather", args={"city": "Paris"}),),
+            created_at=T0,
+        ),
+    ]
+    out = build_context(ctx(other_threads=[("t2", other), ("t3", [])]))
+    assert [synthetic(m) for m in out[:3]] == [
+        "preamble",
+        "other_conversations",
+        "observations_open",
+    ]
+    text = out[1].text
+    assert "OTHER conversations" in text
+    assert (
+        '<other-conversation id="t2">\nUser: What about Paris?\n'
+        f"Assistant: {'y' * 500}…\n"
+        'Assistant: [Tool call weather: {"city": "Paris"}]\n</other-conversation>'
+    ) in text
+    assert 't3"' not in text
+
+
+def test_no_other_conversations_message_without_other_threads() -> None:
+    out = build_context(ctx(other_threads=[("t3", [])]))
+    assert "other_conversations" not in [synthetic(m) for m in out]
+
+
+def test_temporal_markers_only_at_ten_minute_gaps() -> None:
+    pst = timezone(timedelta(hours=-8))
+    messages = [
+        raw("user", "a", 0, id="a"),
+        raw("assistant", "b", 1, id="b"),
+        raw("user", "c", 10.99, id="c"),  # 9 min 59 s after b: no marker
+        raw("assistant", "d", 200, id="d"),  # long gap, but not a user message
+        raw("user", "e", 325, id="e"),  # 2 h 5 min after d
+    ]
+    out = build_context(ctx(observations="", tz=pst, raw_messages=messages, temporal_markers=True))
+    assert [m.id for m in out] == ["a", "b", "c", "d", "obsmem-gap-e", "e"]
+    marker = out[4]
+    assert marker.role == "user"
+    assert (
+        marker.text
+        == "<system-reminder>2 hours 5 minutes later — Dec 25, 2025, 6:25 AM</system-reminder>"
+    )
+    assert marker.metadata == {
+        "obsmem": {
+            "synthetic": "temporal_gap",
+            "gap_ms": 125 * 60_000,
+            "precedes": "e",
+            "temporal_gap": "2 hours 5 minutes",
+        }
+    }
+
+
+def test_temporal_marker_at_exactly_ten_minutes() -> None:
+    messages = [raw("user", "a", 0, id="a"), raw("user", "b", 10, id="b")]
+    out = build_context(ctx(observations="", raw_messages=messages, temporal_markers=True))
+    assert [m.id for m in out] == ["a", "obsmem-gap-b", "b"]
+    assert out[1].metadata["obsmem"]["temporal_gap"] == "10 minutes"
+
+
+def test_temporal_markers_off_by_default() -> None:
+    messages = [raw("user", "a", 0), raw("user", "b", 600)]
+    assert build_context(ctx(observations="", raw_messages=messages)) == messages
+
+
+def test_orphaned_tool_result_is_a_caller_bug() -> None:
+    orphan = Message(
+        role="tool",
+        id="tool-1",
+        parts=(ToolResultPart(tool_call_id="call-9", tool_name="search", content="ok"),),
+        created_at=T0,
+    )
+    with pytest.raises(ValueError, match=r"tool-1.*call-9"):
+        build_context(ctx(raw_messages=[orphan, raw("user", "x", 1)]))
+
+
+def test_tool_pairs_complete() -> None:
+    call = Message(
+        role="assistant",
+        parts=(ToolCallPart(tool_call_id="c1", tool_name="f"),),
+        created_at=T0,
+    )
+    result = Message(
+        role="tool",
+        parts=(ToolResultPart(tool_call_id="c1", tool_name="f", content=1),),
+        created_at=T0,
+    )
+    assert tool_pairs_complete([])
+    assert tool_pairs_complete([call])
+    assert tool_pairs_complete([call, result])
+    assert not tool_pairs_complete([result])
+    assert not tool_pairs_complete([result, call])
+    both = Message(role="assistant", parts=call.parts + result.parts, created_at=T0)
+    assert tool_pairs_complete([both])
+    out = build_context(ctx(raw_messages=[call, result]))
+    assert out[-2:] == [call, result]

@@ -1,0 +1,282 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from pydantic_ai import messages as pa
+from pydantic_ai.exceptions import ModelHTTPError
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.usage import RequestUsage
+
+from obsmem import llm
+from obsmem.errors import ModelError
+from obsmem.llm import LLMRequest, call_model, cost_usd
+from obsmem.messages import FilePart, ImagePart
+from obsmem.models import ModelByInputTokens
+
+PNG = b"\x89PNG\r\n\x1a\nfake"
+
+
+@pytest.fixture(scope="module")
+def _exporter() -> InMemorySpanExporter:
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return exporter
+
+
+@pytest.fixture
+def spans(_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
+    _exporter.clear()
+    yield _exporter
+    _exporter.clear()
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Retry delays asked for, none slept."""
+    asked: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        asked.append(seconds)
+
+    monkeypatch.setattr(llm, "_retry_sleep", fake_sleep)
+    return asked
+
+
+def answering(text: str, seen: list[list[pa.ModelMessage]] | None = None) -> FunctionModel:
+    def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        if seen is not None:
+            seen.append(messages)
+        return pa.ModelResponse(
+            parts=[pa.TextPart(text), pa.TextPart("!")],
+            usage=RequestUsage(input_tokens=120, output_tokens=7),
+        )
+
+    return FunctionModel(fn, model_name=f"fn-{text}")
+
+
+def request(model: Any, **kw: Any) -> LLMRequest:
+    return LLMRequest(role="observer", model=model, system="You observe.", user=["hi"], **kw)
+
+
+async def test_sends_one_system_and_one_user_message_and_returns_text_and_usage() -> None:
+    seen: list[list[pa.ModelMessage]] = []
+    image = ImagePart(media_type="image/png", data=PNG)
+    result = await call_model(
+        LLMRequest(
+            role="observer",
+            model=answering("ok", seen),
+            system="Watch closely.",
+            user=["transcript", image, "tail"],
+            model_settings={"temperature": 0.3},
+        )
+    )
+    [[sent]] = seen
+    assert isinstance(sent, pa.ModelRequest)
+    system, user = sent.parts
+    assert isinstance(system, pa.SystemPromptPart)
+    assert system.content == "Watch closely."
+    assert isinstance(user, pa.UserPromptPart)
+    assert user.content == [
+        "transcript",
+        pa.BinaryContent(PNG, media_type="image/png"),
+        "tail",
+    ]
+    assert (result.text, result.model_name, result.provider) == ("ok!", "fn-ok", "function")
+    assert (result.input_tokens, result.output_tokens, result.cost_usd) == (120, 7, None)
+    assert result.duration_ms >= 0
+
+
+async def test_model_settings_reach_the_model() -> None:
+    got: list[Any] = []
+
+    def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        got.append(info.model_settings)
+        return pa.ModelResponse(parts=[pa.TextPart("x")])
+
+    await call_model(request(FunctionModel(fn), model_settings={"temperature": 0.25}))
+    assert got[0] is not None
+    assert got[0]["temperature"] == 0.25
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        (ImagePart(url="https://x/a.png"), pa.ImageUrl("https://x/a.png", media_type="image/png")),
+        (
+            ImagePart(data=PNG, detail="low"),
+            pa.BinaryContent(PNG, media_type="image/png", vendor_metadata={"detail": "low"}),
+        ),
+        (
+            FilePart(media_type="application/pdf", url="https://x/a.pdf"),
+            pa.DocumentUrl("https://x/a.pdf", media_type="application/pdf"),
+        ),
+        (
+            FilePart(media_type="audio/wav", url="https://x/a.wav"),
+            pa.AudioUrl("https://x/a.wav", media_type="audio/wav"),
+        ),
+        (
+            FilePart(media_type="video/mp4", url="https://x/a.mp4"),
+            pa.VideoUrl("https://x/a.mp4", media_type="video/mp4"),
+        ),
+        (
+            FilePart(media_type="text/plain", data=b"notes"),
+            pa.BinaryContent(b"notes", media_type="text/plain"),
+        ),
+    ],
+)
+def test_attachments_become_pydantic_ai_content(item: ImagePart | FilePart, expected: Any) -> None:
+    assert llm._content(item) == expected  # pyright: ignore[reportPrivateUsage]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "chosen", "tier"), [(0, "small", 100), (100, "small", 100), (101, "large", 1000)]
+)
+async def test_model_by_input_tokens_routes_on_the_estimate(
+    spans: InMemorySpanExporter, tokens: int, chosen: str, tier: int
+) -> None:
+    router = ModelByInputTokens(up_to={100: answering("small"), 1000: answering("large")})
+    result = await call_model(request(router, input_tokens=tokens))
+    assert result.text == f"{chosen}!"
+    [span] = spans.get_finished_spans()
+    assert span.attributes is not None
+    assert span.attributes["obsmem.model_tier"] == tier
+
+
+async def test_input_larger_than_every_tier_is_a_model_error() -> None:
+    router = ModelByInputTokens(up_to={100: answering("small")})
+    with pytest.raises(ModelError, match="more than the largest tier"):
+        await call_model(request(router, input_tokens=101))
+
+
+async def test_string_specs_are_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(llm, "_resolved", {})
+    first = await call_model(request("test"))
+    model = llm._resolved["test"]  # pyright: ignore[reportPrivateUsage]
+    await call_model(request("test"))
+    assert llm._resolved == {"test": model}  # pyright: ignore[reportPrivateUsage]
+    assert first.model_name == "test"
+    assert first.cost_usd is None
+
+
+def failing(errors: list[Exception], calls: list[int]) -> FunctionModel:
+    def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        calls.append(1)
+        if errors:
+            raise errors.pop(0)
+        return pa.ModelResponse(parts=[pa.TextPart("recovered")])
+
+    return FunctionModel(fn, model_name="flaky")
+
+
+async def test_transient_error_is_retried(sleeps: list[float]) -> None:
+    calls: list[int] = []
+    model = failing([ModelHTTPError(503, "flaky", "overloaded")], calls)
+    result = await call_model(request(model, retry_budget=5.0))
+    assert result.text == "recovered"
+    assert len(calls) == 2
+    assert len(sleeps) == 1
+
+
+async def test_transient_errors_past_the_budget_become_model_error(sleeps: list[float]) -> None:
+    calls: list[int] = []
+    model = failing([ModelHTTPError(503, "flaky", "overloaded")] * 3, calls)
+    with pytest.raises(ModelError, match="the observer call to model 'flaky' gave up") as info:
+        await call_model(request(model, retry_budget=0.0))
+    assert isinstance(info.value.__cause__, ModelHTTPError)
+    assert len(calls) == 1
+    assert sleeps == []
+
+
+async def test_non_transient_error_is_wrapped_without_retry(
+    sleeps: list[float], spans: InMemorySpanExporter
+) -> None:
+    calls: list[int] = []
+    model = failing([ModelHTTPError(400, "flaky", "bad request")], calls)
+    with pytest.raises(ModelError, match="observer call to model 'flaky' failed") as info:
+        await call_model(request(model, retry_budget=5.0))
+    assert isinstance(info.value.__cause__, ModelHTTPError)
+    assert len(calls) == 1
+    assert sleeps == []
+    [span] = spans.get_finished_spans()
+    assert span.status.status_code is StatusCode.ERROR
+    assert [e.name for e in span.events] == ["exception"]
+    assert span.events[0].attributes is not None
+    assert str(span.events[0].attributes["exception.type"]).endswith("ModelError")
+
+
+async def test_timeout_becomes_model_error() -> None:
+    never = asyncio.Event()
+
+    async def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        await never.wait()
+        raise AssertionError("unreachable")
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ModelError, match=r"timed out after 0\.05 s"):
+        await call_model(request(FunctionModel(fn, model_name="slow"), timeout=0.05))
+    assert loop.time() - started < 1.0
+
+
+def attributes(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+async def test_one_span_per_call_with_gen_ai_attributes(spans: InMemorySpanExporter) -> None:
+    await call_model(
+        LLMRequest(
+            role="reflector",
+            model=answering("ok"),
+            system="s",
+            user=["u"],
+            input_tokens=42,
+            operation="reflection",
+            cycle_id="c-1",
+        )
+    )
+    [span] = spans.get_finished_spans()
+    assert span.name == "obsmem.reflector"
+    assert span.status.status_code is not StatusCode.ERROR
+    assert attributes(span) == {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "fn-ok",
+        "gen_ai.response.model": "fn-ok",
+        "gen_ai.provider.name": "function",
+        "gen_ai.usage.input_tokens": 120,
+        "gen_ai.usage.output_tokens": 7,
+        "obsmem.operation": "reflection",
+        "obsmem.cycle_id": "c-1",
+        "obsmem.input_tokens_estimate": 42,
+    }
+
+
+@pytest.mark.parametrize(
+    ("model_name", "provider", "known"),
+    [
+        ("gpt-4o-mini", "openai", True),
+        ("gpt-4o-mini", None, True),
+        ("fn-ok", "function", False),
+        ("no-such-model-xyz", "openai", False),
+    ],
+)
+def test_cost(model_name: str, provider: str | None, known: bool) -> None:
+    usage = RequestUsage(input_tokens=1_000_000, output_tokens=1_000_000)
+    cost = cost_usd(usage, model_name=model_name, provider=provider)
+    if known:
+        assert isinstance(cost, float)
+        assert cost > 0
+        assert cost_usd(RequestUsage(), model_name=model_name, provider=provider) == 0
+    else:
+        assert cost is None
