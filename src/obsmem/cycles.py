@@ -43,7 +43,7 @@ from .models import model_input_capabilities
 from .observations import ParsedOutput, boundary_line
 from .observer import ObserverInput, observe
 from .options import ResolvedOptions, compression_start_level
-from .planner import ActivationTrigger, reflection_slice
+from .planner import ActivationTrigger, buffer_interval, message_threshold, reflection_slice
 from .records import BufferedChunk, BufferedReflection, MessageRange, OMRecord
 from .reflector import reflect
 from .stores import Store
@@ -334,7 +334,13 @@ async def buffer_once(
         return "skipped"
     msgs = [m for m, _ in unbuffered]
     counts = [t for _, t in unbuffered]
-    take = take_prefix(msgs, counts, at_least=sum(counts), at_most=obs.message_tokens)
+    # A chunk covers about one buffering interval (halved near the threshold); an idle flush
+    # takes everything.
+    interval = buffer_interval(
+        window.total, message_threshold(deps.options, head.observation_tokens), obs.buffer_tokens
+    )
+    at_least = sum(counts) if idle else interval
+    take = take_prefix(msgs, counts, at_least=at_least, at_most=obs.message_tokens)
     msgs, counts = msgs[:take], counts[:take]
     tokens = sum(counts)
     if not msgs or (not idle and tokens < obs.buffer_tokens // 2):

@@ -1,0 +1,140 @@
+"""A turn is never held hostage by memory (invariant 7), and failures never wipe memory (5)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from obsmem.stores import InMemoryStore, Store
+from obsmem.testing import scripted_observer, scripted_reflector
+
+from .helpers import Conversation, Recorder, engine, raw_messages
+
+
+async def test_a_slow_observer_never_blocks_a_turn_below_block_after() -> None:
+    gate = asyncio.Event()  # the Observer answers only when the test says so: arbitrarily slow
+    store = InMemoryStore()
+    om = engine(
+        store,
+        {
+            "observation": {"model": scripted_observer(gate=gate)},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    async with asyncio.timeout(30):  # a blocked turn would hang here instead of passing
+        pending = 0
+        while pending < 33_000:
+            prepared = await om.prepare("t1", "u1", [conv.user(1_500)])
+            await om.record("t1", "u1", [conv.assistant(1_500)])
+            pending = prepared.status.message_tokens
+        statuses = events.of("data-om-status")
+        assert statuses[-1].buffering_status == "running"
+        assert statuses[-1].message_tokens >= 30_000  # past the threshold, below block_after
+        assert not events.of("data-om-observation-start"), "no synchronous observation"
+        assert not events.of("data-om-buffering-end"), "the Observer has not answered yet"
+        gate.set()
+        await om.settle()
+        prepared = await om.prepare("t1", "u1", [conv.user(100)])
+    assert events.of("data-om-buffering-end")
+    assert events.of("data-om-activation")
+    assert prepared.status.message_tokens >= 30_000
+    raw = raw_messages(prepared.messages)
+    assert len(raw) < 2 * len(events.of("data-om-status"))
+
+
+async def test_a_hanging_synchronous_observation_ends_at_its_budget(store: Store) -> None:
+    om = engine(
+        store,
+        {
+            "observation": {
+                "model": scripted_observer(fault=lambda n: "hang"),
+                "messageTokens": 1_000,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+        sync_timeout=0.2,
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    sent = []
+    for _ in range(4):
+        message = conv.user(400)
+        sent.append(message.id)
+        prepared = await om.prepare("t1", "u1", [message])
+    failed = events.of("data-om-observation-failed")
+    assert failed, events.types()
+    assert failed[0].operation_type == "observation"
+    assert "timed out" in failed[0].error
+    # The turn went on with the raw history: every message is still in the context.
+    assert [m.id for m in raw_messages(prepared.messages)] == sent
+    assert await om.observations("t1", "u1") == ""
+
+
+async def test_background_failures_are_reported_and_retried_later() -> None:
+    failing = {"on": True}
+    om = engine(
+        InMemoryStore(),
+        {
+            "observation": {
+                "model": scripted_observer(fault=lambda n: "error" if failing["on"] else None),
+                "messageTokens": 3_000,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    for _ in range(4):
+        await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    assert events.of("data-om-buffering-failed")
+    assert not events.of("data-om-buffering-end")
+    failing["on"] = False
+    for _ in range(3):
+        await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    assert events.of("data-om-buffering-end"), "buffering resumes once the Observer recovers"
+
+
+async def test_a_failed_reflection_keeps_the_old_log(store: Store) -> None:
+    om = engine(
+        store,
+        {
+            "observation": {
+                "model": scripted_observer(words=60),
+                "messageTokens": 1_000,
+                "bufferTokens": False,
+            },
+            "reflection": {
+                "model": scripted_reflector(
+                    fault=lambda n: ("empty", "degenerate", "error")[n % 3]
+                ),
+                "observationTokens": 1_000,
+            },
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    logs = []
+    for _ in range(12):
+        await om.prepare("t1", "u1", [conv.user(400)])
+        await om.record("t1", "u1", [conv.assistant(400)])
+        logs.append(await om.observations("t1", "u1"))
+    failed = [
+        e for e in events.of("data-om-observation-failed") if e.operation_type == "reflection"
+    ]
+    assert failed, events.types()
+    assert len(await om.history("t1", "u1")) == 1, "no generation from a failed reflection"
+    nonempty = [log for log in logs if log]
+    assert nonempty
+    # The log only ever grew: nothing was lost to the failing Reflector.
+    for before, after in zip(nonempty, nonempty[1:], strict=False):
+        assert after.startswith(before.rstrip()[:200])
