@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 from obsmem.stores import InMemoryStore, Store
 from obsmem.testing import scripted_observer, scripted_reflector
@@ -136,5 +137,5 @@ async def test_a_failed_reflection_keeps_the_old_log(store: Store) -> None:
     nonempty = [log for log in logs if log]
     assert nonempty
     # The log only ever grew: nothing was lost to the failing Reflector.
-    for before, after in zip(nonempty, nonempty[1:], strict=False):
+    for before, after in itertools.pairwise(nonempty):
         assert after.startswith(before.rstrip()[:200])

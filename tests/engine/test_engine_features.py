@@ -3,6 +3,7 @@ processing of old threads, huge messages, hooks and the cache-stable context."""
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 
 from pydantic_ai.models.test import TestModel
@@ -37,13 +38,15 @@ async def test_idle_ttl_activates_buffered_chunks_early() -> None:
     om.subscribe(events)
     await _fill(om, conv, 2)  # ~1,200 tokens: one chunk buffered, far below the threshold
     record = await om.store.get_record("thread:t1")
-    assert record is not None and record.chunks
+    assert record is not None
+    assert record.chunks
     assert not events.of("data-om-activation")
     conv.now += timedelta(minutes=6)  # the prompt cache is gone anyway
     await om.prepare("t1", "u1", [conv.user(100)])
     [activation, *_] = events.of("data-om-activation")
     assert activation.triggered_by == "ttl"
-    assert activation.ttl_expired_ms is not None and activation.ttl_expired_ms >= 5 * 60_000
+    assert activation.ttl_expired_ms is not None
+    assert activation.ttl_expired_ms >= 5 * 60_000
 
 
 async def test_auto_ttl_follows_the_actor_provider() -> None:
@@ -126,7 +129,8 @@ async def test_a_single_message_larger_than_the_threshold_is_observed(store: Sto
     second = await om.prepare("t1", "u1", [conv.user(100)])
     assert huge.id not in [m.id for m in raw_messages(second.messages)]
     record = await store.get_record("thread:t1")
-    assert record is not None and record.cursor["t1"] >= 1
+    assert record is not None
+    assert record.cursor["t1"] >= 1
 
 
 async def test_resource_scope_observes_every_thread_of_the_resource(store: Store) -> None:
@@ -149,7 +153,8 @@ async def test_resource_scope_observes_every_thread_of_the_resource(store: Store
         await om.record(thread, "u1", [conv.assistant(200)])
     prepared = await om.prepare("a", "u1", [conv.user(100)])
     log = await om.observations("a", "u1")
-    assert '<thread id="b">' in log and '<thread id="c">' in log
+    assert '<thread id="b">' in log
+    assert '<thread id="c">' in log
     assert calls.count >= 2, "threads are batched by max_tokens_per_batch"
     record = await store.get_record("resource:u1")
     assert record is not None
@@ -176,7 +181,7 @@ async def test_earlier_log_segments_stay_byte_identical_between_turns() -> None:
         )
     assert len(await om.history("t1", "u1")) == 1, "no reflection in this test"
     grew = 0
-    for before, after in zip(snapshots, snapshots[1:], strict=False):
+    for before, after in itertools.pairwise(snapshots):
         # Every log segment the previous turn saw is unchanged, byte for byte; only the last
         # one may differ (after a boundary, new text is appended as a new segment).
         assert after[: len(before)] == before
