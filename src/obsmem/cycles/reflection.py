@@ -1,0 +1,323 @@
+"""Reflection: synchronous, in the background (buffered), and the activation of a buffered
+one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ..errors import ConflictError, ObserverOutputError
+from ..events import (
+    ActivationEvent,
+    BufferingEndEvent,
+    BufferingFailedEvent,
+    BufferingStartEvent,
+    HookContext,
+    ObservationEndEvent,
+    ObservationFailedEvent,
+    ObservationStartEvent,
+    OperationType,
+    Trigger,
+    call_hook,
+    notify,
+)
+from ..options import compression_start_level
+from ..planner import ActivationTrigger, reflection_slice
+from ..records import BufferedReflection, OMRecord
+from ..reflector import reflect
+from .common import (
+    COMMIT_ATTEMPTS,
+    Deps,
+    apply_hints,
+    describe_error,
+    hook_done,
+    hook_failed,
+    ms_since,
+    new_cycle_id,
+)
+
+# -- reflection ----------------------------------------------------------------------------------
+
+
+async def reflect_now(
+    deps: Deps,
+    key: str,
+    thread_id: str,
+    resource_id: str | None,
+    *,
+    trigger: Trigger,
+    start_level: int | None = None,
+    guidance: str | None = None,
+    budget: float | None = None,
+) -> OMRecord | None:
+    """Reflect the whole log and start a new generation. The old log stays on failure."""
+    ref = deps.options.reflection
+    head = await deps.store.get_record(key)
+    if head is None or not head.observations.strip():
+        return None
+    source = head.observations
+    level = compression_start_level(ref.model) if start_level is None else start_level
+    result_text, _ = await _run_reflection(
+        deps,
+        head=head,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        source=source,
+        target=ref.observation_tokens,
+        level=level,
+        guidance=guidance,
+        trigger=trigger,
+        operation_type="reflection",
+        buffered=False,
+        budget=budget if budget is not None else deps.sync_timeout,
+    )
+    if result_text is None:
+        return None
+    for _ in range(COMMIT_ATTEMPTS):
+        current = await deps.store.get_record(key)
+        if current is None or not current.observations.startswith(source):
+            return None  # the log was replaced meanwhile; this reflection is stale
+        tail = current.observations[len(source) :].strip()
+        new_log = f"{result_text}\n\n{tail}" if tail else result_text
+        try:
+            return await deps.store.start_reflection_generation(
+                current.id,
+                current.version,
+                observations=new_log,
+                observation_tokens=deps.estimator.count_text(new_log),
+            )
+        except ConflictError:
+            continue
+    return None
+
+
+async def buffer_reflection(deps: Deps, key: str, thread_id: str, resource_id: str | None) -> bool:
+    """Reflect the oldest part of the log in the background and store it as buffered."""
+    ref = deps.options.reflection
+    head = await deps.store.get_record(key)
+    if head is None or head.buffered_reflection is not None or ref.buffer_activation is None:
+        return False
+    lines = head.observations.split("\n")
+    count, target = reflection_slice(
+        len(lines),
+        head.observation_tokens,
+        threshold=ref.observation_tokens,
+        buffer_activation=ref.buffer_activation,
+    )
+    if count == 0:
+        return False
+    source = "\n".join(lines[:count])
+    text, tokens = await _run_reflection(
+        deps,
+        head=head,
+        thread_id=thread_id,
+        resource_id=resource_id,
+        source=source,
+        target=target,
+        level=compression_start_level(ref.model),
+        guidance=None,
+        trigger="async-buffer",
+        operation_type="reflection",
+        buffered=True,
+        budget=deps.background_timeout,
+    )
+    if text is None:
+        return False
+    buffered = BufferedReflection(
+        cycle_id=new_cycle_id("reflect-buf"),
+        text=text,
+        token_count=tokens,
+        input_tokens=deps.estimator.count_text(source),
+        line_count=count,
+        created_at=deps.now(),
+    )
+    for _ in range(COMMIT_ATTEMPTS):
+        current = await deps.store.get_record(key)
+        if (
+            current is None
+            or current.buffered_reflection is not None
+            or current.observations.split("\n")[:count] != lines[:count]
+        ):
+            return False
+        try:
+            await deps.store.set_buffered_reflection(current.id, current.version, buffered)
+            return True
+        except ConflictError:
+            continue
+    return False
+
+
+async def activate_reflection(
+    deps: Deps, key: str, thread_id: str, *, trigger: ActivationTrigger
+) -> OMRecord | None:
+    """Swap a finished background reflection in: its text, then the lines it did not cover."""
+    for _ in range(COMMIT_ATTEMPTS):
+        head = await deps.store.get_record(key)
+        if head is None or head.buffered_reflection is None:
+            return None
+        br = head.buffered_reflection
+        tail = "\n".join(head.observations.split("\n")[br.line_count :]).strip()
+        new_log = f"{br.text}\n\n{tail}" if tail else br.text
+        try:
+            record = await deps.store.start_reflection_generation(
+                head.id,
+                head.version,
+                observations=new_log,
+                observation_tokens=deps.estimator.count_text(new_log),
+            )
+        except ConflictError:
+            continue
+        deps.bus.emit(
+            ActivationEvent(
+                cycle_id=br.cycle_id,
+                operation_type="reflection",
+                activated_at=deps.now(),
+                chunks_activated=1,
+                tokens_activated=br.input_tokens,
+                observation_tokens=record.observation_tokens,
+                messages_activated=0,
+                record_id=record.id,
+                thread_id=thread_id,
+                generation=record.generation,
+                triggered_by=trigger,
+                observations=br.text,
+            )
+        )
+        return record
+    return None
+
+
+async def _run_reflection(
+    deps: Deps,
+    *,
+    head: OMRecord,
+    thread_id: str,
+    resource_id: str | None,
+    source: str,
+    target: int,
+    level: int,
+    guidance: str | None,
+    trigger: Trigger,
+    operation_type: OperationType,
+    buffered: bool,
+    budget: float,
+) -> tuple[str | None, int]:
+    ref = deps.options.reflection
+    cycle_id = new_cycle_id("reflect-buf" if buffered else "reflect")
+    tokens_in = deps.estimator.count_text(source)
+    started = time.monotonic()
+    if buffered:
+        deps.bus.emit(
+            BufferingStartEvent(
+                cycle_id=cycle_id,
+                operation_type=operation_type,
+                started_at=deps.now(),
+                tokens_to_buffer=tokens_in,
+                record_id=head.id,
+                thread_id=thread_id,
+                config=deps.config,
+            )
+        )
+    else:
+        deps.bus.emit(
+            ObservationStartEvent(
+                cycle_id=cycle_id,
+                operation_type=operation_type,
+                started_at=deps.now(),
+                tokens_to_observe=tokens_in,
+                record_id=head.id,
+                thread_id=thread_id,
+                config=deps.config,
+            )
+        )
+    ctx = HookContext(
+        thread_id=thread_id,
+        resource_id=resource_id,
+        cycle_id=cycle_id,
+        operation_type="reflection",
+        trigger=trigger,
+    )
+    await notify(deps.hooks.on_reflection_start, ctx)
+    try:
+        prepared = await call_hook(deps.hooks.before_reflection, source)
+        shown = prepared if isinstance(prepared, str) else source
+        async with asyncio.timeout(budget):
+            result = await reflect(
+                shown,
+                model=ref.model,
+                model_settings=ref.model_settings,
+                estimator=deps.estimator,
+                target_tokens=target,
+                start_level=level,
+                instruction=ref.instruction,
+                guidance=guidance,
+                continuation_hints=ref.continuation_hints.any,
+                timeout=budget,
+                cycle_id=cycle_id,
+            )
+        text = result.parsed.observations
+        changed = await call_hook(deps.hooks.after_reflection, text)
+        if isinstance(changed, str):
+            text = changed
+        if not text.strip():
+            raise ObserverOutputError("the reflection came back empty; the old log stays")
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        failed_event = BufferingFailedEvent if buffered else ObservationFailedEvent
+        deps.bus.emit(
+            failed_event(
+                cycle_id=cycle_id,
+                operation_type=operation_type,
+                failed_at=deps.now(),
+                duration_ms=ms_since(started),
+                tokens_attempted=tokens_in,
+                error=describe_error(exc),
+                record_id=head.id,
+                thread_id=thread_id,
+            )
+        )
+        await notify(deps.hooks.on_reflection_end, hook_failed(ctx, exc))
+        return None, 0
+    tokens_out = deps.estimator.count_text(text)
+    if not buffered:
+        await apply_hints(
+            deps,
+            thread_id,
+            current_task=result.parsed.current_task,
+            suggested_response=result.parsed.suggested_response,
+            thread_title=None,
+            cycle_id=cycle_id,
+        )
+        deps.bus.emit(
+            ObservationEndEvent(
+                cycle_id=cycle_id,
+                operation_type=operation_type,
+                completed_at=deps.now(),
+                duration_ms=ms_since(started),
+                tokens_observed=tokens_in,
+                observation_tokens=tokens_out,
+                record_id=head.id,
+                thread_id=thread_id,
+                observations=text,
+                current_task=result.parsed.current_task,
+                suggested_response=result.parsed.suggested_response,
+            )
+        )
+    else:
+        deps.bus.emit(
+            BufferingEndEvent(
+                cycle_id=cycle_id,
+                operation_type=operation_type,
+                completed_at=deps.now(),
+                duration_ms=ms_since(started),
+                tokens_buffered=tokens_in,
+                buffered_tokens=tokens_out,
+                record_id=head.id,
+                thread_id=thread_id,
+                observations=text,
+            )
+        )
+    await notify(deps.hooks.on_reflection_end, hook_done(ctx, text))
+    return text, tokens_out
