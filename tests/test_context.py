@@ -206,7 +206,7 @@ def test_temporal_markers_only_at_ten_minute_gaps() -> None:
             "synthetic": "temporal_gap",
             "gap_ms": 125 * 60_000,
             "precedes": "e",
-            "temporal_gap": "2 hours 5 minutes",
+            "temporal_gap": "2 hours 5 minutes later — Dec 25, 2025, 6:25 AM",
         }
     }
 
@@ -215,7 +215,7 @@ def test_temporal_marker_at_exactly_ten_minutes() -> None:
     messages = [raw("user", "a", 0, id="a"), raw("user", "b", 10, id="b")]
     out = build_context(ctx(observations="", raw_messages=messages, temporal_markers=True))
     assert [m.id for m in out] == ["a", "obsmem-gap-b", "b"]
-    assert out[1].metadata["obsmem"]["temporal_gap"] == "10 minutes"
+    assert out[1].metadata["obsmem"]["temporal_gap"].startswith("10 minutes later — ")
 
 
 def test_temporal_markers_off_by_default() -> None:

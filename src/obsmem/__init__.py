@@ -5,6 +5,7 @@ rewrites the log shorter when it grows. The agent's context stays inside a fixed
 conversations of any length, and every raw message stays in storage.
 """
 
+from .engine import ObservationalMemory, PreparedContext
 from .errors import (
     ConfigError,
     ConflictError,
@@ -14,6 +15,7 @@ from .errors import (
     ObsmemError,
     StoreError,
 )
+from .events import Hooks
 from .messages import (
     DataPart,
     FilePart,
@@ -40,15 +42,18 @@ __all__ = [
     "ConflictError",
     "DataPart",
     "FilePart",
+    "Hooks",
     "ImagePart",
     "Message",
     "MissingExtraError",
     "ModelByInputTokens",
     "ModelError",
     "ObservationOptions",
+    "ObservationalMemory",
     "ObservationalMemoryOptions",
     "ObserverOutputError",
     "ObsmemError",
+    "PreparedContext",
     "ReasoningPart",
     "ReflectionOptions",
     "RetrievalOptions",

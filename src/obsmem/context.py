@@ -47,6 +47,7 @@ __all__ = [
     "build_context",
     "split_log_segments",
     "tool_pairs_complete",
+    "with_temporal_markers",
 ]
 
 MEMORY_PREAMBLE = """\
@@ -188,7 +189,7 @@ def _is_marker(message: Message) -> bool:
     return isinstance(meta, dict) and bool(meta.get("synthetic"))
 
 
-def _with_temporal_markers(raw: Sequence[Message], tz: tzinfo) -> list[Message]:
+def with_temporal_markers(raw: Sequence[Message], tz: tzinfo) -> list[Message]:
     out: list[Message] = []
     previous: Message | None = None
     for message in raw:
@@ -213,7 +214,7 @@ def _with_temporal_markers(raw: Sequence[Message], tz: tzinfo) -> list[Message]:
                                 "synthetic": "temporal_gap",
                                 "gap_ms": int(delta / timedelta(milliseconds=1)),
                                 "precedes": message.id,
-                                "temporal_gap": words,
+                                "temporal_gap": text,
                             }
                         },
                     )
@@ -239,7 +240,7 @@ def build_context(inp: ContextInput) -> list[Message]:
             "pairs together when choosing which messages to observe"
         )
     raw = (
-        _with_temporal_markers(inp.raw_messages, inp.tz)
+        with_temporal_markers(inp.raw_messages, inp.tz)
         if inp.temporal_markers
         else list(inp.raw_messages)
     )

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -19,10 +19,11 @@ from typing import Any
 from . import cycles
 from .context import ContextInput, build_context
 from .cycles import META_CURRENT_TASK, META_LAST_MODEL, META_SUGGESTED_RESPONSE, Deps
+from .errors import ConfigError
 from .events import EventBus, Hooks, Listener, StatusEvent
 from .messages import Message, utcnow
 from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
-from .options import ResolvedOptions
+from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .planner import activation_count, buffer_due, plan_observation, plan_reflection
 from .records import OMRecord, record_key
 from .stores import Store
@@ -50,7 +51,7 @@ class ObservationalMemory:
     def __init__(
         self,
         store: Store,
-        options: ResolvedOptions,
+        options: ResolvedOptions | ObservationalMemoryOptions | Mapping[str, Any] | bool = True,
         *,
         estimator: TokenEstimator | None = None,
         hooks: Hooks | None = None,
@@ -59,8 +60,13 @@ class ObservationalMemory:
         sync_timeout: float = 60.0,
         background_timeout: float = 300.0,
     ) -> None:
+        resolved = resolve_options(options)
+        if resolved is None:
+            raise ConfigError(
+                "observational_memory", options, "the engine needs memory turned on (not False)"
+            )
         self.store = store
-        self.options = options
+        self.options = options = resolved
         self.bus = EventBus()
         self._deps = Deps(
             store=store,

@@ -233,3 +233,29 @@ async def test_test_model_drives_the_observer_offline(store: Store) -> None:
         await om.prepare("t1", "u1", [conv.user(200)])
         await om.record("t1", "u1", [Message.assistant("ok", created_at=conv.now)])
     assert "noted" in await om.observations("t1", "u1")
+
+
+async def test_temporal_markers_reach_the_observer(store: Store) -> None:
+    calls = ModelCalls()
+    om = engine(
+        store,
+        {
+            "temporalMarkers": True,
+            "observation": {
+                "model": scripted_observer(calls=calls),
+                "messageTokens": 1_500,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    conv = Conversation(minutes_per_turn=125)
+    contexts = []
+    for _ in range(4):
+        contexts.append((await om.prepare("t1", "u1", [conv.user(300)])).messages)
+        await om.record("t1", "u1", [conv.assistant(300)])
+    gaps = [m.text for messages in contexts for m in messages if "later —" in m.text]
+    assert gaps, "the actor sees the gap reminder"
+    assert "2 hours 5 minutes later" in gaps[0]
+    assert calls.prompts
+    assert "2 hours 5 minutes later" in calls.prompts[0]

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 from typing import Any
 
+from ..context import with_temporal_markers
 from ..errors import ModelError, StoreError
 from ..events import (
     EventBus,
@@ -161,6 +162,10 @@ async def run_observer(
             messages = list(changed)
             if not messages:
                 return None
+    if deps.options.temporal_markers:
+        # The Observer sees the same "N hours later" lines the actor saw.
+        messages = with_temporal_markers(messages, deps.tz)
+        threads = [(t, with_temporal_markers(m, deps.tz)) for t, m in threads]
     current_task, suggested, title = await prior_hints(deps, thread_id)
     parsed, _ = await observe(
         ObserverInput(
