@@ -131,7 +131,7 @@ def test_split_log_segments() -> None:
 
 
 @pytest.mark.parametrize("log", ["", "  \n\n "])
-def test_empty_log_gives_no_memory_messages(log: str) -> None:
+def test_empty_log_gives_only_other_conversations(log: str) -> None:
     messages = [raw("user", "hi", 0)]
     out = build_context(
         ctx(
@@ -143,7 +143,11 @@ def test_empty_log_gives_no_memory_messages(log: str) -> None:
             other_threads=[("t2", [raw("user", "elsewhere", 0)])],
         )
     )
-    assert out == messages
+    # No log yet: no preamble, hints or values, but resource scope still shows the other
+    # conversations (they are not in any log yet).
+    assert out[1:] == messages
+    assert out[0].metadata["obsmem"]["synthetic"] == "other_conversations"
+    assert "elsewhere" in out[0].text
 
 
 def test_empty_log_keeps_retrieval_instructions_alone() -> None:

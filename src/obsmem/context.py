@@ -228,8 +228,9 @@ def build_context(inp: ContextInput) -> list[Message]:
     """The messages the actor sees this turn: memory messages, then the raw messages.
 
     With an empty log there are no memory messages, except the retrieval instructions on
-    their own when they are given. Raises ``ValueError`` when a raw tool result has no tool
-    call before it: the caller cut a tool-call pair in two.
+    their own when they are given and, in resource scope, the other conversations. Raises
+    ``ValueError`` when a raw tool result has no tool call before it: the caller cut a
+    tool-call pair in two.
     """
     orphan = _first_orphan(inp.raw_messages)
     if orphan is not None:
@@ -245,16 +246,19 @@ def build_context(inp: ContextInput) -> list[Message]:
         else list(inp.raw_messages)
     )
     out: list[Message] = []
+    others = _other_conversations(inp.other_threads)
     if not inp.observations.strip():
         if inp.retrieval_instructions:
             out.append(_memory(inp.retrieval_instructions, key="preamble", section="preamble"))
+        if others is not None:  # resource scope: other threads are context even before a log
+            out.append(others)
         return out + raw
 
     preamble = MEMORY_PREAMBLE
     if inp.retrieval_instructions:
         preamble += "\n\n" + inp.retrieval_instructions
     out.append(_memory(preamble, key="preamble", section="preamble"))
-    if (others := _other_conversations(inp.other_threads)) is not None:
+    if others is not None:
         out.append(others)
     out.append(_memory("<observations>", key="observations", section="observations_open"))
     rendered = render_relative_dates(inp.observations, inp.now, inp.tz)

@@ -1,0 +1,148 @@
+"""Memory: storage plus (optionally) observational memory, shared by any number of agents.
+
+``Memory(store=None, observational_memory=True)`` keeps threads and messages in the embedded
+SQLite file ``obsmem.db`` of the working directory (or the store you pass) and, with observational
+memory on, runs the engine (``memory.om``). Without it, the whole thread is sent every turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, tzinfo
+from typing import Any
+
+from .engine import ObservationalMemory
+from .errors import ConfigError
+from .events import EventBus, Hooks, Listener
+from .messages import Message
+from .models import ModelSpec
+from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
+from .records import Thread
+from .stores import SQLiteStore, Store
+
+__all__ = ["DEFAULT_DB", "Memory", "MemoryContext", "ThreadRef"]
+
+DEFAULT_DB = "obsmem.db"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadRef:
+    """Which conversation a call belongs to: ``{"resource": ..., "thread": ...}``."""
+
+    thread: str
+    resource: str
+
+    @classmethod
+    def of(cls, value: ThreadRef | Mapping[str, Any]) -> ThreadRef:
+        if isinstance(value, ThreadRef):
+            return value
+        thread = value.get("thread") or value.get("thread_id") or value.get("threadId")
+        resource = value.get("resource") or value.get("resource_id") or value.get("resourceId")
+        if not isinstance(thread, str) or not thread:
+            raise ConfigError("memory.thread", thread, "give the conversation id as a string")
+        if not isinstance(resource, str) or not resource:
+            raise ConfigError(
+                "memory.resource", resource, "give the user (or other owner) id as a string"
+            )
+        return cls(thread=thread, resource=resource)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryContext:
+    """What a turn sends to the model, and the input as stored."""
+
+    messages: list[Message]
+    stored_input: list[Message]
+
+
+class Memory:
+    """Threads, messages and observational memory on one store."""
+
+    def __init__(
+        self,
+        store: Store | None = None,
+        *,
+        observational_memory: bool
+        | Mapping[str, Any]
+        | ObservationalMemoryOptions
+        | ResolvedOptions
+        | None = False,
+        hooks: Hooks | None = None,
+        tz: tzinfo = UTC,
+        sync_timeout: float = 60.0,
+    ) -> None:
+        self.store: Store = store if store is not None else SQLiteStore(DEFAULT_DB)
+        self.options = resolve_options(observational_memory)
+        self.om: ObservationalMemory | None = (
+            ObservationalMemory(
+                self.store, self.options, hooks=hooks, tz=tz, sync_timeout=sync_timeout
+            )
+            if self.options is not None
+            else None
+        )
+        self._bus = self.om.bus if self.om is not None else EventBus()
+
+    def __repr__(self) -> str:
+        return f"Memory(store={self.store!r}, observational_memory={self.om is not None})"
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
+        return self._bus.subscribe(listener)
+
+    # -- the turn --------------------------------------------------------------------------------
+
+    async def context(
+        self, ref: ThreadRef, new_messages: Sequence[Message], *, actor_model: ModelSpec | None
+    ) -> MemoryContext:
+        """Store the new input and return what the model should see."""
+        if self.om is not None:
+            prepared = await self.om.prepare(
+                ref.thread, ref.resource, new_messages, actor_model=actor_model
+            )
+            return MemoryContext(messages=prepared.messages, stored_input=prepared.stored_input)
+        await self.store.create_thread(ref.thread, ref.resource)
+        stored = await self.store.append_messages(ref.thread, new_messages)
+        return MemoryContext(
+            messages=await self.store.list_messages(ref.thread), stored_input=stored
+        )
+
+    async def save(
+        self, ref: ThreadRef, messages: Sequence[Message], *, actor_model: ModelSpec | None
+    ) -> list[Message]:
+        """Store the model's reply (and its tool traffic)."""
+        if self.om is not None:
+            return await self.om.record(ref.thread, ref.resource, messages, actor_model=actor_model)
+        await self.store.create_thread(ref.thread, ref.resource)
+        return await self.store.append_messages(ref.thread, messages)
+
+    # -- threads ---------------------------------------------------------------------------------
+
+    async def thread(self, thread_id: str) -> Thread | None:
+        return await self.store.get_thread(thread_id)
+
+    async def threads(self, resource_id: str) -> list[Thread]:
+        return await self.store.list_threads(resource_id)
+
+    async def messages(self, thread_id: str) -> list[Message]:
+        return await self.store.list_messages(thread_id)
+
+    async def set_thread_title(self, thread_id: str, title: str, *, pin: bool = True) -> Thread:
+        """Set a thread's title; a pinned title is never replaced by a suggested one."""
+        return await self.store.update_thread(
+            thread_id, title=title, metadata={"title_pinned": pin}
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Wait for background memory work (tests and scripts; a server just carries on)."""
+        if self.om is not None:
+            await self.om.settle()
+
+    async def aclose(self) -> None:
+        """Finish background work and close the store."""
+        if self.om is not None:
+            await self.om.settle()
+            await self.om.aclose()
+        await self.store.aclose()

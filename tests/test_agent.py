@@ -1,0 +1,277 @@
+"""Agent and Memory through the public API: the seed's example, offline."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import messages as pa
+from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
+
+from obsmem import ImagePart, Message
+from obsmem.agent import Agent, Finish, TextDelta, ToolCall, ToolResult
+from obsmem.memory import Memory
+from obsmem.stores import InMemoryStore, Store
+from obsmem.testing import scripted_observer, scripted_reflector
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 8 + (64).to_bytes(4, "big") + (48).to_bytes(4, "big")
+
+
+class Actor:
+    """A FunctionModel actor that remembers what it was sent and answers from it."""
+
+    def __init__(self) -> None:
+        self.seen: list[list[pa.ModelMessage]] = []
+
+    def text_seen(self, call: int = -1) -> str:
+        out: list[str] = []
+        for message in self.seen[call]:
+            for part in message.parts:
+                content = getattr(part, "content", None)
+                if isinstance(content, str):
+                    out.append(content)
+        return "\n".join(out)
+
+    def model(self) -> FunctionModel:
+        def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+            self.seen.append(list(messages))
+            text = self.text_seen()
+            reply = "Your favorite color is blue." if "blue" in text else "I do not know yet."
+            return pa.ModelResponse(parts=[pa.TextPart(content=reply)])
+
+        async def stream(messages: list[pa.ModelMessage], info: AgentInfo):  # type: ignore[no-untyped-def]
+            self.seen.append(list(messages))
+            for word in ("Your ", "favorite ", "color ", "is ", "blue."):
+                yield word
+
+        return FunctionModel(answer, stream_function=stream)
+
+
+def om_options(**observation: Any) -> dict[str, Any]:
+    return {
+        "observation": {"model": scripted_observer(), "bufferTokens": False, **observation},
+        "reflection": {"model": scripted_reflector()},
+    }
+
+
+OPTS = {"resource": "user-123", "thread": "conversation-123"}
+
+
+async def test_the_second_call_sees_the_first_exchange_raw(store: Store) -> None:
+    actor = Actor()
+    memory = Memory(store, observational_memory=om_options())
+    agent = Agent(id="a", instructions="You are helpful.", model=actor.model(), memory=memory)
+    await agent.generate("Remember that my favorite color is blue.", memory=OPTS)
+    result = await agent.generate("What is my favorite color?", memory=OPTS)
+    assert "blue" in result.text
+    assert "Remember that my favorite color is blue." in actor.text_seen()
+    stored = await memory.messages("conversation-123")
+    assert [m.role for m in stored] == ["user", "assistant", "user", "assistant"]
+    assert [m.seq for m in stored] == [1, 2, 3, 4]
+
+
+async def test_past_the_threshold_it_sees_observations_instead(store: Store) -> None:
+    actor = Actor()
+    memory = Memory(store, observational_memory=om_options(messageTokens=150))
+    agent = Agent(id="a", instructions="You are helpful.", model=actor.model(), memory=memory)
+    filler = " It matters a great deal to me and I want you to keep it in mind." * 4
+    await agent.generate("Remember that my favorite color is blue." + filler, memory=OPTS)
+    second = await agent.generate("Also, I live in Lisbon." + filler, memory=OPTS)
+    assert any(e.type == "data-om-observation-end" for e in second.events)
+    result = await agent.generate("What is my favorite color?", memory=OPTS)
+    assert "blue" in result.text
+    system = [
+        m for m in result.context if m.role == "system" and "favorite color is blue" in m.text
+    ]
+    assert system, "the first exchange reaches the actor as observations"
+    raw_users = [
+        m.text
+        for m in result.context
+        if m.role == "user" and not (m.metadata.get("obsmem") or {}).get("synthetic")
+    ]
+    assert raw_users[-1] == "What is my favorite color?"
+    assert not any("favorite color is blue" in u for u in raw_users), "observed, so not raw"
+
+
+async def test_threads_are_isolated_in_thread_scope(store: Store) -> None:
+    actor = Actor()
+    memory = Memory(store, observational_memory=om_options(messageTokens=150))
+    agent = Agent(id="a", instructions="Hi.", model=actor.model(), memory=memory)
+    await agent.generate("My favorite color is blue. " * 8, memory=OPTS)
+    await agent.generate("Noted? " * 20, memory=OPTS)
+    other = await agent.generate("What is my favorite color?", memory={**OPTS, "thread": "other"})
+    assert "blue" not in actor.text_seen()
+    assert "do not know" in other.text
+
+
+async def test_resource_scope_shares_memory_across_threads(store: Store) -> None:
+    actor = Actor()
+    memory = Memory(
+        store,
+        observational_memory={**om_options(messageTokens=150), "scope": "resource"},
+    )
+    agent = Agent(id="a", instructions="Hi.", model=actor.model(), memory=memory)
+    await agent.generate("My favorite color is blue. " * 8, memory=OPTS)
+    await agent.generate("Noted? " * 20, memory=OPTS)
+    other = await agent.generate("What is my favorite color?", memory={**OPTS, "thread": "other"})
+    assert "blue" in actor.text_seen()
+    assert "blue" in other.text
+
+
+async def test_stream_delivers_events_text_and_tools_in_order() -> None:
+    calls: list[str] = []
+
+    def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        if not any(isinstance(p, pa.ToolReturnPart) for m in messages for p in m.parts):
+            return pa.ModelResponse(
+                parts=[
+                    pa.ToolCallPart(tool_name="lookup", args={"key": "color"}, tool_call_id="c1")
+                ]
+            )
+        return pa.ModelResponse(parts=[pa.TextPart(content="blue")])
+
+    async def stream(messages: list[pa.ModelMessage], info: AgentInfo):  # type: ignore[no-untyped-def]
+        if not any(isinstance(p, pa.ToolReturnPart) for m in messages for p in m.parts):
+            yield {0: DeltaToolCall(name="lookup", json_args='{"key": "color"}', tool_call_id="c1")}
+        else:
+            yield "bl"
+            yield "ue"
+
+    def lookup(key: str) -> str:
+        calls.append(key)
+        return "blue"
+
+    memory = Memory(InMemoryStore(), observational_memory=om_options())
+    seen_by_listener: list[str] = []
+    memory.subscribe(lambda e: seen_by_listener.append(e.type))
+    agent = Agent(
+        id="a",
+        instructions="Hi.",
+        model=FunctionModel(answer, stream_function=stream),
+        memory=memory,
+        tools=[lookup],
+    )
+    parts = [p async for p in agent.stream("What color?", memory=OPTS)]
+    types = [p.type for p in parts]
+    assert types[0] == "data-om-status"
+    assert types.index("tool-call") < types.index("tool-result") < types.index("text-delta")
+    assert types[-1] == "finish"
+    assert "".join(p.text for p in parts if isinstance(p, TextDelta)) == "blue"
+    call = next(p for p in parts if isinstance(p, ToolCall))
+    assert call.tool_name == "lookup"
+    result = next(p for p in parts if isinstance(p, ToolResult))
+    assert result.content == "blue"
+    assert calls == ["color"]
+    finish = parts[-1]
+    assert isinstance(finish, Finish)
+    assert [m.role for m in finish.result.messages] == ["assistant", "tool", "assistant"]
+    assert "data-om-status" in seen_by_listener
+    stored = await memory.messages("conversation-123")
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"]
+
+
+def test_several_agents_share_one_memory_and_generate_sync_works(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from obsmem.stores import SQLiteStore
+
+    store = SQLiteStore(tmp_path / "obsmem.db")
+    memory = Memory(store, observational_memory=om_options())
+    first = Agent(id="one", instructions="Hi.", model=Actor().model(), memory=memory)
+    second_actor = Actor()
+    second = Agent(id="two", instructions="Hi.", model=second_actor.model(), memory=memory)
+    first.generate_sync("My favorite color is blue.", memory=OPTS)
+    result = second.generate_sync("What is my favorite color?", memory=OPTS)
+    assert "blue" in result.text
+
+
+async def test_an_image_reaches_the_observer_as_placeholder_and_attachment() -> None:
+    received: list[list[Any]] = []
+
+    def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        for m in messages:
+            for p in m.parts:
+                if isinstance(p, pa.UserPromptPart) and not isinstance(p.content, str):
+                    received.append(list(p.content))
+        return pa.ModelResponse(
+            parts=[
+                pa.TextPart(
+                    content="<observations>\n* 🔴 (10:00) User shared a board.\n</observations>"
+                )
+            ]
+        )
+
+    async def run(forward: bool) -> list[Any]:
+        received.clear()
+        memory = Memory(
+            InMemoryStore(),
+            observational_memory={
+                "observation": {
+                    "model": FunctionModel(observer),
+                    "messageTokens": 100,
+                    "bufferTokens": False,
+                    "observeAttachments": forward,
+                },
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        agent = Agent(id="a", instructions="Hi.", model=Actor().model(), memory=memory)
+        image = ImagePart(data=PNG, media_type="image/png", filename="board.png")
+        await agent.generate(
+            [Message(role="user", parts=(image,)), Message.user("Here is our board. " * 30)],
+            memory=OPTS,
+        )
+        await agent.generate("Thoughts?", memory=OPTS)
+        assert received, "the Observer ran"
+        return received[0]
+
+    forwarded = await run(True)
+    text = "\n".join(c for c in forwarded if isinstance(c, str))
+    assert "[Image #1: board.png]" in text
+    binaries = [c for c in forwarded if isinstance(c, pa.BinaryContent)]
+    assert [b.media_type for b in binaries] == ["image/png"]
+    placeholder_only = await run(False)
+    assert "[Image #1: board.png]" in "\n".join(c for c in placeholder_only if isinstance(c, str))
+    assert not [c for c in placeholder_only if isinstance(c, pa.BinaryContent)]
+
+
+async def test_titles_come_from_the_observer_unless_pinned(store: Store) -> None:
+    def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        return pa.ModelResponse(
+            parts=[
+                pa.TextPart(
+                    content="<observations>\n* 🔴 (10:00) User plans a trip.\n</observations>\n"
+                    "<thread-title>Trip to Lisbon</thread-title>"
+                )
+            ]
+        )
+
+    memory = Memory(
+        store,
+        observational_memory={
+            "observation": {
+                "model": FunctionModel(observer),
+                "messageTokens": 100,
+                "bufferTokens": False,
+                "threadTitle": True,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    events: list[Any] = []
+    memory.subscribe(events.append)
+    agent = Agent(id="a", instructions="Hi.", model=Actor().model(), memory=memory)
+    await agent.generate("Let us plan a trip to Lisbon. " * 10, memory=OPTS)
+    await agent.generate("Which month is best?", memory=OPTS)
+    thread = await memory.thread("conversation-123")
+    assert thread is not None
+    assert thread.title == "Trip to Lisbon"
+    [update] = [e for e in events if e.type == "data-om-thread-update"]
+    assert update.old_title is None
+    assert update.new_title == "Trip to Lisbon"
+
+    await memory.store.create_thread("pinned", "user-123")
+    await memory.set_thread_title("pinned", "My own title")
+    pinned = {"resource": "user-123", "thread": "pinned"}
+    await agent.generate("Let us plan a trip to Lisbon. " * 10, memory=pinned)
+    await agent.generate("Which month is best?", memory=pinned)
+    thread = await memory.thread("pinned")
+    assert thread is not None
+    assert thread.title == "My own title"
