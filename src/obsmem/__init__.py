@@ -5,6 +5,7 @@ rewrites the log shorter when it grows. The agent's context stays inside a fixed
 conversations of any length, and every raw message stays in storage.
 """
 
+from .agent import Agent, GenerateResult
 from .engine import ObservationalMemory, PreparedContext
 from .errors import (
     ConfigError,
@@ -16,6 +17,7 @@ from .errors import (
     StoreError,
 )
 from .events import Hooks
+from .memory import Memory
 from .messages import (
     DataPart,
     FilePart,
@@ -38,12 +40,15 @@ from .options import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "Agent",
     "ConfigError",
     "ConflictError",
     "DataPart",
     "FilePart",
+    "GenerateResult",
     "Hooks",
     "ImagePart",
+    "Memory",
     "Message",
     "MissingExtraError",
     "ModelByInputTokens",

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, TypeAlias
 
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import messages as pa
+from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.models import Model
 from pydantic_ai.tools import RunContext, Tool
 
@@ -25,6 +26,7 @@ from .memory import Memory, ThreadRef
 from .messages import FilePart, ImagePart, Message, TextPart
 from .models import ModelByInputTokens, ModelSpec, resolve_model
 from .tokens import HeuristicEstimator
+from .working_memory import TOOL_NAME
 
 __all__ = ["Agent", "GenerateResult", "StreamPart", "TextDelta", "ToolCall", "ToolResult"]
 
@@ -194,7 +196,10 @@ class Agent:
             sent = list(new)
         history = to_pydantic_ai(sent)
         model = self._actor_model(sent)
-        agent = PydanticAgent(model, instructions=self.instructions, tools=self.tools)
+        tools = list(self.tools)
+        if ref is not None and self.memory is not None and self.memory.agent_updates_working_memory:
+            tools.append(_working_memory_tool(self.memory, ref))
+        agent = PydanticAgent(model, instructions=self.instructions, tools=tools)
         handler = _stream_handler(queue) if streaming else None
         run = await agent.run(None, message_history=history, event_stream_handler=handler)
         reply = from_pydantic_ai(run.new_messages())
@@ -216,6 +221,24 @@ class Agent:
         if isinstance(spec, ModelByInputTokens):
             spec = spec.resolve(self._estimator.count_messages(context))
         return resolve_model(spec)
+
+
+def _working_memory_tool(memory: Memory, ref: ThreadRef) -> Tool[Any]:
+    async def update_working_memory(content: str) -> str:
+        try:
+            await memory.update_working_memory(ref, content)
+        except ValueError as exc:
+            raise ModelRetry(str(exc)) from exc
+        return "Working memory updated."
+
+    return Tool(
+        update_working_memory,
+        name=TOOL_NAME,
+        description=(
+            "Replace your working memory about the user with the whole updated document "
+            "(keep everything still true, add what you learned, fix what changed)."
+        ),
+    )
 
 
 def _input_messages(input: AgentInput) -> list[Message]:

@@ -29,6 +29,7 @@ from .records import OMRecord, record_key
 from .stores import Store
 from .tokens import HeuristicEstimator, TokenEstimator
 from .window import ThreadWindow, load_window
+from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
 
@@ -59,6 +60,7 @@ class ObservationalMemory:
         clock: Callable[[], datetime] = utcnow,
         sync_timeout: float = 60.0,
         background_timeout: float = 300.0,
+        working_memory: WorkingMemory | None = None,
     ) -> None:
         resolved = resolve_options(options)
         if resolved is None:
@@ -79,6 +81,7 @@ class ObservationalMemory:
             sync_timeout=sync_timeout,
             background_timeout=background_timeout,
             config=options.snapshot(),
+            working_memory=working_memory if options.observation.manage_working_memory else None,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._failed_buffer_at: dict[str, int] = {}

@@ -20,6 +20,13 @@ from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .records import Thread
 from .stores import SQLiteStore, Store
+from .working_memory import (
+    WorkingMemory,
+    read_working_memory,
+    resolve_working_memory,
+    working_memory_message,
+    write_working_memory,
+)
 
 __all__ = ["DEFAULT_DB", "Memory", "MemoryContext", "ThreadRef"]
 
@@ -68,15 +75,26 @@ class Memory:
         | ObservationalMemoryOptions
         | ResolvedOptions
         | None = False,
+        working_memory: bool | Mapping[str, Any] | WorkingMemory | None = None,
         hooks: Hooks | None = None,
         tz: tzinfo = UTC,
         sync_timeout: float = 60.0,
     ) -> None:
         self.store: Store = store if store is not None else SQLiteStore(DEFAULT_DB)
         self.options = resolve_options(observational_memory)
+        managed = self.options is not None and self.options.observation.manage_working_memory
+        self.working_memory = resolve_working_memory(
+            WorkingMemory() if managed and working_memory is None else working_memory
+        )
+        self.manages_working_memory = managed
         self.om: ObservationalMemory | None = (
             ObservationalMemory(
-                self.store, self.options, hooks=hooks, tz=tz, sync_timeout=sync_timeout
+                self.store,
+                self.options,
+                hooks=hooks,
+                tz=tz,
+                sync_timeout=sync_timeout,
+                working_memory=self.working_memory,
             )
             if self.options is not None
             else None
@@ -100,12 +118,49 @@ class Memory:
             prepared = await self.om.prepare(
                 ref.thread, ref.resource, new_messages, actor_model=actor_model
             )
-            return MemoryContext(messages=prepared.messages, stored_input=prepared.stored_input)
-        await self.store.create_thread(ref.thread, ref.resource)
-        stored = await self.store.append_messages(ref.thread, new_messages)
-        return MemoryContext(
-            messages=await self.store.list_messages(ref.thread), stored_input=stored
+            messages, stored = prepared.messages, prepared.stored_input
+        else:
+            await self.store.create_thread(ref.thread, ref.resource)
+            stored = await self.store.append_messages(ref.thread, new_messages)
+            messages = await self.store.list_messages(ref.thread)
+        if self.working_memory is not None:
+            content = await self.get_working_memory(ref)
+            shown = working_memory_message(content, managed=self.manages_working_memory)
+            at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+            messages = [*messages[:at], shown, *messages[at:]]
+        return MemoryContext(messages=messages, stored_input=stored)
+
+    # -- working memory --------------------------------------------------------------------------
+
+    async def get_working_memory(self, ref: ThreadRef | Mapping[str, Any]) -> str:
+        """The current working memory (the blank template when nothing was written yet)."""
+        wm = self._require_working_memory()
+        ref = ThreadRef.of(ref)
+        stored = await read_working_memory(
+            self.store, wm, thread_id=ref.thread, resource_id=ref.resource
         )
+        return stored if stored is not None else wm.blank()
+
+    async def update_working_memory(self, ref: ThreadRef | Mapping[str, Any], content: str) -> str:
+        """Replace the working memory (validated against its schema, if it has one)."""
+        wm = self._require_working_memory()
+        ref = ThreadRef.of(ref)
+        await self.store.create_thread(ref.thread, ref.resource)
+        return await write_working_memory(
+            self.store, wm, content, thread_id=ref.thread, resource_id=ref.resource
+        )
+
+    @property
+    def agent_updates_working_memory(self) -> bool:
+        """Working memory is on and kept by the agent (through its update tool)."""
+        return self.working_memory is not None and not self.manages_working_memory
+
+    def _require_working_memory(self) -> WorkingMemory:
+        if self.working_memory is None:
+            raise ConfigError(
+                "working_memory", None, "turn it on with Memory(..., working_memory=True)"
+            )
+        return self.working_memory
 
     async def save(
         self, ref: ThreadRef, messages: Sequence[Message], *, actor_model: ModelSpec | None

@@ -103,6 +103,14 @@ async def test_thread_metadata_merges_shallowly(store: Store) -> None:
         await store.update_thread("missing", metadata={})
 
 
+async def test_resource_metadata_merges_and_starts_empty(store: Store) -> None:
+    assert await store.get_resource("r1") == {}
+    assert await store.update_resource("r1", {"a": 1, "b": {"x": 1}}) == {"a": 1, "b": {"x": 1}}
+    assert await store.update_resource("r1", {"b": 2}) == {"a": 1, "b": 2}
+    assert await store.get_resource("r1") == {"a": 1, "b": 2}
+    assert await store.get_resource("r2") == {}
+
+
 # -- messages ---------------------------------------------------------------------------------
 
 

@@ -25,6 +25,7 @@ from .common import (
     COMMIT_ATTEMPTS,
     Deps,
     apply_hints,
+    apply_working_memory,
     describe_error,
     hook_done,
     hook_failed,
@@ -222,6 +223,7 @@ async def buffer_once(
             thread_title=parsed.thread_title,
             cycle_id=cycle_id,
         )
+        await apply_working_memory(deps, thread_id, parsed)
     deps.bus.emit(
         BufferingEndEvent(
             cycle_id=cycle_id,

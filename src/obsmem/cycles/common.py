@@ -28,6 +28,15 @@ from ..options import ResolvedOptions
 from ..records import OMRecord
 from ..stores import Store
 from ..tokens import TokenEstimator
+from ..working_memory import (
+    SECTION as WM_SECTION,
+)
+from ..working_memory import (
+    WorkingMemory,
+    read_working_memory,
+    strip_tool_traffic,
+    write_working_memory,
+)
 
 log = logging.getLogger("obsmem")
 
@@ -51,6 +60,8 @@ class Deps:
     clock: Callable[[], datetime]
     sync_timeout: float
     background_timeout: float
+    working_memory: WorkingMemory | None = None
+    """Set when the Observer keeps working memory (``manage_working_memory``)."""
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
     def now(self) -> datetime:
@@ -162,6 +173,9 @@ async def run_observer(
             messages = list(changed)
             if not messages:
                 return None
+    messages = strip_tool_traffic(messages)
+    threads = [(t, strip_tool_traffic(m)) for t, m in threads]
+    sections, values = await _working_memory_request(deps, thread_id)
     if deps.options.temporal_markers:
         # The Observer sees the same "N hours later" lines the actor saw.
         messages = with_temporal_markers(messages, deps.tz)
@@ -179,6 +193,8 @@ async def run_observer(
             ask_thread_title=obs.thread_title,
             continuation_hints=obs.continuation_hints.any,
             instruction=obs.instruction,
+            extra_sections=sections,
+            prior_values=values,
             tz=deps.tz,
         ),
         model=obs.model,
@@ -194,6 +210,44 @@ async def run_observer(
         if isinstance(changed_text, str):
             parsed = _with_observations(parsed, changed_text)
     return parsed
+
+
+async def _working_memory_request(
+    deps: Deps, thread_id: str
+) -> tuple[list[tuple[str, str]], dict[str, Any]]:
+    """The working-memory section to ask the Observer for (when it manages working memory)."""
+    wm = deps.working_memory
+    if wm is None:
+        return [], {}
+    thread = await deps.store.get_thread(thread_id)
+    if thread is None:
+        return [], {}
+    current = await read_working_memory(
+        deps.store, wm, thread_id=thread_id, resource_id=thread.resource_id
+    )
+    description = (
+        "the user's working memory, rewritten in full as "
+        + wm.describe()
+        + "\nWrite it only when the new messages change it; leave it out otherwise."
+    )
+    return [(WM_SECTION, description)], {WM_SECTION: current or wm.blank()}
+
+
+async def apply_working_memory(deps: Deps, thread_id: str, parsed: ParsedOutput) -> None:
+    """Store the working memory the Observer rewrote, if it did (an invalid one is skipped)."""
+    wm = deps.working_memory
+    content = parsed.sections.get(WM_SECTION) if wm is not None else None
+    if wm is None or not content or not content.strip():
+        return
+    thread = await deps.store.get_thread(thread_id)
+    if thread is None:
+        return
+    try:
+        await write_working_memory(
+            deps.store, wm, content, thread_id=thread_id, resource_id=thread.resource_id
+        )
+    except ValueError:
+        log.warning("the Observer's working memory did not match its schema; kept the old one")
 
 
 def _with_observations(parsed: ParsedOutput, text: str) -> ParsedOutput:

@@ -27,6 +27,7 @@ from .common import (
     COMMIT_ATTEMPTS,
     Deps,
     apply_hints,
+    apply_working_memory,
     describe_error,
     hook_done,
     hook_failed,
@@ -188,6 +189,7 @@ async def _observe_batch(
             thread_title=parsed.thread_title,
             cycle_id=cycle_id,
         )
+        await apply_working_memory(deps, t, parsed)
     main = per_thread.get(thread_id)
     deps.bus.emit(
         ObservationEndEvent(

@@ -72,6 +72,16 @@ class Store(Protocol):
         atomically."""
         ...
 
+    async def get_resource(self, resource_id: str) -> dict[str, Any]:
+        """The resource's metadata ({} when nothing was stored for it)."""
+        ...
+
+    async def update_resource(
+        self, resource_id: str, metadata: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Shallow-merge ``metadata`` into the resource's metadata, atomically; returns it."""
+        ...
+
     # -- messages (append-only) ----------------------------------------------------------------
 
     async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:

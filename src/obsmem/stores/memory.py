@@ -38,6 +38,7 @@ class InMemoryStore:
         self._generations: dict[str, list[OMRecord]] = {}  # key -> generations, oldest first
         self._records: dict[str, OMRecord] = {}  # record id -> record
         self._groups: list[ObservationGroup] = []
+        self._resources: dict[str, dict[str, Any]] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -111,6 +112,19 @@ class InMemoryStore:
             )
             self._threads[thread_id] = thread
             return thread
+
+    async def get_resource(self, resource_id: str) -> dict[str, Any]:
+        self._check_open()
+        return dict(self._resources.get(resource_id, {}))
+
+    async def update_resource(
+        self, resource_id: str, metadata: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        self._check_open()
+        with self._lock:
+            merged = {**self._resources.get(resource_id, {}), **metadata}
+            self._resources[resource_id] = merged
+            return dict(merged)
 
     def _require_thread(self, thread_id: str) -> Thread:
         thread = self._threads.get(thread_id)

@@ -212,6 +212,24 @@ class SQLiteStore:
 
         return await self._run(load)
 
+    async def get_resource(self, resource_id: str) -> dict[str, Any]:
+        def load(c: sqlite3.Connection) -> dict[str, Any]:
+            row = c.execute(sql.SELECT_RESOURCE, (resource_id,)).fetchone()
+            return {} if row is None else dict(loads(row[0]))
+
+        return await self._run(load)
+
+    async def update_resource(
+        self, resource_id: str, metadata: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        def update(c: sqlite3.Connection) -> dict[str, Any]:
+            row = c.execute(sql.SELECT_RESOURCE, (resource_id,)).fetchone()
+            merged = {**({} if row is None else loads(row[0])), **metadata}
+            c.execute(sql.UPSERT_RESOURCE, (resource_id, dumps(merged), dt_to_text(utcnow())))
+            return merged
+
+        return await self._write(update)
+
     async def update_thread(
         self,
         thread_id: str,

@@ -101,7 +101,20 @@ def _m1_initial(conn: sqlite3.Connection) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial]
+def _m2_resources(conn: sqlite3.Connection) -> None:
+    _run_script(
+        conn,
+        """
+        CREATE TABLE resources (
+            id         TEXT PRIMARY KEY,
+            metadata   TEXT NOT NULL DEFAULT '{}',
+            updated_at TEXT NOT NULL
+        )
+        """,
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_resources]
 SCHEMA_VERSION = len(MIGRATIONS)
 
 RECORD_COLUMNS = (
@@ -120,6 +133,11 @@ GROUP_COLUMNS = (
 SELECT_THREAD = f"SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"
 SELECT_THREADS_OF_RESOURCE = (
     f"SELECT {THREAD_COLUMNS} FROM threads WHERE resource_id = ? ORDER BY created_at, id"
+)
+SELECT_RESOURCE = "SELECT metadata FROM resources WHERE id = ?"
+UPSERT_RESOURCE = (
+    "INSERT INTO resources (id, metadata, updated_at) VALUES (?, ?, ?) "
+    "ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, updated_at = excluded.updated_at"
 )
 SELECT_RESOURCES = "SELECT DISTINCT resource_id FROM threads ORDER BY resource_id"
 INSERT_THREAD = f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
