@@ -1,4 +1,5 @@
-"""Every Python block in the README runs as written."""
+"""Every ```python block in the README runs as written (```py blocks are illustrations that need
+a real model)."""
 
 from __future__ import annotations
 
