@@ -44,7 +44,12 @@ def test_top_level_names_are_pinned() -> None:
 
 
 def test_store_names_are_pinned() -> None:
-    assert sorted(obsmem.stores.__all__) == ["InMemoryStore", "SQLiteStore", "Store"]
+    assert sorted(obsmem.stores.__all__) == [
+        "InMemoryStore",
+        "PostgresStore",
+        "SQLiteStore",
+        "Store",
+    ]
 
 
 def test_error_tree() -> None:

@@ -515,3 +515,21 @@ async def test_observation_groups_are_written_with_their_transition(store: Store
 
 def _group_fields(g: ObservationGroup) -> dict[str, object]:
     return {f: getattr(g, f) for f in g.__dataclass_fields__}
+
+
+def test_postgres_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    import builtins
+
+    from obsmem.errors import MissingExtraError
+    from obsmem.stores import PostgresStore
+
+    real_import = builtins.__import__
+
+    def no_psycopg(name: str, *args: object, **kwargs: object) -> object:
+        if name.startswith("psycopg"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(builtins, "__import__", no_psycopg)
+    with pytest.raises(MissingExtraError, match=r'pip install "obsmem\[postgres\]"'):
+        PostgresStore("postgresql://localhost/obsmem")

@@ -16,12 +16,11 @@ import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import StoreError
-from ..messages import Message, part_from_dict, part_to_dict, utcnow
+from ..messages import Message, utcnow
 from ..records import (
     BufferedChunk,
     BufferedReflection,
@@ -30,19 +29,24 @@ from ..records import (
     Scope,
     Thread,
 )
-from . import sqlite_schema as sql
+from . import schema as sql
 from . import transitions as tr
 from .codec import (
     chunk_from_json,
     chunk_to_json,
-    dt_from_text,
     dt_to_text,
     dumps,
     group_from_row,
     group_row,
     loads,
-    reflection_from_json,
-    reflection_to_json,
+)
+from .rows import (
+    message_from_row,
+    message_to_row,
+    record_from_row,
+    record_to_row,
+    record_update_values,
+    thread_from_row,
 )
 
 __all__ = ["SQLiteStore"]
@@ -132,8 +136,9 @@ class SQLiteStore:
                     f"the database schema is version {version}, newer than this obsmem "
                     f"understands ({sql.SCHEMA_VERSION}); upgrade obsmem"
                 )
-            for number, migration in enumerate(sql.MIGRATIONS[version:], start=version + 1):
-                migration(conn)
+            for number, script in enumerate(sql.MIGRATION_SCRIPTS[version:], start=version + 1):
+                for statement in sql.statements(script):
+                    conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {number}")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -202,7 +207,10 @@ class SQLiteStore:
 
     async def list_threads(self, resource_id: str) -> list[Thread]:
         def load(c: sqlite3.Connection) -> list[Thread]:
-            return [_thread(r) for r in c.execute(sql.SELECT_THREADS_OF_RESOURCE, (resource_id,))]
+            return [
+                thread_from_row(r)
+                for r in c.execute(sql.SELECT_THREADS_OF_RESOURCE, (resource_id,))
+            ]
 
         return await self._run(load)
 
@@ -275,7 +283,7 @@ class SQLiteStore:
                 msg = replace(
                     message, thread_id=thread_id, resource_id=thread.resource_id, seq=count
                 )
-                c.execute(sql.INSERT_MESSAGE, _message_row(msg))
+                c.execute(sql.INSERT_MESSAGE, message_to_row(msg))
                 batch[msg.id] = msg
                 stored.append(msg)
             if count != thread.message_count:
@@ -304,7 +312,7 @@ class SQLiteStore:
             params.append(limit)
 
         def load(c: sqlite3.Connection) -> list[Message]:
-            return [_message(r) for r in c.execute(query, params)]
+            return [message_from_row(r) for r in c.execute(query, params)]
 
         return await self._run(load)
 
@@ -338,7 +346,7 @@ class SQLiteStore:
             record = tr.initial_record(
                 key, scope=scope, thread_id=thread_id, resource_id=resource_id, now=utcnow()
             )
-            c.execute(sql.INSERT_RECORD, _record_row(record))
+            c.execute(sql.INSERT_RECORD, record_to_row(record))
             return record
 
         return await self._write(create)
@@ -455,7 +463,7 @@ class SQLiteStore:
                 now=utcnow(),
             )
             _save_record(c, retired)
-            c.execute(sql.INSERT_RECORD, _record_row(head))
+            c.execute(sql.INSERT_RECORD, record_to_row(head))
             for group in groups:
                 c.execute(sql.INSERT_GROUP, group_row(group))
             return head
@@ -513,21 +521,9 @@ class SQLiteStore:
 # -- row mapping -------------------------------------------------------------------------------
 
 
-def _thread(row: Row) -> Thread:
-    return Thread(
-        id=row[0],
-        resource_id=row[1],
-        title=row[2],
-        metadata=loads(row[3]),
-        message_count=row[4],
-        created_at=dt_from_text(row[5]),
-        updated_at=dt_from_text(row[6]),
-    )
-
-
 def _load_thread(c: sqlite3.Connection, thread_id: str) -> Thread | None:
     row = c.execute(sql.SELECT_THREAD, (thread_id,)).fetchone()
-    return None if row is None else _thread(row)
+    return None if row is None else thread_from_row(row)
 
 
 def _require_thread(c: sqlite3.Connection, thread_id: str) -> Thread:
@@ -546,93 +542,20 @@ def _message_counts(c: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[st
     return counts
 
 
-def _message_row(msg: Message) -> Row:
-    return (
-        msg.id,
-        msg.thread_id,
-        msg.resource_id,
-        msg.seq,
-        msg.role,
-        dumps([part_to_dict(p) for p in msg.parts]),
-        dumps(msg.metadata),
-        dt_to_text(msg.created_at),
-    )
-
-
-def _message(row: Row) -> Message:
-    return Message(
-        id=row[0],
-        thread_id=row[1],
-        resource_id=row[2],
-        seq=row[3],
-        role=row[4],
-        parts=tuple(part_from_dict(p) for p in loads(row[5])),
-        metadata=loads(row[6]),
-        created_at=dt_from_text(row[7]),
-    )
-
-
 def _load_message(c: sqlite3.Connection, message_id: str) -> Message | None:
     row = c.execute(sql.SELECT_MESSAGE_BY_ID, (message_id,)).fetchone()
-    return None if row is None else _message(row)
-
-
-def _record_row(r: OMRecord) -> Row:
-    return (
-        r.id,
-        r.key,
-        r.scope,
-        r.thread_id,
-        r.resource_id,
-        r.generation,
-        r.origin,
-        r.version,
-        r.observations,
-        r.observation_tokens,
-        dumps(dict(r.cursor)),
-        reflection_to_json(r.buffered_reflection),
-        r.pending_message_tokens,
-        r.last_buffered_at_tokens,
-        r.total_tokens_observed,
-        r.superseded_by,
-        dumps(dict(r.metadata)),
-        dt_to_text(r.created_at),
-        dt_to_text(r.updated_at),
-    )
+    return None if row is None else message_from_row(row)
 
 
 def _record(c: sqlite3.Connection, row: Row) -> OMRecord:
-    key = row[1]
-    superseded_by = row[15]
     chunks: tuple[BufferedChunk, ...] = ()
-    if superseded_by is None:  # chunks belong to the key; only the head shows them
-        chunks = tuple(chunk_from_json(r[0]) for r in c.execute(sql.SELECT_CHUNKS, (key,)))
-    return OMRecord(
-        id=row[0],
-        key=key,
-        scope=row[2],
-        thread_id=row[3],
-        resource_id=row[4],
-        generation=row[5],
-        origin=row[6],
-        version=row[7],
-        observations=row[8],
-        observation_tokens=row[9],
-        cursor=loads(row[10]),
-        chunks=chunks,
-        buffered_reflection=reflection_from_json(row[11]),
-        pending_message_tokens=row[12],
-        last_buffered_at_tokens=row[13],
-        total_tokens_observed=row[14],
-        superseded_by=superseded_by,
-        metadata=loads(row[16]),
-        created_at=_dt(row[17]),
-        updated_at=_dt(row[18]),
-    )
+    if row[15] is None:  # chunks belong to the key; only the head shows them
+        chunks = tuple(chunk_from_json(r[0]) for r in c.execute(sql.SELECT_CHUNKS, (row[1],)))
+    return record_from_row(row, chunks)
 
 
-def _dt(text: str) -> datetime:
-    return dt_from_text(text)
+def _save_record(c: sqlite3.Connection, r: OMRecord) -> None:
+    c.execute(sql.UPDATE_RECORD, record_update_values(r))
 
 
 def _load_head(c: sqlite3.Connection, key: str) -> OMRecord | None:
@@ -643,28 +566,6 @@ def _load_head(c: sqlite3.Connection, key: str) -> OMRecord | None:
 def _load_record(c: sqlite3.Connection, record_id: str) -> OMRecord | None:
     row = c.execute(sql.SELECT_RECORD, (record_id,)).fetchone()
     return None if row is None else _record(c, row)
-
-
-def _save_record(c: sqlite3.Connection, r: OMRecord) -> None:
-    c.execute(
-        sql.UPDATE_RECORD,
-        (
-            r.generation,
-            r.origin,
-            r.version,
-            r.observations,
-            r.observation_tokens,
-            dumps(dict(r.cursor)),
-            reflection_to_json(r.buffered_reflection),
-            r.pending_message_tokens,
-            r.last_buffered_at_tokens,
-            r.total_tokens_observed,
-            r.superseded_by,
-            dumps(dict(r.metadata)),
-            dt_to_text(r.updated_at),
-            r.id,
-        ),
-    )
 
 
 def _save_chunks(c: sqlite3.Connection, r: OMRecord) -> None:

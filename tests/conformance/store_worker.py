@@ -1,5 +1,7 @@
-"""A worker process for the two-process SQLite test: appends messages and races the other
-process to buffer, activate and reflect on the same thread, retrying on every ConflictError."""
+"""A worker process for the two-process store test: appends messages and races the other
+process to buffer, activate and reflect on the same thread, retrying on every ConflictError.
+
+The first argument is a SQLite file path or a PostgreSQL DSN."""
 
 from __future__ import annotations
 
@@ -9,12 +11,12 @@ import sys
 from obsmem.errors import ConflictError
 from obsmem.messages import Message, utcnow
 from obsmem.records import BufferedChunk, MessageRange, OMRecord
-from obsmem.stores import SQLiteStore
+from obsmem.stores import PostgresStore, SQLiteStore, Store
 
 KEY = "thread:shared"
 
 
-async def _step(store: SQLiteStore, name: str, i: int) -> None:
+async def _step(store: Store, name: str, i: int) -> None:
     while True:
         head = await store.get_record(KEY)
         assert head is not None
@@ -25,7 +27,7 @@ async def _step(store: SQLiteStore, name: str, i: int) -> None:
             continue  # lost the race: re-read and decide again
 
 
-async def _act(store: SQLiteStore, head: OMRecord, name: str, i: int) -> None:
+async def _act(store: Store, head: OMRecord, name: str, i: int) -> None:
     thread = await store.get_thread("shared")
     assert thread is not None
     first = head.covered_through("shared") + 1
@@ -59,7 +61,7 @@ async def _act(store: SQLiteStore, head: OMRecord, name: str, i: int) -> None:
 
 
 async def main(path: str, name: str, rounds: int) -> None:
-    store = SQLiteStore(path)
+    store: Store = PostgresStore(path) if path.startswith("postgresql://") else SQLiteStore(path)
     try:
         for i in range(rounds):
             await store.append_messages("shared", [Message.user(f"{name} {i}", id=f"{name}-{i}")])

@@ -1,4 +1,4 @@
-"""Two OS processes committing to the same SQLite file."""
+"""Two OS processes committing to the same store: one SQLite file, one PostgreSQL database."""
 
 from __future__ import annotations
 
@@ -9,18 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from obsmem.stores import SQLiteStore
+from obsmem.stores import PostgresStore, SQLiteStore, Store
 
 from .invariants import assert_record_invariants
 
-WORKER = Path(__file__).with_name("sqlite_worker.py")
+WORKER = Path(__file__).with_name("store_worker.py")
 ROUNDS = 150
 
 
 @pytest.mark.slow
-async def test_two_processes_share_one_file_without_losing_work(tmp_path: Path) -> None:
-    path = tmp_path / "shared.db"
-    store = SQLiteStore(path)
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+async def test_two_processes_share_one_store_without_losing_work(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    path: str = (
+        str(tmp_path / "shared.db") if kind == "sqlite" else request.getfixturevalue("postgres_dsn")
+    )
+    store: Store = SQLiteStore(path) if kind == "sqlite" else PostgresStore(path)
     await store.create_thread("shared", "r1")
     await store.get_or_create_record(
         "thread:shared", scope="thread", thread_id="shared", resource_id="r1"

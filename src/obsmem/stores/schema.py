@@ -1,34 +1,25 @@
-"""The SQLite schema as an ordered list of migrations, and the SQL the store runs.
+"""The schema of the SQL stores as an ordered list of migration scripts, and the SQL they run.
 
-``PRAGMA user_version`` holds the number of migrations applied. Migrations only ever append to
-this list; a released migration is never edited.
+The same scripts and statements serve SQLite and PostgreSQL (statements are written with ``?``
+placeholders; :func:`pg` turns them into psycopg's ``%s``). Migrations only ever append to the
+list; a released migration is never edited. SQLite counts applied migrations in
+``PRAGMA user_version``, PostgreSQL in the ``obsmem_schema`` table.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable
-
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["MIGRATION_SCRIPTS", "SCHEMA_VERSION", "pg", "statements"]
 
 
-def _run_script(conn: sqlite3.Connection, script: str) -> None:
-    """Run statements one by one (``executescript`` would commit the open transaction)."""
-    for statement in script.split(";"):
-        if statement.strip():
-            conn.execute(statement)
-
-
-def _m1_initial(conn: sqlite3.Connection) -> None:
-    _run_script(
-        conn,
-        """
+MIGRATION_SCRIPTS: list[str] = [
+    # 1: threads, messages, records, chunks, observation groups
+    """
         CREATE TABLE threads (
             id            TEXT PRIMARY KEY,
             resource_id   TEXT NOT NULL,
             title         TEXT,
             metadata      TEXT NOT NULL DEFAULT '{}',
-            message_count INTEGER NOT NULL DEFAULT 0,
+            message_count BIGINT NOT NULL DEFAULT 0,
             created_at    TEXT NOT NULL,
             updated_at    TEXT NOT NULL
         );
@@ -38,7 +29,7 @@ def _m1_initial(conn: sqlite3.Connection) -> None:
             id          TEXT PRIMARY KEY,
             thread_id   TEXT NOT NULL REFERENCES threads (id),
             resource_id TEXT NOT NULL,
-            seq         INTEGER NOT NULL,
+            seq         BIGINT NOT NULL,
             role        TEXT NOT NULL,
             parts       TEXT NOT NULL,
             metadata    TEXT NOT NULL DEFAULT '{}',
@@ -53,16 +44,16 @@ def _m1_initial(conn: sqlite3.Connection) -> None:
             scope                   TEXT NOT NULL,
             thread_id               TEXT,
             resource_id             TEXT,
-            generation              INTEGER NOT NULL,
+            generation              BIGINT NOT NULL,
             origin                  TEXT NOT NULL,
-            version                 INTEGER NOT NULL,
+            version                 BIGINT NOT NULL,
             observations            TEXT NOT NULL,
-            observation_tokens      INTEGER NOT NULL,
+            observation_tokens      BIGINT NOT NULL,
             cursor                  TEXT NOT NULL,
             buffered_reflection     TEXT,
-            pending_message_tokens  INTEGER NOT NULL,
-            last_buffered_at_tokens INTEGER NOT NULL,
-            total_tokens_observed   INTEGER NOT NULL,
+            pending_message_tokens  BIGINT NOT NULL,
+            last_buffered_at_tokens BIGINT NOT NULL,
+            total_tokens_observed   BIGINT NOT NULL,
             superseded_by           TEXT,
             metadata                TEXT NOT NULL,
             created_at              TEXT NOT NULL,
@@ -73,7 +64,7 @@ def _m1_initial(conn: sqlite3.Connection) -> None:
 
         CREATE TABLE om_chunks (
             key      TEXT NOT NULL,
-            position INTEGER NOT NULL,
+            position BIGINT NOT NULL,
             id       TEXT NOT NULL,
             cycle_id TEXT NOT NULL,
             data     TEXT NOT NULL,
@@ -98,24 +89,28 @@ def _m1_initial(conn: sqlite3.Connection) -> None:
             ON observation_groups (resource_id, thread_id, created_at);
         CREATE INDEX observation_groups_by_key ON observation_groups (key);
         """,
-    )
-
-
-def _m2_resources(conn: sqlite3.Connection) -> None:
-    _run_script(
-        conn,
-        """
+    # 2: resource metadata (working memory in resource scope)
+    """
         CREATE TABLE resources (
             id         TEXT PRIMARY KEY,
             metadata   TEXT NOT NULL DEFAULT '{}',
             updated_at TEXT NOT NULL
         )
         """,
-    )
+]
 
 
-MIGRATIONS: list[Callable[[sqlite3.Connection], None]] = [_m1_initial, _m2_resources]
-SCHEMA_VERSION = len(MIGRATIONS)
+def statements(script: str) -> list[str]:
+    """The statements of a migration script, one by one."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def pg(statement: str) -> str:
+    """A statement with psycopg placeholders."""
+    return statement.replace("?", "%s")
+
+
+SCHEMA_VERSION = len(MIGRATION_SCRIPTS)
 
 RECORD_COLUMNS = (
     "id, key, scope, thread_id, resource_id, generation, origin, version, observations, "

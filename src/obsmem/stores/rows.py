@@ -1,0 +1,130 @@
+"""Row mapping shared by the SQL stores (one column order, one JSON form)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..messages import Message, part_from_dict, part_to_dict
+from ..records import BufferedChunk, OMRecord, Thread
+from .codec import dt_from_text, dt_to_text, dumps, loads, reflection_from_json, reflection_to_json
+
+__all__ = [
+    "message_from_row",
+    "message_to_row",
+    "record_from_row",
+    "record_to_row",
+    "record_update_values",
+    "thread_from_row",
+]
+
+Row = tuple[Any, ...]
+
+
+def thread_from_row(row: Row) -> Thread:
+    return Thread(
+        id=row[0],
+        resource_id=row[1],
+        title=row[2],
+        metadata=loads(row[3]),
+        message_count=row[4],
+        created_at=dt_from_text(row[5]),
+        updated_at=dt_from_text(row[6]),
+    )
+
+
+def message_to_row(msg: Message) -> Row:
+    return (
+        msg.id,
+        msg.thread_id,
+        msg.resource_id,
+        msg.seq,
+        msg.role,
+        dumps([part_to_dict(p) for p in msg.parts]),
+        dumps(msg.metadata),
+        dt_to_text(msg.created_at),
+    )
+
+
+def message_from_row(row: Row) -> Message:
+    return Message(
+        id=row[0],
+        thread_id=row[1],
+        resource_id=row[2],
+        seq=row[3],
+        role=row[4],
+        parts=tuple(part_from_dict(p) for p in loads(row[5])),
+        metadata=loads(row[6]),
+        created_at=dt_from_text(row[7]),
+    )
+
+
+def record_to_row(r: OMRecord) -> Row:
+    return (
+        r.id,
+        r.key,
+        r.scope,
+        r.thread_id,
+        r.resource_id,
+        r.generation,
+        r.origin,
+        r.version,
+        r.observations,
+        r.observation_tokens,
+        dumps(dict(r.cursor)),
+        reflection_to_json(r.buffered_reflection),
+        r.pending_message_tokens,
+        r.last_buffered_at_tokens,
+        r.total_tokens_observed,
+        r.superseded_by,
+        dumps(dict(r.metadata)),
+        dt_to_text(r.created_at),
+        dt_to_text(r.updated_at),
+    )
+
+
+def record_from_row(row: Row, chunks: tuple[BufferedChunk, ...]) -> OMRecord:
+    """A record from its row; ``chunks`` are the key's buffered chunks (head records only)."""
+    key = row[1]
+    superseded_by = row[15]
+    return OMRecord(
+        id=row[0],
+        key=key,
+        scope=row[2],
+        thread_id=row[3],
+        resource_id=row[4],
+        generation=row[5],
+        origin=row[6],
+        version=row[7],
+        observations=row[8],
+        observation_tokens=row[9],
+        cursor=loads(row[10]),
+        chunks=chunks,
+        buffered_reflection=reflection_from_json(row[11]),
+        pending_message_tokens=row[12],
+        last_buffered_at_tokens=row[13],
+        total_tokens_observed=row[14],
+        superseded_by=superseded_by,
+        metadata=loads(row[16]),
+        created_at=dt_from_text(row[17]),
+        updated_at=dt_from_text(row[18]),
+    )
+
+
+def record_update_values(r: OMRecord) -> Row:
+    """The values of the UPDATE statement: every mutable column, then the id."""
+    return (
+        r.generation,
+        r.origin,
+        r.version,
+        r.observations,
+        r.observation_tokens,
+        dumps(dict(r.cursor)),
+        reflection_to_json(r.buffered_reflection),
+        r.pending_message_tokens,
+        r.last_buffered_at_tokens,
+        r.total_tokens_observed,
+        r.superseded_by,
+        dumps(dict(r.metadata)),
+        dt_to_text(r.updated_at),
+        r.id,
+    )
