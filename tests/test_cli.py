@@ -1,13 +1,192 @@
+"""The command line through its real entry point (a subprocess), models on a loopback server."""
+
 from __future__ import annotations
 
-import io
+import json
+import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
-from obsmem.cli import main
+import pytest
+
 from obsmem.messages import Message, ToolCallPart
 from obsmem.stores import SQLiteStore
+
+from .loopback_openai import LoopbackServer
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LoopbackServer]:
+    with LoopbackServer() as s:
+        yield s
+
+
+def _env(server: LoopbackServer | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.pop("OPENAI_BASE_URL", None)
+    env.pop("OBSMEM_MODEL", None)
+    if server is not None:
+        env.update(OPENAI_BASE_URL=server.base_url, OBSMEM_MODEL="openai/local-test")
+    return env
+
+
+def obsmem(
+    *args: str, cwd: Path, server: LoopbackServer | None = None, stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "obsmem", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=_env(server),
+        input=stdin,
+        timeout=300,
+    )
+
+
+def test_demo_replays_the_bundled_conversation_and_draws_the_sawtooth(
+    tmp_path: Path, server: LoopbackServer
+) -> None:
+    result = obsmem("demo", "--report", "demo.json", cwd=tmp_path, server=server)
+    assert result.returncode == 0, result.stderr
+    assert "--- observation log ---" in result.stdout
+    assert "44/44 turns" in result.stderr  # the progress bar reached the end
+    png = (tmp_path / "obsmem-demo.png").read_bytes()
+    assert png.startswith(b"\x89PNG\r\n\x1a\n")
+    assert len(png) > 20_000  # axes, four curves and three threshold lines, not an empty canvas
+    report = json.loads((tmp_path / "demo.json").read_text())
+    assert report["turns"] == 44
+    assert report["conversation_tokens"] > 15_000
+    assert report["largest_context"] < report["conversation_tokens"] / 3
+    assert report["model_calls"] >= 5
+    assert any(c["operation"] == "observation" for c in report["cycles"])
+    assert (tmp_path / "obsmem.db").exists()
+
+
+def test_demo_without_a_model_stops_at_once_and_says_how(tmp_path: Path) -> None:
+    result = obsmem("demo", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "OBSMEM_MODEL" in result.stderr
+    assert "OPENAI_BASE_URL" in result.stderr
+    assert not (tmp_path / "obsmem.db").exists()
+
+
+def test_demo_with_an_unreachable_server_says_so(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = subprocess.run(
+        [sys.executable, "-m", "obsmem", "demo"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={
+            **_env(None),
+            "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1",
+            "OBSMEM_MODEL": "openai/x",
+        },
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "cannot reach openai/x" in result.stderr
+
+
+def test_replay_of_openai_chat_jsonl_with_plot_and_report(
+    tmp_path: Path, server: LoopbackServer
+) -> None:
+    lines = []
+    for i in range(30):
+        lines.append({"role": "user", "content": f"Message {i}: my favorite color is blue. " * 12})
+        lines.append({"role": "assistant", "content": "Noted, thanks. " * 20})
+    (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    result = obsmem(
+        "replay",
+        "chat.jsonl",
+        "--message-tokens",
+        "1500",
+        "--observation-tokens",
+        "150",
+        "--plot",
+        "chat.png",
+        "--report",
+        "chat.json",
+        "--quiet",
+        cwd=tmp_path,
+        server=server,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "30 turns" in result.stdout
+    assert (tmp_path / "chat.png").stat().st_size > 20_000
+    report = json.loads((tmp_path / "chat.json").read_text())
+    assert report["generations"] >= 2, "the log passed 150 tokens and was reflected"
+    assert report["cycles"]
+
+
+def test_replay_of_a_locomo_conversation(tmp_path: Path, server: LoopbackServer) -> None:
+    conversation = {
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {
+                "speaker": "Ana" if i % 2 == 0 else "Ben",
+                "dia_id": f"D1:{i}",
+                "text": f"Turn {i}: my favorite color is blue and I like long walks. " * 6,
+            }
+            for i in range(20)
+        ],
+        "session_2_date_time": "9:00 am on 20 May, 2023",
+        "session_2": [{"speaker": "Ana", "dia_id": "D2:1", "text": "Remember my color?"}],
+    }
+    (tmp_path / "locomo.json").write_text(json.dumps(conversation))
+    result = obsmem("replay", "locomo.json", "--message-tokens", "800", cwd=tmp_path, server=server)
+    assert result.returncode == 0, result.stderr
+    assert "11 turns" in result.stdout
+    assert "favorite color is blue" in result.stdout  # the log, printed
+
+
+def test_replay_reports_the_bad_line(tmp_path: Path, server: LoopbackServer) -> None:
+    (tmp_path / "bad.jsonl").write_text('{"role": "user", "content": "hi"}\n{not json}\n')
+    result = obsmem("replay", "bad.jsonl", cwd=tmp_path, server=server)
+    assert result.returncode == 2
+    assert "bad.jsonl:2: not valid JSON" in result.stderr
+    missing = obsmem("replay", "nope.jsonl", cwd=tmp_path, server=server)
+    assert missing.returncode == 2
+    assert "cannot read nope.jsonl" in missing.stderr
+
+
+def test_bad_options_exit_with_usage(tmp_path: Path) -> None:
+    result = obsmem("replay", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "usage:" in result.stderr
+
+
+def test_chat_repl_with_status_and_commands(tmp_path: Path, server: LoopbackServer) -> None:
+    script = "\n".join(
+        [
+            "Remember that my favorite color is blue.",
+            "What is my favorite color?",
+            "/observations",
+            "/recall 1:2",
+            "/threads",
+            "/bogus",
+            "/quit",
+        ]
+    )
+    result = obsmem(
+        "chat", "--message-tokens", "1000", cwd=tmp_path, server=server, stdin=script + "\n"
+    )
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "agent> Your favorite color is blue." in out
+    assert "[messages " in out
+    assert "/1,000 · log " in out
+    assert "#1 user: Remember that my favorite color is blue." in out
+    assert "* chat  4 messages" in out
+    assert "unknown command /bogus" in out
 
 
 async def _populate(path: Path) -> None:
@@ -34,42 +213,40 @@ async def _populate(path: Path) -> None:
     await store.aclose()
 
 
-async def test_inspect_lists_threads_and_memory(tmp_path: Path) -> None:
-    db = tmp_path / "obsmem.db"
-    await _populate(db)
-    out = io.StringIO()
-    assert await _run_main(["inspect", "--db", str(db)], out) == 0
-    text = out.getvalue()
-    assert "resource user-1" in text
-    assert 'thread t1  "Colors"  3 messages' in text
-    assert "generation 0, log 14 tokens, observed through message 2, 0 buffered chunks" in text
+async def test_inspect_overview_thread_range_and_json(tmp_path: Path) -> None:
+    await _populate(tmp_path / "obsmem.db")
+    overview = obsmem("inspect", cwd=tmp_path)
+    assert overview.returncode == 0, overview.stderr
+    assert 'thread t1  "Colors"  3 messages' in overview.stdout
+    assert "generation 0, log 14 tokens, observed through message 2" in overview.stdout
+    detail = obsmem("inspect", "--thread", "t1", cwd=tmp_path)
+    assert "* 🔴 (14:30) User's favorite color is blue." in detail.stdout
+    assert "#2 assistant [tool-call]:" in detail.stdout
+    actor = obsmem("inspect", "--thread", "t1", "--as-actor", cwd=tmp_path)
+    assert "Date: Dec 4, 2025 (" in actor.stdout  # relative date added for the agent
+    ranged = obsmem("inspect", "--thread", "t1", "--range", "2:3", cwd=tmp_path)
+    assert "#1 user" not in ranged.stdout
+    assert "#3 assistant: Noted: blue." in ranged.stdout
+    data = json.loads(obsmem("inspect", "--thread", "t1", "--json", cwd=tmp_path).stdout)
+    assert data["generations"][0]["cursor"] == {"t1": 2}
+    assert [m["role"] for m in data["messages"]] == ["user", "assistant", "assistant"]
+    everything = json.loads(obsmem("inspect", "--json", cwd=tmp_path).stdout)
+    assert everything["resources"][0]["threads"][0]["memory"]["log_tokens"] == 14
 
 
-async def test_inspect_thread_shows_log_and_messages(tmp_path: Path) -> None:
-    db = tmp_path / "obsmem.db"
-    await _populate(db)
-    out = io.StringIO()
-    assert await _run_main(["inspect", "--db", str(db), "--thread", "t1"], out) == 0
-    text = out.getvalue()
-    assert "* 🔴 (14:30) User's favorite color is blue." in text
-    assert "#1 user: My favorite color is blue." in text
-    assert "#2 assistant [tool-call]:" in text
-    assert "latest 3 of 3 messages" in text
-
-
-def test_inspect_without_a_database_says_what_to_do(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "obsmem.cli", "inspect", "--db", str(tmp_path / "none.db")],
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 2
-    assert "No obsmem database at" in result.stderr
+def test_inspect_errors_a_person_can_act_on(tmp_path: Path) -> None:
+    missing = obsmem("inspect", "--db", "none.db", cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "No obsmem database at none.db" in missing.stderr
     assert not (tmp_path / "none.db").exists()
 
 
-async def _run_main(argv: list[str], out: io.StringIO) -> int:
-    # main() runs its own event loop; run it off this test's loop.
-    import asyncio
-
-    return await asyncio.to_thread(main, argv, out=out)
+async def test_inspect_unknown_thread_lists_known_ones(tmp_path: Path) -> None:
+    await _populate(tmp_path / "obsmem.db")
+    result = obsmem("inspect", "--thread", "t9", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "no thread 't9'" in result.stderr
+    assert "Known threads: t1" in result.stderr
+    bad_range = obsmem("inspect", "--thread", "t1", "--range", "x", cwd=tmp_path)
+    assert bad_range.returncode == 2
+    assert "is not FIRST:LAST" in bad_range.stderr

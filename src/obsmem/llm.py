@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeAlias, cast
 
 from opentelemetry import trace
 from pydantic_ai import messages as pa
@@ -26,7 +26,15 @@ from obsmem.errors import ModelError, ObsmemError
 from obsmem.messages import FilePart, ImagePart
 from obsmem.models import ModelByInputTokens, ModelSpec, call_with_retry, provider_of, resolve_model
 
-__all__ = ["LLMRequest", "LLMResult", "Role", "call_model", "cost_usd"]
+__all__ = [
+    "CallListener",
+    "LLMRequest",
+    "LLMResult",
+    "Role",
+    "add_call_listener",
+    "call_model",
+    "cost_usd",
+]
 
 Role = Literal["observer", "reflector", "extractor"]
 
@@ -112,7 +120,7 @@ async def call_model(request: LLMRequest) -> LLMResult:
         )
         if cost is not None:
             span.set_attribute("obsmem.cost_usd", cost)
-        return LLMResult(
+        result = LLMResult(
             text="".join(p.content for p in response.parts if isinstance(p, pa.TextPart)),
             model_name=model_name,
             provider=provider,
@@ -121,6 +129,25 @@ async def call_model(request: LLMRequest) -> LLMResult:
             cost_usd=cost,
             duration_ms=(time.perf_counter() - started) * 1000,
         )
+        for listener in list(_listeners):
+            listener(request, result)
+        return result
+
+
+CallListener: TypeAlias = Callable[["LLMRequest", "LLMResult"], None]
+_listeners: list[CallListener] = []
+
+
+def add_call_listener(listener: CallListener) -> Callable[[], None]:
+    """Be told about every successful memory-model call (the CLI's reports use it); returns
+    the function that removes the listener."""
+    _listeners.append(listener)
+
+    def remove() -> None:
+        if listener in _listeners:
+            _listeners.remove(listener)
+
+    return remove
 
 
 def _choose_model(request: LLMRequest) -> tuple[Model, int | None]:

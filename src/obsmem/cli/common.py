@@ -1,0 +1,127 @@
+"""Options and helpers shared by the commands."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import ModelError
+from ..llm import LLMRequest, call_model
+from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
+
+__all__ = [
+    "DEFAULT_DB",
+    "Progress",
+    "add_memory_options",
+    "check_model",
+    "memory_options",
+    "pick_model",
+]
+
+DEFAULT_DB = "obsmem.db"
+
+
+def add_memory_options(
+    parser: argparse.ArgumentParser, *, message_tokens: int, observation_tokens: int
+) -> None:
+    parser.add_argument(
+        "--model",
+        help="Observer and Reflector model, e.g. openai/gpt-5-mini "
+        "(default: from OBSMEM_MODEL or a provider key in the environment)",
+    )
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
+    parser.add_argument(
+        "--message-tokens",
+        type=int,
+        default=message_tokens,
+        help=f"observe when unobserved messages reach this (default {message_tokens:,})",
+    )
+    parser.add_argument(
+        "--observation-tokens",
+        type=int,
+        default=observation_tokens,
+        help=f"reflect when the log reaches this (default {observation_tokens:,})",
+    )
+    parser.add_argument(
+        "--buffer-tokens",
+        default="0.2",
+        help="background buffering interval: a ratio, tokens, or 'off'",
+    )
+
+
+def memory_options(args: argparse.Namespace, model: str) -> dict[str, Any]:
+    buffer: float | bool = (
+        False
+        if str(args.buffer_tokens).lower() in ("off", "false", "0")
+        else float(args.buffer_tokens)
+    )
+    return {
+        "observation": {
+            "model": model,
+            "messageTokens": args.message_tokens,
+            "bufferTokens": buffer,
+        },
+        "reflection": {"model": model, "observationTokens": args.observation_tokens},
+    }
+
+
+def pick_model(args: argparse.Namespace) -> str | None:
+    """The model from --model or the environment; None (after saying how) when there is none."""
+    model = args.model or model_from_environment()
+    if model is None:
+        print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
+    return model
+
+
+async def check_model(model: str) -> str | None:
+    """One tiny call, no retries: an error message when the model cannot be reached."""
+    try:
+        await call_model(
+            LLMRequest(
+                role="observer",
+                model=model,
+                system="Reply with the single word OK.",
+                user=["ping"],
+                timeout=30.0,
+                retry_budget=0.0,
+                operation="check",
+            )
+        )
+    except ModelError as exc:
+        return f"cannot reach {model}: {exc}\n{HOW_TO_PROVIDE_A_MODEL}"
+    return None
+
+
+class Progress:
+    """A one-line progress bar on stderr (plain lines when stderr is not a terminal)."""
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty()
+        self.started = time.monotonic()
+        self._last = -1
+
+    def __call__(self, done: int, total: int) -> None:
+        width = 30
+        filled = width * done // max(1, total)
+        bar = "#" * filled + "." * (width - filled)
+        elapsed = time.monotonic() - self.started
+        line = f"{self.label} [{bar}] {done}/{total} turns  {elapsed:5.1f}s"
+        if self.tty:
+            self.stream.write("\r" + line)
+            if done == total:
+                self.stream.write("\n")
+        else:
+            step = max(1, total // 10)
+            if done == total or done // step != self._last:
+                self.stream.write(line + "\n")
+                self._last = done // step
+        self.stream.flush()
+
+
+def db_path(args: argparse.Namespace) -> Path:
+    return Path(args.db)

@@ -1,0 +1,225 @@
+"""``obsmem inspect``: what a store holds, for people (or ``--json`` for programs)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..context import ContextInput, build_context
+from ..messages import message_to_dict, utcnow
+from ..records import OMRecord, record_key
+from ..stores import SQLiteStore
+from .common import DEFAULT_DB
+
+__all__ = ["add"]
+
+
+def add(sub: Any) -> None:
+    parser = sub.add_parser(
+        "inspect",
+        help="show threads, logs, generations, chunks and messages in a store",
+        description="Without --thread: every resource and thread with its memory status. With "
+        "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
+        "generations, buffered chunks and messages.",
+    )
+    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
+    parser.add_argument("--resource", help="only this resource")
+    parser.add_argument("--thread", help="show this thread in detail")
+    parser.add_argument("--messages", type=int, default=10, help="latest messages to show")
+    parser.add_argument("--range", help="messages by position, e.g. 10:20 (inclusive)")
+    parser.add_argument(
+        "--as-actor",
+        action="store_true",
+        help="show the log as the agent sees it (relative dates, segments)",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    if not Path(args.db).exists():
+        print(
+            f"No obsmem database at {args.db}. Pass --db PATH, or create one by using obsmem "
+            "with Memory() in this directory (or run `obsmem demo`).",
+            file=sys.stderr,
+        )
+        return 2
+    span: tuple[int, int] | None = None
+    if args.range:
+        try:
+            first, last = (int(x) for x in args.range.split(":"))
+        except ValueError:
+            print(f"obsmem: --range {args.range!r} is not FIRST:LAST, e.g. 10:20", file=sys.stderr)
+            return 2
+        span = (first, last)
+    return asyncio.run(_inspect(args, out, span))
+
+
+async def _inspect(args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None) -> int:
+    store = SQLiteStore(args.db)
+    try:
+        if args.thread:
+            return await _thread(store, args, out, span)
+        return await _overview(store, args, out)
+    finally:
+        await store.aclose()
+
+
+async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+    resources = [args.resource] if args.resource else await store.list_resources()
+    data: dict[str, Any] = {
+        "db": args.db,
+        "schema_version": await store.schema_version(),
+        "resources": [],
+    }
+    for resource in resources:
+        entry: dict[str, Any] = {"id": resource, "threads": []}
+        for thread in await store.list_threads(resource):
+            record = await store.get_record(
+                record_key("thread", thread_id=thread.id, resource_id=resource)
+            )
+            entry["threads"].append(
+                {
+                    "id": thread.id,
+                    "title": thread.title,
+                    "messages": thread.message_count,
+                    "memory": _record_summary(record, thread.id),
+                }
+            )
+        shared = await store.get_record(
+            record_key("resource", thread_id=None, resource_id=resource)
+        )
+        entry["resource_memory"] = _record_summary(shared, None)
+        data["resources"].append(entry)
+    if args.json:
+        print(json.dumps(data, indent=2, default=str), file=out)
+        return 0
+    print(f"{args.db}  (schema version {data['schema_version']})", file=out)
+    if not resources:
+        print("  no threads yet", file=out)
+    for entry in data["resources"]:
+        print(f"resource {entry['id']}", file=out)
+        for t in entry["threads"]:
+            title = f'  "{t["title"]}"' if t["title"] else ""
+            print(f"  thread {t['id']}{title}  {t['messages']} messages", file=out)
+            m = t["memory"]
+            if m:
+                print(
+                    f"    memory: generation {m['generation']}, log {m['log_tokens']} tokens, "
+                    f"observed through message {m['cursor']}, {m['chunks']} buffered chunks",
+                    file=out,
+                )
+        m = entry["resource_memory"]
+        if m:
+            print(
+                f"  resource memory: generation {m['generation']}, log {m['log_tokens']} tokens, "
+                f"{m['chunks']} buffered chunks",
+                file=out,
+            )
+    return 0
+
+
+def _record_summary(record: OMRecord | None, thread_id: str | None) -> dict[str, Any] | None:
+    if record is None:
+        return None
+    return {
+        "generation": record.generation,
+        "log_tokens": record.observation_tokens,
+        "cursor": record.cursor.get(thread_id, 0) if thread_id else dict(record.cursor),
+        "chunks": len(record.chunks),
+    }
+
+
+async def _thread(
+    store: SQLiteStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
+) -> int:
+    thread = await store.get_thread(args.thread)
+    if thread is None:
+        known = [t.id for r in await store.list_resources() for t in await store.list_threads(r)]
+        hint = f" Known threads: {', '.join(known[:10])}" if known else " The store has none."
+        print(f"obsmem: no thread {args.thread!r} in {args.db}.{hint}", file=sys.stderr)
+        return 2
+    key = record_key("thread", thread_id=thread.id, resource_id=thread.resource_id)
+    history = await store.history(key)
+    if span is not None:
+        messages = await store.list_messages(thread.id, after_seq=span[0] - 1, through_seq=span[1])
+    else:
+        messages = list(
+            reversed(await store.list_messages(thread.id, limit=args.messages, newest_first=True))
+        )
+    head = history[0] if history else None
+    log = head.observations if head else ""
+    if args.as_actor and head is not None:
+        shown = build_context(ContextInput(observations=log, now=utcnow(), tz=utcnow().tzinfo))  # type: ignore[arg-type]
+        log = "\n\n".join(m.text for m in shown if m.role == "system")
+    if args.json:
+        data = {
+            "thread": {
+                "id": thread.id,
+                "resource": thread.resource_id,
+                "title": thread.title,
+                "messages": thread.message_count,
+                "metadata": dict(thread.metadata),
+            },
+            "log": log,
+            "generations": [
+                {
+                    "generation": r.generation,
+                    "origin": r.origin,
+                    "log_tokens": r.observation_tokens,
+                    "cursor": dict(r.cursor),
+                    "created_at": r.created_at.isoformat(),
+                }
+                for r in history
+            ],
+            "chunks": [
+                {
+                    "id": c.id,
+                    "message_tokens": c.message_tokens,
+                    "observation_tokens": c.token_count,
+                    "ranges": [[g.first_seq, g.last_seq] for g in c.ranges],
+                    "observations": c.observations,
+                }
+                for c in (head.chunks if head else ())
+            ],
+            "messages": [message_to_dict(m) for m in messages],
+        }
+        print(json.dumps(data, indent=2, default=str), file=out)
+        return 0
+    title = f' "{thread.title}"' if thread.title else ""
+    print(f"thread {thread.id}{title} of resource {thread.resource_id}", file=out)
+    if head is not None:
+        how = "as the agent sees it" if args.as_actor else "as stored"
+        print(
+            f"observation log ({how}; generation {head.generation}, {len(history)} "
+            f"generations, {head.observation_tokens} tokens):",
+            file=out,
+        )
+        print(log or "  (empty)", file=out)
+        for r in history[1:]:
+            print(
+                f"  generation {r.generation} ({r.origin}): {r.observation_tokens} tokens", file=out
+            )
+        for c in head.chunks:
+            ranges = ", ".join(f"{g.first_seq}-{g.last_seq}" for g in c.ranges)
+            print(
+                f"buffered chunk {c.id}: messages {ranges}, {c.message_tokens} message tokens -> "
+                f"{c.token_count} observation tokens",
+                file=out,
+            )
+    else:
+        print("no observation log yet", file=out)
+    label = f"messages {span[0]}-{span[1]}" if span else f"latest {len(messages)}"
+    print(f"{label} of {thread.message_count} messages:", file=out)
+    for message in messages:
+        text = message.text.replace("\n", " ")
+        if len(text) > 100:
+            text = text[:97] + "..."
+        kinds = ",".join(sorted({p.kind for p in message.parts} - {"text"}))
+        extra = f" [{kinds}]" if kinds else ""
+        print(f"  #{message.seq} {message.role}{extra}: {text}", file=out)
+    return 0

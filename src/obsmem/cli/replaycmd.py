@@ -1,0 +1,138 @@
+"""``obsmem demo`` and ``obsmem replay FILE``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..engine import ObservationalMemory
+from ..messages import Message
+from ..replay import DEMO_CONVERSATION, ReplayError, ReplayReport, load_conversation, replay
+from ..stores import SQLiteStore
+from .common import Progress, add_memory_options, check_model, memory_options, pick_model
+
+__all__ = ["add_demo", "add_replay"]
+
+
+def add_demo(sub: Any) -> None:
+    parser = sub.add_parser(
+        "demo",
+        help="replay the bundled conversation through memory and draw the sawtooth",
+        description="Replays a conversation that ships with obsmem (five sessions over two "
+        "weeks: a trip whose facts change, a tool-heavy debugging stretch, a shared image) "
+        "through observational memory on the embedded SQLite default, prints the observation "
+        "log and writes a PNG of the context size per turn.",
+    )
+    add_memory_options(parser, message_tokens=3_000, observation_tokens=2_000)
+    parser.add_argument("--plot", default="obsmem-demo.png", help="PNG to write")
+    parser.add_argument("--report", help="also write a JSON report here")
+    parser.set_defaults(run=_run_demo)
+
+
+def add_replay(sub: Any) -> None:
+    parser = sub.add_parser(
+        "replay",
+        help="replay a recorded conversation through memory",
+        description="Feeds a conversation (obsmem JSONL, OpenAI chat messages as JSONL or a "
+        "JSON array, a LoCoMo conversation, or a LongMemEval file) through observational memory "
+        "turn by turn, with the recorded replies standing in for the agent.",
+    )
+    parser.add_argument("file", help="the conversation to replay")
+    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+    parser.add_argument("--question", help="LongMemEval: the question_id whose haystack to use")
+    parser.add_argument("--plot", help="write the context-size PNG here")
+    parser.add_argument("--report", help="write a JSON report here")
+    parser.add_argument("--quiet", action="store_true", help="do not print the observation log")
+    parser.set_defaults(run=_run_replay)
+
+
+def _run_demo(args: argparse.Namespace, out: TextIO) -> int:
+    model = pick_model(args)
+    if model is None:
+        return 2
+    messages = load_conversation(DEMO_CONVERSATION)
+    thread = f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}"
+    print(
+        f"obsmem demo: {len(messages)} messages, Observer/Reflector {model}, store {args.db}",
+        file=out,
+    )
+    return asyncio.run(_replay(args, out, model, messages, thread, title="obsmem demo"))
+
+
+def _run_replay(args: argparse.Namespace, out: TextIO) -> int:
+    try:
+        messages = load_conversation(args.file, question=args.question)
+    except ReplayError as exc:
+        print(f"obsmem: {exc}", file=__import__("sys").stderr)
+        return 2
+    model = pick_model(args)
+    if model is None:
+        return 2
+    thread = f"replay-{Path(args.file).stem}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}"
+    return asyncio.run(_replay(args, out, model, messages, thread, title=Path(args.file).name))
+
+
+async def _replay(
+    args: argparse.Namespace,
+    out: TextIO,
+    model: str,
+    messages: Sequence[Message],
+    thread: str,
+    *,
+    title: str,
+) -> int:
+    import sys
+
+    problem = await check_model(model)
+    if problem is not None:
+        print(f"obsmem: {problem}", file=sys.stderr)
+        return 2
+    store = SQLiteStore(args.db)
+    om = ObservationalMemory(store, memory_options(args, model))
+    try:
+        # Message ids are global in a store: give this run's copies ids of their own.
+        own = [replace(m, id=f"{thread}:{m.id}") for m in messages]
+        report = await replay(
+            om, own, thread_id=thread, resource_id="replay", progress=Progress(title)
+        )
+    finally:
+        await om.aclose()
+        await store.aclose()
+    _summary(report, out, thread=thread, quiet=getattr(args, "quiet", False))
+    if args.plot:
+        from ..plot import plot_sawtooth
+
+        path = plot_sawtooth(report, args.plot, title=f"{title}: context size per turn")
+        print(f"wrote {path}", file=out)
+    if args.report:
+        text = json.dumps(report.to_json(), indent=2)
+        await asyncio.to_thread(Path(args.report).write_text, text, encoding="utf-8")
+        print(f"wrote {args.report}", file=out)
+    return 0 if not report.failures else 1
+
+
+def _summary(report: ReplayReport, out: TextIO, *, thread: str, quiet: bool) -> None:
+    if not quiet:
+        print("\n--- observation log ---", file=out)
+        print(report.final_log or "(empty)", file=out)
+        print("--- end of log ---\n", file=out)
+    observed = sum(c["tokens_in"] for c in report.cycles if c["operation"] == "observation")
+    written = sum(c["tokens_out"] for c in report.cycles if c["operation"] == "observation")
+    ratio = f"{observed / written:.1f}x" if written else "n/a"
+    cost = f"${report.cost_usd:.4f}" if report.cost_usd is not None else "unknown"
+    print(
+        f"thread {thread}: {report.turns} turns, {report.conversation_tokens:,} tokens of "
+        f"conversation; largest context {report.largest_context:,} tokens; "
+        f"{len(report.cycles)} memory cycles (observation compression {ratio}); "
+        f"{report.generations} generation(s); {report.model_calls} model calls, "
+        f"{report.model_input_tokens:,} in / {report.model_output_tokens:,} out, cost {cost}",
+        file=out,
+    )
+    for failure in report.failures:
+        print(f"  failed: {failure}", file=out)
