@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..errors import ModelError
+from ..errors import MissingExtraError, ModelError
 from ..llm import LLMRequest, call_model
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
 
@@ -90,6 +90,8 @@ async def check_model(model: str) -> str | None:
                 operation="check",
             )
         )
+    except MissingExtraError as exc:
+        return str(exc)
     except ModelError as exc:
         return f"cannot reach {model}: {exc}\n{HOW_TO_PROVIDE_A_MODEL}"
     return None
