@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -83,8 +84,8 @@ class SQLiteStore:
         return await loop.run_in_executor(self._executor, self._call, fn)
 
     def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        conn = self._conn if self._conn is not None else self._open()
         try:
+            conn = self._conn if self._conn is not None else self._open()
             return fn(conn)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
@@ -115,7 +116,7 @@ class SQLiteStore:
         )
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
         if self.path != ":memory:":
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._switch_to_wal(conn)
             if str(mode).lower() != "wal":
                 raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
         conn.execute("PRAGMA synchronous = NORMAL")
@@ -123,6 +124,20 @@ class SQLiteStore:
         self._migrate(conn)
         self._conn = conn
         return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> str:
+        """``PRAGMA journal_mode = WAL``, waiting out a writer that holds the new file's lock
+        (SQLite does not apply ``busy_timeout`` to this pragma)."""
+        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        delay = 0.005
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     @staticmethod
     def _migrate(conn: sqlite3.Connection) -> None:
