@@ -1,0 +1,331 @@
+"""The ``recall`` tool: the agent pages back to exact wording, lists threads, or searches
+observation groups by meaning.
+
+Every call is bound to the caller's resource (and, in thread scope, thread) when the tool is made;
+whatever ids, ranges, thread ids or queries the model sends, nothing outside that boundary is
+read or shown. Output is text for the model, budgeted to about ``budget`` tokens, with hints that
+say exactly how to get the rest.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal
+
+from .messages import (
+    DataPart,
+    FilePart,
+    ImagePart,
+    Message,
+    Part,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from .records import ObservationGroup
+from .stores import Store
+from .tokens import HeuristicEstimator
+
+__all__ = ["RECALL_GUIDANCE", "RecallBoundary", "SearchHit", "recall"]
+
+Mode = Literal["messages", "threads", "search"]
+SearchFn = Callable[
+    [str, str | None, datetime | None, datetime | None, int], Awaitable["list[SearchHit]"]
+]
+
+LOW_DETAIL_TOKENS = {"text": 100, "tool-call": 20, "tool-result": 20}
+OTHER_PART_TOKENS = 30
+CHARS_PER_TOKEN = 4
+MAX_LIMIT = 20
+
+RECALL_GUIDANCE = """\
+Your notes are a summary. The raw messages behind them are still stored, and the `recall` tool \
+reads them:
+- mode "messages": page through raw messages. Give `cursor` (a message id) and `page` (1 = the \
+messages after it, -1 = the ones before); without a cursor, page 1 starts at the beginning of the \
+conversation and page -1 at its end. `detail` "low" (default) shortens long parts; follow the \
+hint it prints (part_index, detail "high", char_offset) to read a part in full.
+- mode "threads": list the conversations you can recall.
+- mode "search": find the notes about a topic (`query`), with the range of raw messages each \
+came from; then page those messages with mode "messages".
+Use recall when the user asks for exact wording, numbers, code or lists you no longer have, or to \
+verify a detail before relying on it. Do not use it for what your notes already answer."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RecallBoundary:
+    """What one recall tool may read: the caller's resource, and in thread scope its thread."""
+
+    resource_id: str
+    thread_id: str
+    scope: Literal["thread", "resource"] = "resource"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchHit:
+    group: ObservationGroup
+    score: float
+
+
+async def recall(
+    store: Store,
+    boundary: RecallBoundary,
+    *,
+    mode: str = "messages",
+    cursor: str | None = None,
+    page: int = 1,
+    limit: int = MAX_LIMIT,
+    detail: str = "low",
+    part_index: int | None = None,
+    char_offset: int = 0,
+    query: str | None = None,
+    thread_id: str | None = None,
+    before: str | None = None,
+    after: str | None = None,
+    search: SearchFn | None = None,
+    budget: int = 2_000,
+) -> str:
+    """Run one recall request and render the answer for the model."""
+    if mode == "threads":
+        return await _threads(store, boundary)
+    if mode == "search":
+        if search is None:
+            return 'Search is not available here: use mode "messages" to page raw messages.'
+        if not query or not query.strip():
+            return 'mode "search" needs a `query`.'
+        window = (_date(before), _date(after))
+        target, refused = await _thread_in_boundary(store, boundary, thread_id)
+        if refused is not None:
+            return refused
+        hits = await search(
+            query,
+            target if thread_id else _scoped(boundary),
+            window[1],
+            window[0],
+            min(limit, MAX_LIMIT),
+        )
+        return _render_hits(hits, boundary, budget)
+    if mode != "messages":
+        return f'Unknown mode {mode!r}: use "messages", "threads" or "search".'
+    limit = max(1, min(MAX_LIMIT, int(limit)))
+    page = int(page) or 1
+    if cursor is not None and ":" in cursor:
+        return (
+            f"cursor must be one message id, not a range; to read the range {cursor}, use "
+            f'cursor="{cursor.split(":", 1)[0]}" and page=1.'
+        )
+    if cursor is not None:
+        found = await store.get_messages([cursor], resource_id=boundary.resource_id)
+        if not found or (boundary.scope == "thread" and found[0].thread_id != boundary.thread_id):
+            return f"No message {cursor!r} in this conversation's memory."
+        anchor = found[0]
+        if part_index is not None:
+            return _one_part(anchor, part_index, char_offset, budget)
+        return await _page(
+            store,
+            anchor.thread_id or boundary.thread_id,
+            anchor.seq or 0,
+            page,
+            limit,
+            detail,
+            budget,
+        )
+    target, refused = await _thread_in_boundary(store, boundary, thread_id)
+    if refused is not None:
+        return refused
+    thread = await store.get_thread(target)
+    if thread is None:
+        return "This conversation has no stored messages yet."
+    start = 0 if page > 0 else thread.message_count + 1
+    return await _page(store, target, start, page, limit, detail, budget)
+
+
+def _scoped(boundary: RecallBoundary) -> str | None:
+    return boundary.thread_id if boundary.scope == "thread" else None
+
+
+async def _thread_in_boundary(
+    store: Store, boundary: RecallBoundary, thread_id: str | None
+) -> tuple[str, str | None]:
+    """(the thread to read, None), or (the current thread, why the request was refused)."""
+    if thread_id is None or thread_id in ("", "current", boundary.thread_id):
+        return boundary.thread_id, None
+    if boundary.scope == "thread":
+        refusal = f"Only this conversation can be recalled here; thread {thread_id!r} is not it."
+        return boundary.thread_id, refusal
+    thread = await store.get_thread(thread_id)
+    if thread is None or thread.resource_id != boundary.resource_id:
+        return boundary.thread_id, f"No thread {thread_id!r} among this user's conversations."
+    return thread.id, None
+
+
+async def _threads(store: Store, boundary: RecallBoundary) -> str:
+    if boundary.scope == "thread":
+        threads = [t for t in [await store.get_thread(boundary.thread_id)] if t is not None]
+    else:
+        threads = await store.list_threads(boundary.resource_id)
+    if not threads:
+        return "No conversations stored yet."
+    lines = [f"{len(threads)} conversation(s):"]
+    for t in sorted(threads, key=lambda t: t.updated_at, reverse=True):
+        current = " (current)" if t.id == boundary.thread_id else ""
+        lines.append(
+            f"- {t.title or 'untitled'}{current}: id {t.id}, {t.message_count} messages, "
+            f"updated {t.updated_at:%Y-%m-%d %H:%M}, created {t.created_at:%Y-%m-%d}"
+        )
+    return "\n".join(lines)
+
+
+async def _page(
+    store: Store, thread_id: str, anchor_seq: int, page: int, limit: int, detail: str, budget: int
+) -> str:
+    if page > 0:
+        after = anchor_seq + (page - 1) * limit
+        messages = await store.list_messages(thread_id, after_seq=after, limit=limit)
+    else:
+        through = anchor_seq - 1 - (abs(page) - 1) * limit
+        if through < 1:
+            return "No earlier messages."
+        newest = await store.list_messages(
+            thread_id, through_seq=through, limit=limit, newest_first=True
+        )
+        messages = list(reversed(newest))
+    messages = [m for m in messages if any(not isinstance(p, DataPart) for p in m.parts)]
+    if not messages:
+        return "No more messages in that direction."
+    estimator = HeuristicEstimator()
+    out: list[str] = []
+    used = 0
+    for message in messages:
+        block = _render_message(message, detail)
+        cost = estimator.count_text(block)
+        if out and used + cost > budget:
+            resume = out_last_id(messages, message)
+            out.append(f'[output budget reached: continue with recall cursor="{resume}" page=1]')
+            break
+        out.append(block)
+        used += cost
+    first, last = messages[0], messages[-1]
+    out.append(
+        f'[messages #{first.seq}-#{last.seq} of thread {thread_id}; next: cursor="{last.id}" '
+        f'page=1, previous: cursor="{first.id}" page=-1]'
+    )
+    return "\n\n".join(out)
+
+
+def out_last_id(messages: Sequence[Message], stopped_at: Message) -> str:
+    index = list(messages).index(stopped_at)
+    return messages[index - 1].id if index > 0 else stopped_at.id
+
+
+def _render_message(message: Message, detail: str) -> str:
+    when = f"{message.created_at:%Y-%m-%d %H:%M:%S}Z"
+    header = f"**{message.role} ({when})** [{message.id}] #{message.seq}:"
+    lines = [header]
+    for index, part in enumerate(message.parts):
+        if isinstance(part, DataPart):
+            continue
+        kind, text = _part_text(part)
+        if detail == "low":
+            cap = LOW_DETAIL_TOKENS.get(kind, OTHER_PART_TOKENS) * CHARS_PER_TOKEN
+            if len(text) > cap:
+                text = (
+                    text[:cap].rstrip()
+                    + f' … [{len(text) - cap} more characters: recall cursor="{message.id}" '
+                    f'part_index={index} detail="high"]'
+                )
+        lines.append(f"  [p{index}] {text}")
+    return "\n".join(lines)
+
+
+def _part_text(part: Part) -> tuple[str, str]:
+    match part:
+        case TextPart():
+            return "text", part.text
+        case ToolCallPart():
+            args = part.args if isinstance(part.args, str) else json.dumps(part.args)
+            return "tool-call", f"tool call {part.tool_name}({args})"
+        case ToolResultPart():
+            content = (
+                part.content
+                if isinstance(part.content, str)
+                else json.dumps(part.content, ensure_ascii=False, default=str)
+            )
+            label = "tool error" if part.is_error else "tool result"
+            return "tool-result", f"{label} {part.tool_name}: {content}"
+        case ReasoningPart():
+            return "reasoning", f"reasoning: {part.text}"
+        case ImagePart():
+            return "image", f"[image {part.filename or part.url or ''}]".replace(" ]", "]")
+        case FilePart():
+            return "file", f"[file {part.filename or part.url or part.media_type}]"
+        case DataPart():
+            return "data", ""
+
+
+def _one_part(message: Message, index: int, char_offset: int, budget: int) -> str:
+    parts = [p for p in message.parts if not isinstance(p, DataPart)]
+    if not 0 <= index < len(message.parts) or isinstance(message.parts[index], DataPart):
+        return (
+            (
+                f"Message {message.id} has parts 0-{len(message.parts) - 1}; part_index {index} "
+                "does not exist."
+            )
+            if parts
+            else f"Message {message.id} has no readable parts."
+        )
+    _, text = _part_text(message.parts[index])
+    size = budget * CHARS_PER_TOKEN
+    start = max(0, int(char_offset))
+    chunk = text[start : start + size]
+    more = start + size < len(text)
+    tail = (
+        f"\n[characters {start}-{start + len(chunk)} of {len(text)}; the rest: recall "
+        f'cursor="{message.id}" part_index={index} char_offset={start + size}]'
+        if more
+        else f"\n[characters {start}-{start + len(chunk)} of {len(text)}: the end of this part]"
+    )
+    return f"**{message.role}** [{message.id}] part {index}:\n{chunk}{tail}"
+
+
+def _render_hits(hits: Sequence[SearchHit], boundary: RecallBoundary, budget: int) -> str:
+    if not hits:
+        return "No notes match that query."
+    estimator = HeuristicEstimator()
+    out: list[str] = []
+    used = 0
+    for hit in hits:
+        g = hit.group
+        where = (
+            "this conversation" if g.thread_id == boundary.thread_id else f"thread {g.thread_id}"
+        )
+        block = (
+            f"### {where}, group {g.id} (score {hit.score:.2f})\n"
+            f"raw messages {g.start_id} through {g.end_id} (page them with recall "
+            f'cursor="{g.start_id}" page=1)\n{g.observations.strip()}'
+        )
+        cost = estimator.count_text(block)
+        if out and used + cost > budget:
+            out.append(f"[{len(hits) - len(out)} more results left out to stay within budget]")
+            break
+        out.append(block)
+        used += cost
+    return "\n\n".join(out)
+
+
+def _date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        from datetime import UTC
+
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed

@@ -1,0 +1,141 @@
+"""The recall tool's message and thread modes, including an adversarial suite: nothing from
+another resource (or, in thread scope, another thread) is ever returned."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
+from obsmem.recall import RecallBoundary, recall
+from obsmem.stores import Store
+
+T0 = datetime(2025, 12, 1, 9, 0, tzinfo=UTC)
+SECRET = "the launch code is 0000"
+
+
+async def _seed(store: Store) -> None:
+    await store.create_thread("t1", "alice")
+    await store.create_thread("t2", "alice")
+    await store.create_thread("evil", "mallory")
+    messages = [
+        Message(
+            role="user" if i % 2 == 0 else "assistant",
+            parts=(TextPart(text=f"alice message {i} " + "detail " * (60 if i == 3 else 2)),),
+            id=f"a{i}",
+            created_at=T0 + timedelta(minutes=i),
+        )
+        for i in range(1, 31)
+    ]
+    await store.append_messages("t1", messages)
+    await store.append_messages("t2", [Message.user("other thread of alice", id="b1")])
+    await store.append_messages("evil", [Message.user(SECRET, id="m1")])
+    big = "log line\n" * 5_000
+    await store.append_messages(
+        "t1",
+        [
+            Message(
+                role="assistant",
+                parts=(ToolCallPart(tool_call_id="c1", tool_name="fetch_logs", args={}),),
+                id="call",
+                created_at=T0 + timedelta(hours=1),
+            ),
+            Message(
+                role="tool",
+                parts=(ToolResultPart(tool_call_id="c1", tool_name="fetch_logs", content=big),),
+                id="result",
+                created_at=T0 + timedelta(hours=1),
+            ),
+        ],
+    )
+
+
+ALICE = RecallBoundary(resource_id="alice", thread_id="t1", scope="resource")
+ALICE_THREAD_ONLY = RecallBoundary(resource_id="alice", thread_id="t1", scope="thread")
+
+
+async def test_paging_forward_and_back_from_a_cursor(store: Store) -> None:
+    await _seed(store)
+    first = await recall(store, ALICE)  # no cursor: from the start
+    assert "[a1]" in first
+    assert "[a20]" in first
+    assert "[a21]" not in first  # limit 20
+    forward = await recall(store, ALICE, cursor="a20", page=1, limit=5)
+    assert "[a21]" in forward
+    assert "[a25]" in forward
+    assert "[a26]" not in forward
+    assert 'next: cursor="a25" page=1' in forward
+    back = await recall(store, ALICE, cursor="a10", page=-1, limit=3)
+    assert [x for x in ("[a7]", "[a8]", "[a9]") if x in back] == ["[a7]", "[a8]", "[a9]"]
+    assert "[a10]" not in back
+    end = await recall(store, ALICE, page=-1, limit=2)
+    assert "[result]" in end
+
+
+async def test_low_detail_truncates_with_a_hint_that_leads_to_the_full_text(store: Store) -> None:
+    await _seed(store)
+    low = await recall(store, ALICE, cursor="a2", page=1, limit=1)
+    assert 'more characters: recall cursor="a3" part_index=0 detail="high"' in low
+    tool = await recall(store, ALICE, cursor="a30", page=1, limit=2)
+    assert 'cursor="result" part_index=0 detail="high"' in tool
+    # Follow the hints: the whole tool result comes back in chunks.
+    collected = ""
+    offset = 0
+    for _ in range(50):
+        chunk = await recall(store, ALICE, cursor="result", part_index=0, char_offset=offset)
+        body = chunk.split("\n", 1)[1].rsplit("\n[characters", 1)[0]
+        collected += body
+        if "the end of this part" in chunk:
+            break
+        offset = int(chunk.rsplit("char_offset=", 1)[1].rstrip("]"))
+    assert collected == "tool result fetch_logs: " + "log line\n" * 5_000
+
+
+async def test_threads_mode_lists_the_resource_or_only_the_current_thread(store: Store) -> None:
+    await _seed(store)
+    listed = await recall(store, ALICE, mode="threads")
+    assert "id t1" in listed
+    assert "id t2" in listed
+    assert "evil" not in listed
+    only = await recall(store, ALICE_THREAD_ONLY, mode="threads")
+    assert "id t1" in only
+    assert "id t2" not in only
+
+
+@pytest.mark.parametrize(
+    "attack",
+    [
+        {"cursor": "m1"},  # another resource's message id
+        {"cursor": "m1", "page": -1},
+        {"cursor": "m1", "part_index": 0},
+        {"cursor": "a1:m1"},  # a range spanning resources
+        {"cursor": "m1:a1"},
+        {"thread_id": "evil"},  # another resource's thread
+        {"thread_id": "evil", "page": -1},
+        {"cursor": "'; DROP TABLE messages; --"},
+        {"cursor": "a1", "thread_id": "evil"},
+        {"thread_id": "../evil"},
+        {"mode": "threads", "thread_id": "evil"},
+        {"cursor": "m1", "limit": 1000, "detail": "high"},
+        {"query": "launch code", "mode": "messages", "thread_id": "evil"},
+    ],
+)
+async def test_nothing_from_another_resource_is_ever_returned(store: Store, attack: dict) -> None:  # type: ignore[type-arg]
+    await _seed(store)
+    for boundary in (ALICE, ALICE_THREAD_ONLY):
+        answer = await recall(store, boundary, **attack)
+        assert SECRET not in answer
+        assert "mallory" not in answer
+    assert len(await store.list_messages("evil")) == 1  # and nothing was changed
+
+
+async def test_thread_scope_keeps_to_the_current_thread(store: Store) -> None:
+    await _seed(store)
+    refused = await recall(store, ALICE_THREAD_ONLY, thread_id="t2")
+    assert "Only this conversation" in refused
+    assert "other thread of alice" not in refused
+    cursor_elsewhere = await recall(store, ALICE_THREAD_ONLY, cursor="b1")
+    assert "No message 'b1'" in cursor_elsewhere
+    allowed = await recall(store, ALICE, thread_id="t2")
+    assert "other thread of alice" in allowed
