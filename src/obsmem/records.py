@@ -27,6 +27,7 @@ __all__ = [
     "BufferedChunk",
     "BufferedReflection",
     "Cursor",
+    "GroupEmbedding",
     "MessageRange",
     "OMRecord",
     "ObservationGroup",
@@ -168,3 +169,16 @@ class ObservationGroup:
     ranges: tuple[MessageRange, ...] = ()
     created_at: datetime
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupEmbedding:
+    """The embedding of one observation group, for semantic recall."""
+
+    group_id: str
+    key: str
+    resource_id: str | None
+    thread_id: str | None
+    observed_at: datetime
+    model: str
+    vector: tuple[float, ...]

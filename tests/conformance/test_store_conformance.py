@@ -533,3 +533,52 @@ def test_postgres_without_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setattr(builtins, "__import__", no_psycopg)
     with pytest.raises(MissingExtraError, match=r'pip install "obsmem\[postgres\]"'):
         PostgresStore("postgresql://localhost/obsmem")
+
+
+async def test_group_embeddings_are_searched_within_the_resource(store: Store) -> None:
+    from obsmem.records import GroupEmbedding
+
+    key, record = await _thread_with_messages(store, 4)
+    await store.create_thread("x", "r2")
+    groups = [
+        ObservationGroup(
+            id=f"g{i}",
+            key=key if i < 3 else "thread:x",
+            resource_id="r1" if i < 3 else "r2",
+            thread_id="t1" if i < 3 else "x",
+            cycle_id=f"c{i}",
+            start_id="m1",
+            end_id="m2",
+            observations=f"group {i}",
+            created_at=T0 + timedelta(days=i),
+        )
+        for i in range(4)
+    ]
+    record = await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2), groups=groups)
+    vectors = {"g0": (1.0, 0.0), "g1": (0.8, 0.6), "g2": (0.0, 1.0), "g3": (1.0, 0.0)}
+    await store.put_embeddings(
+        [
+            GroupEmbedding(
+                group_id=g.id,
+                key=g.key,
+                resource_id=g.resource_id,
+                thread_id=g.thread_id,
+                observed_at=g.created_at,
+                model="m",
+                vector=vectors[g.id],
+            )
+            for g in groups
+        ]
+    )
+    hits = await store.search_embeddings("r1", [1.0, 0.0], model="m", limit=2)
+    assert [(g.id, round(s, 2)) for g, s in hits] == [("g0", 1.0), ("g1", 0.8)]
+    assert all(g.resource_id == "r1" for g, _ in hits)  # g3 (r2) is as close but never seen
+    later = await store.search_embeddings(
+        "r1", [1.0, 0.0], model="m", after=T0 + timedelta(days=1, hours=1)
+    )
+    assert [g.id for g, _ in later] == ["g2"]
+    assert await store.search_embeddings("r1", [1.0, 0.0], model="other") == []
+    assert await store.search_embeddings("r1", [1.0, 0.0], model="m", thread_id="x") == []
+    await store.clear(key)
+    assert await store.search_embeddings("r1", [1.0, 0.0], model="m") == []
+    assert [g.id for g, _ in await store.search_embeddings("r2", [1.0, 0.0], model="m")] == ["g3"]

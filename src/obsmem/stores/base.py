@@ -13,12 +13,14 @@ written once, as pure functions, in :mod:`obsmem.stores.transitions`; every stor
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Message
 from ..records import (
     BufferedChunk,
     BufferedReflection,
+    GroupEmbedding,
     ObservationGroup,
     OMRecord,
     Scope,
@@ -198,10 +200,30 @@ class Store(Protocol):
         ...
 
     async def clear(self, key: str) -> None:
-        """Delete every generation, chunk and observation group of ``key`` (messages stay)."""
+        """Delete every generation, chunk, observation group and embedding of ``key`` (messages
+        stay)."""
         ...
 
     # -- observation groups --------------------------------------------------------------------
+
+    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
+        """Store (or replace) observation-group embeddings."""
+        ...
+
+    async def search_embeddings(
+        self,
+        resource_id: str,
+        vector: Sequence[float],
+        *,
+        model: str,
+        thread_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 10,
+    ) -> list[tuple[ObservationGroup, float]]:
+        """The resource's groups (optionally of one thread, observed between ``after`` and
+        ``before``) most similar to ``vector``, best first, with their scores."""
+        ...
 
     async def list_observation_groups(
         self, resource_id: str, *, thread_id: str | None = None

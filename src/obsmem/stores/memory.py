@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from ..errors import StoreError
@@ -17,11 +18,13 @@ from ..messages import Message, utcnow
 from ..records import (
     BufferedChunk,
     BufferedReflection,
+    GroupEmbedding,
     ObservationGroup,
     OMRecord,
     Scope,
     Thread,
 )
+from ..vectors import encode, top_k
 from . import transitions as tr
 
 __all__ = ["InMemoryStore"]
@@ -39,6 +42,7 @@ class InMemoryStore:
         self._records: dict[str, OMRecord] = {}  # record id -> record
         self._groups: list[ObservationGroup] = []
         self._resources: dict[str, dict[str, Any]] = {}
+        self._embeddings: dict[str, GroupEmbedding] = {}
         self._closed = False
 
     def __repr__(self) -> str:
@@ -368,6 +372,37 @@ class InMemoryStore:
             for record in self._generations.pop(key, []):
                 self._records.pop(record.id, None)
             self._groups = [g for g in self._groups if g.key != key]
+            self._embeddings = {k: e for k, e in self._embeddings.items() if e.key != key}
+
+    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
+        self._check_open()
+        with self._lock:
+            for e in embeddings:
+                self._embeddings[e.group_id] = e
+
+    async def search_embeddings(
+        self,
+        resource_id: str,
+        vector: Sequence[float],
+        *,
+        model: str,
+        thread_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 10,
+    ) -> list[tuple[ObservationGroup, float]]:
+        self._check_open()
+        candidates = [
+            (e.group_id, encode(e.vector))
+            for e in self._embeddings.values()
+            if e.resource_id == resource_id
+            and e.model == model
+            and (thread_id is None or e.thread_id == thread_id)
+            and (after is None or e.observed_at >= after)
+            and (before is None or e.observed_at <= before)
+        ]
+        groups = {g.id: g for g in self._groups if g.resource_id == resource_id}
+        return [(groups[i], score) for i, score in top_k(vector, candidates, limit) if i in groups]
 
     async def list_observation_groups(
         self, resource_id: str, *, thread_id: str | None = None

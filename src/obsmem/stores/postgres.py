@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from ..errors import MissingExtraError, StoreError
@@ -19,15 +20,19 @@ from ..messages import Message, utcnow
 from ..records import (
     BufferedChunk,
     BufferedReflection,
+    GroupEmbedding,
     ObservationGroup,
     OMRecord,
     Scope,
     Thread,
 )
+from ..vectors import top_k
 from . import schema as sql
 from . import transitions as tr
 from .codec import chunk_from_json, chunk_to_json, dt_to_text, dumps, group_from_row, group_row
 from .rows import (
+    embedding_row,
+    filter_embedding_rows,
     message_from_row,
     message_to_row,
     record_from_row,
@@ -454,8 +459,46 @@ class PostgresStore:
             await c.execute(_q(sql.DELETE_RECORDS), (key,))
             await c.execute(_q(sql.DELETE_CHUNKS), (key,))
             await c.execute(_q(sql.DELETE_GROUPS), (key,))
+            await c.execute(_q(sql.DELETE_EMBEDDINGS), (key,))
 
         await self._write(clear)
+
+    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
+        async def put(c: Any) -> None:
+            for e in embeddings:
+                await c.execute(_q(sql.INSERT_EMBEDDING), embedding_row(e))
+
+        if embeddings:
+            await self._write(put)
+
+    async def search_embeddings(
+        self,
+        resource_id: str,
+        vector: Sequence[float],
+        *,
+        model: str,
+        thread_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 10,
+    ) -> list[tuple[ObservationGroup, float]]:
+        async def search(c: Any) -> list[tuple[ObservationGroup, float]]:
+            cur = await c.execute(_q(sql.SELECT_EMBEDDINGS), (resource_id, model))
+            rows = [tuple(r) for r in await cur.fetchall()]
+            candidates = filter_embedding_rows(
+                rows, thread_id=thread_id, after=after, before=before
+            )
+            best = top_k(vector, candidates, limit)
+            if not best:
+                return []
+            marks = ", ".join("%s" for _ in best)
+            query = sql.SELECT_GROUPS_BY_ID.format(columns=sql.GROUP_COLUMNS, marks=marks)
+            query = query.replace("resource_id = ?", "resource_id = %s")
+            cur = await c.execute(query, (resource_id, *[i for i, _ in best]))
+            found = {g.id: g for g in (group_from_row(tuple(r)) for r in await cur.fetchall())}
+            return [(found[i], score) for i, score in best if i in found]
+
+        return await self._read(search)
 
     async def list_observation_groups(
         self, resource_id: str, *, thread_id: str | None = None

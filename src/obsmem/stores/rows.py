@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 from ..messages import Message, part_from_dict, part_to_dict
-from ..records import BufferedChunk, OMRecord, Thread
+from ..records import BufferedChunk, GroupEmbedding, OMRecord, Thread
+from ..vectors import encode
 from .codec import dt_from_text, dt_to_text, dumps, loads, reflection_from_json, reflection_to_json
 
 __all__ = [
+    "embedding_row",
+    "filter_embedding_rows",
     "message_from_row",
     "message_to_row",
     "record_from_row",
@@ -128,3 +133,36 @@ def record_update_values(r: OMRecord) -> Row:
         dt_to_text(r.updated_at),
         r.id,
     )
+
+
+def embedding_row(e: GroupEmbedding) -> Row:
+    return (
+        e.group_id,
+        e.key,
+        e.resource_id,
+        e.thread_id,
+        dt_to_text(e.observed_at),
+        e.model,
+        len(e.vector),
+        encode(e.vector),
+    )
+
+
+def filter_embedding_rows(
+    rows: Iterable[Row],
+    *,
+    thread_id: str | None,
+    after: datetime | None,
+    before: datetime | None,
+) -> list[tuple[str, bytes]]:
+    """(group id, vector bytes) of the rows (group_id, thread_id, observed_at, vector) that pass
+    the thread and time filters."""
+    out: list[tuple[str, bytes]] = []
+    for group_id, thread, observed_at, blob in rows:
+        at = dt_from_text(observed_at)
+        if thread_id is not None and thread != thread_id:
+            continue
+        if (after is not None and at < after) or (before is not None and at > before):
+            continue
+        out.append((group_id, bytes(blob)))
+    return out

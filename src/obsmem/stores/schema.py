@@ -97,6 +97,20 @@ MIGRATION_SCRIPTS: list[str] = [
             updated_at TEXT NOT NULL
         )
         """,
+    # 3: embeddings of observation groups (semantic recall)
+    """
+        CREATE TABLE group_embeddings (
+            group_id    TEXT PRIMARY KEY,
+            key         TEXT NOT NULL,
+            resource_id TEXT,
+            thread_id   TEXT,
+            observed_at TEXT NOT NULL,
+            model       TEXT NOT NULL,
+            dims        BIGINT NOT NULL,
+            vector      BYTEA NOT NULL
+        );
+        CREATE INDEX group_embeddings_by_resource ON group_embeddings (resource_id, model)
+        """,
 ]
 
 
@@ -174,3 +188,18 @@ SELECT_GROUPS_OF_THREAD = (
 )
 DELETE_RECORDS = "DELETE FROM om_records WHERE key = ?"
 DELETE_GROUPS = "DELETE FROM observation_groups WHERE key = ?"
+
+EMBEDDING_COLUMNS = "group_id, key, resource_id, thread_id, observed_at, model, dims, vector"
+INSERT_EMBEDDING = (
+    f"INSERT INTO group_embeddings ({EMBEDDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (group_id) DO UPDATE SET model = excluded.model, dims = excluded.dims, "
+    "vector = excluded.vector"
+)
+SELECT_EMBEDDINGS = (
+    "SELECT group_id, thread_id, observed_at, vector FROM group_embeddings "
+    "WHERE resource_id = ? AND model = ?"
+)
+DELETE_EMBEDDINGS = "DELETE FROM group_embeddings WHERE key = ?"
+SELECT_GROUPS_BY_ID = (
+    "SELECT {columns} FROM observation_groups WHERE resource_id = ? AND id IN ({marks})"
+)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,11 +26,13 @@ from ..messages import Message, utcnow
 from ..records import (
     BufferedChunk,
     BufferedReflection,
+    GroupEmbedding,
     ObservationGroup,
     OMRecord,
     Scope,
     Thread,
 )
+from ..vectors import top_k
 from . import schema as sql
 from . import transitions as tr
 from .codec import (
@@ -42,6 +45,8 @@ from .codec import (
     loads,
 )
 from .rows import (
+    embedding_row,
+    filter_embedding_rows,
     message_from_row,
     message_to_row,
     record_from_row,
@@ -517,8 +522,45 @@ class SQLiteStore:
             c.execute(sql.DELETE_RECORDS, (key,))
             c.execute(sql.DELETE_CHUNKS, (key,))
             c.execute(sql.DELETE_GROUPS, (key,))
+            c.execute(sql.DELETE_EMBEDDINGS, (key,))
 
         await self._write(clear)
+
+    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
+        def put(c: sqlite3.Connection) -> None:
+            c.executemany(sql.INSERT_EMBEDDING, [embedding_row(e) for e in embeddings])
+
+        if embeddings:
+            await self._write(put)
+
+    async def search_embeddings(
+        self,
+        resource_id: str,
+        vector: Sequence[float],
+        *,
+        model: str,
+        thread_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 10,
+    ) -> list[tuple[ObservationGroup, float]]:
+        def search(c: sqlite3.Connection) -> list[tuple[ObservationGroup, float]]:
+            rows = c.execute(sql.SELECT_EMBEDDINGS, (resource_id, model)).fetchall()
+            candidates = filter_embedding_rows(
+                rows, thread_id=thread_id, after=after, before=before
+            )
+            best = top_k(vector, candidates, limit)
+            if not best:
+                return []
+            marks = ", ".join("?" for _ in best)
+            query = sql.SELECT_GROUPS_BY_ID.format(columns=sql.GROUP_COLUMNS, marks=marks)
+            found = {
+                g.id: g
+                for g in map(group_from_row, c.execute(query, (resource_id, *[i for i, _ in best])))
+            }
+            return [(found[i], score) for i, score in best if i in found]
+
+        return await self._run(search)
 
     async def list_observation_groups(
         self, resource_id: str, *, thread_id: str | None = None
