@@ -56,7 +56,8 @@ async def run_seed(target: str, seed: int) -> SeedPlan:
         await store.create_thread(THREAD, RESOURCE)
     finally:
         await store.aclose()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # The checkout's own code (src/) wins over whatever obsmem is installed.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,
