@@ -774,11 +774,9 @@ def test_retrieval(value: Any, expected: ResolvedRetrieval | None) -> None:
 
 
 def test_extractors_are_kept_in_order() -> None:
-    class FakeExtractor:
-        def __init__(self, name: str) -> None:
-            self.name = name
+    from obsmem import Extractor
 
-    a, b = FakeExtractor("a"), FakeExtractor("b")
+    a, b = Extractor("a", "the a"), Extractor("b", "the b")
     r = resolve({**obs(extract=[a, b]), **ref(extract=(b,))})
     assert r.observation.extract == (a, b)
     assert r.reflection.extract == (b,)

@@ -14,11 +14,17 @@ import logging
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any
+from typing import Any, cast
 
 from . import cycles
 from .context import ContextInput, build_context
-from .cycles import META_CURRENT_TASK, META_LAST_MODEL, META_SUGGESTED_RESPONSE, Deps
+from .cycles import (
+    META_CURRENT_TASK,
+    META_EXTRACTED,
+    META_LAST_MODEL,
+    META_SUGGESTED_RESPONSE,
+    Deps,
+)
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener, StatusEvent
 from .messages import Message, utcnow
@@ -423,12 +429,26 @@ class ObservationalMemory:
                 suggested_response=(
                     meta.get(META_SUGGESTED_RESPONSE) if hints.suggested_response else None
                 ),
+                extracted=self._extracted_for_context(meta),
                 raw_messages=raw,
                 other_threads=others,
                 retrieval_instructions=retrieval.instructions if retrieval else None,
                 temporal_markers=self.options.temporal_markers,
             )
         )
+
+    def _extracted_for_context(self, meta: Mapping[str, Any]) -> dict[str, Any]:
+        """Stored values of the extractors that share them (``include_previous_extraction``)."""
+        stored = meta.get(META_EXTRACTED)
+        if not isinstance(stored, Mapping):
+            return {}
+        values = cast(Mapping[str, Any], stored)
+        out: dict[str, Any] = {}
+        for extractor in (*self.options.observation.extract, *self.options.reflection.extract):
+            slug = extractor.slug
+            if extractor.include_previous_extraction and values.get(slug) is not None:
+                out[slug] = values[slug]
+        return out
 
     def _status(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -75,7 +75,9 @@ _DATE_LINE = re.compile(r"^\s*Date:\s")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 
 
-def parse_output(text: str, *, multi_thread: bool = True) -> ParsedOutput:
+def parse_output(
+    text: str, *, multi_thread: bool = True, extra_slugs: Collection[str] = ()
+) -> ParsedOutput:
     """Parse an Observer or Reflector answer.
 
     One or more ``<observations>`` blocks (the opening tag must start a line) are joined; without
@@ -83,6 +85,8 @@ def parse_output(text: str, *, multi_thread: bool = True) -> ParsedOutput:
     the observations become :attr:`ParsedOutput.threads` (their own hints parsed from each block)
     and stay in :attr:`ParsedOutput.observations` without those hints. With
     ``multi_thread=False`` (single-thread output) stray ``<thread>`` tags are stripped instead.
+    ``extra_slugs`` are the inline extractor sections asked for: written inside
+    ``<observations>`` they are taken out of the log too (and used when missing outside).
     """
     blocks, outside = _observation_blocks(text)
     if blocks is None:
@@ -96,12 +100,14 @@ def parse_output(text: str, *, multi_thread: bool = True) -> ParsedOutput:
         body = _THREAD_TAG.sub("", body)
     top = _inner(outside)
     stray = _inner(body)  # hints written inside <observations> count when missing outside
+    extra = frozenset(extra_slugs)
+    stray_sections = {k: v for k, v in stray.sections.items() if k in extra}
     return ParsedOutput(
-        observations=_sanitise(_SECTION.sub(_drop_stray_hint, body)),
+        observations=_sanitise(_SECTION.sub(lambda m: _drop_stray_hint(m, extra), body)),
         current_task=top.current_task or stray.current_task,
         suggested_response=top.suggested_response or stray.suggested_response,
         thread_title=top.thread_title or stray.thread_title,
-        sections=top.sections,
+        sections={**stray_sections, **top.sections},
         extracted_values=top.extracted_values or stray.extracted_values,
         threads=threads,
     )
@@ -163,10 +169,11 @@ def _take_thread(match: re.Match[str], into: dict[str, ParsedOutput]) -> str:
     return f'<thread id="{thread_id}">\n{parsed.observations}\n</thread>'
 
 
-def _drop_stray_hint(match: re.Match[str]) -> str:
-    """Hint sections that slipped into the observations are removed; other tags stay as text."""
+def _drop_stray_hint(match: re.Match[str], extra: frozenset[str] = frozenset()) -> str:
+    """Hint and extractor sections that slipped into the observations are removed; other tags
+    stay as text."""
     slug = match.group(1)
-    if slug in _HINTS or slug == "extracted-values":
+    if slug in _HINTS or slug == "extracted-values" or slug in extra:
         return ""
     return match.group(0)
 

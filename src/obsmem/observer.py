@@ -32,8 +32,10 @@ from obsmem.prompts import observer_system_prompt
 from obsmem.tokens import TokenEstimator
 
 __all__ = [
+    "ObserverExchange",
     "ObserverInput",
     "observe",
+    "observe_exchange",
     "observer_user_message",
     "render_multi_thread_transcript",
     "render_transcript",
@@ -285,6 +287,20 @@ def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenE
     return "\n\n".join(parts)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObserverExchange:
+    """One finished Observer call: the parsed answer, the raw result and the request sent."""
+
+    parsed: ParsedOutput
+    result: LLMResult
+    request: LLMRequest
+
+    @property
+    def seen(self) -> str:
+        """The text of the user message the Observer saw (attachments left out)."""
+        return "\n\n".join(item for item in self.request.user if isinstance(item, str))
+
+
 async def observe(
     inp: ObserverInput,
     *,
@@ -301,6 +317,31 @@ async def observe(
     Empty or degenerate output is retried once, then raises ``ObserverOutputError``. Errors of
     the model call itself (``ModelError``) propagate unchanged.
     """
+    exchange = await observe_exchange(
+        inp,
+        model=model,
+        model_settings=model_settings,
+        estimator=estimator,
+        timeout=timeout,
+        attachment_filter=attachment_filter,
+        cycle_id=cycle_id,
+        operation=operation,
+    )
+    return exchange.parsed, exchange.result
+
+
+async def observe_exchange(
+    inp: ObserverInput,
+    *,
+    model: ModelSpec,
+    model_settings: Mapping[str, Any] | None = None,
+    estimator: TokenEstimator,
+    timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
+    attachment_filter: AttachmentFilter = _allow_all,
+    cycle_id: str = "",
+    operation: str = "observation",
+) -> ObserverExchange:
+    """Like :func:`observe`, also returning the request (extractors' follow-ups show it)."""
     multi = bool(inp.threads)
     if multi:
         transcript, attachments = render_multi_thread_transcript(
@@ -333,11 +374,13 @@ async def observe(
         if is_degenerate(result.text):
             problem = "degenerate (the same text repeated over and over)"
             continue
-        parsed = parse_output(result.text, multi_thread=multi)
+        parsed = parse_output(
+            result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
+        )
         if parsed.is_empty:
             problem = "empty (no <observations> and no list lines)"
             continue
-        return parsed, result
+        return ObserverExchange(parsed=parsed, result=result, request=request)
     raise ObserverOutputError(
         f"The Observer's answer was {problem} twice in a row; no observations were recorded and "
         "the messages stay unobserved. Try another observation model, or check its max_tokens "

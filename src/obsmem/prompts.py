@@ -209,6 +209,7 @@ def reflector_system_prompt(
     *,
     multi_thread: bool = False,
     continuation_hints: bool = True,
+    extra_sections: Sequence[tuple[str, str]] = (),
     instruction: str | None = None,
 ) -> str:
     """The Reflector's instructions: how the log was made, then how to condense it."""
@@ -219,7 +220,7 @@ def reflector_system_prompt(
         f"<observational-memory-instruction>\n{how_made}\n</observational-memory-instruction>",
         _REFLECTOR_JOB,
         _REFLECTOR_THREADS if multi_thread else "",
-        output_sections(continuation_hints=continuation_hints),
+        output_sections(continuation_hints=continuation_hints, extra_sections=extra_sections),
         _CLOSING,
         _custom(instruction),
     )

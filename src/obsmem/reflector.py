@@ -9,8 +9,9 @@ output and failed model calls are failed attempts; when every attempt fails the 
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +93,12 @@ def strip_group_tags(log: str) -> str:
 
 
 def reflector_user_message(
-    observations: str, *, level: int, guidance: str | None, continuation_hints: bool
+    observations: str,
+    *,
+    level: int,
+    guidance: str | None,
+    continuation_hints: bool,
+    prior_values: Mapping[str, Any] | None = None,
 ) -> str:
     """The text of the Reflector's user message for one compression level."""
     parts = [
@@ -100,6 +106,16 @@ def reflector_user_message(
         "Write the refined observations inside <observations>. They will become the ENTIRE "
         "memory and replace everything above, so include everything that still matters.",
     ]
+    if prior_values:
+        shown = [
+            f"<{slug}>{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</{slug}>"
+            for slug, v in prior_values.items()
+        ]
+        parts.append(
+            "## Prior Extracted Values\n\n"
+            + "\n".join(shown)
+            + "\n\nUse these only as continuity hints; update them from the observations."
+        )
     if guidance:
         parts.append(f"## Specific guidance\n\n{guidance.strip()}")
     if COMPRESSION_GUIDANCE[level]:
@@ -137,6 +153,8 @@ async def reflect(
     instruction: str | None = None,
     guidance: str | None = None,
     continuation_hints: bool = True,
+    extra_sections: Sequence[tuple[str, str]] = (),
+    prior_values: Mapping[str, Any] | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
     cycle_id: str = "",
     on_attempt_failed: AttemptFailed | None = None,
@@ -146,13 +164,17 @@ async def reflect(
     Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``). The
     first valid candidate under target is returned; otherwise the smallest valid one. Raises
     ``ObserverOutputError`` when no attempt produced a valid candidate. Cancellation propagates.
+    ``extra_sections`` (``(slug, description)``) are inline extractor sections to ask for, and
+    ``prior_values`` their earlier values, shown as hints.
     """
     levels = _levels(start_level, max_level)
     system = reflector_system_prompt(
         multi_thread="<thread " in observations,
         continuation_hints=continuation_hints,
+        extra_sections=extra_sections,
         instruction=instruction,
     )
+    extra_slugs = [slug for slug, _ in extra_sections]
     input_tokens = estimator.count_text(observations)
     calls: list[LLMResult] = []
     best: ReflectionResult | None = None
@@ -176,6 +198,7 @@ async def reflect(
                     level=level,
                     guidance=guidance,
                     continuation_hints=continuation_hints,
+                    prior_values=prior_values,
                 )
             ],
             model_settings=dict(model_settings or {}),
@@ -193,7 +216,7 @@ async def reflect(
         if is_degenerate(result.text):
             failed(level, "degenerate output (repeated text)")
             continue
-        parsed = parse_output(result.text)
+        parsed = parse_output(result.text, extra_slugs=extra_slugs)
         if parsed.is_empty:
             failed(level, "empty output (no observations)")
             continue

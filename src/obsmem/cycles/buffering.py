@@ -18,6 +18,7 @@ from ..events import (
     HookContext,
     notify,
 )
+from ..extractors import ExtractionResult
 from ..planner import ActivationTrigger, buffer_interval, message_threshold
 from ..records import BufferedChunk, MessageRange, OMRecord
 from ..window import load_window, take_prefix
@@ -25,7 +26,6 @@ from .common import (
     COMMIT_ATTEMPTS,
     Deps,
     apply_hints,
-    apply_working_memory,
     describe_error,
     hook_done,
     hook_failed,
@@ -35,6 +35,7 @@ from .common import (
     previous_for_observer,
     run_observer,
 )
+from .extraction import extract, observation_plan, store_values
 
 # -- activation --------------------------------------------------------------------------------
 
@@ -166,7 +167,8 @@ async def buffer_once(
     )
     await notify(deps.hooks.on_observation_start, ctx)
     try:
-        parsed = await run_observer(
+        plan = await observation_plan(deps, thread_id)
+        run = await run_observer(
             deps,
             thread_id=thread_id,
             messages=msgs,
@@ -174,6 +176,23 @@ async def buffer_once(
             cycle_id=cycle_id,
             operation="buffering",
             budget=deps.background_timeout,
+            plan=plan,
+        )
+        parsed = None if run is None else run.parsed
+        extracted = (
+            ExtractionResult()
+            if run is None
+            else await extract(
+                deps,
+                plan,
+                parsed=run.parsed,
+                exchange=run.exchange,
+                thread_id=thread_id,
+                resource_id=resource_id,
+                operation_type="observation",
+                cycle_id=cycle_id,
+                deadline=time.monotonic() + deps.background_timeout,
+            )
         )
         text = "" if parsed is None else parsed.observations
         chunk = BufferedChunk(
@@ -190,9 +209,11 @@ async def buffer_once(
             message_ids=tuple(m.id for m in msgs),
             last_message_at=msgs[-1].created_at,
             created_at=deps.now(),
-            current_task=None if parsed is None else parsed.current_task,
-            suggested_response=None if parsed is None else parsed.suggested_response,
-            thread_title=None if parsed is None else parsed.thread_title,
+            current_task=extracted.values.get("current-task"),
+            suggested_response=extracted.values.get("suggested-response"),
+            thread_title=extracted.values.get("thread-title"),
+            extracted_values=extracted.public_values,
+            extraction_failures=extracted.failures,
         )
         record = await _commit_chunk(deps, key, chunk)
     except asyncio.CancelledError:
@@ -214,16 +235,9 @@ async def buffer_once(
         return "failed"
     if record is None:
         return "skipped"  # someone else covered these messages first
-    if parsed is not None:
-        await apply_hints(
-            deps,
-            thread_id,
-            current_task=None,
-            suggested_response=None,
-            thread_title=parsed.thread_title,
-            cycle_id=cycle_id,
-        )
-        await apply_working_memory(deps, thread_id, parsed)
+    # The title, working memory and extracted values are stored now; the continuation hints
+    # wait in the chunk until it activates.
+    await store_values(deps, thread_id, plan, extracted, cycle_id=cycle_id, hints=False)
     deps.bus.emit(
         BufferingEndEvent(
             cycle_id=cycle_id,
@@ -235,6 +249,8 @@ async def buffer_once(
             record_id=record.id,
             thread_id=thread_id,
             observations=chunk.observations,
+            extracted_values=chunk.extracted_values,
+            extraction_failures=chunk.extraction_failures,
         )
     )
     await notify(deps.hooks.on_observation_end, hook_done(ctx, chunk.observations))

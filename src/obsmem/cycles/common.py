@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context import with_temporal_markers
 from ..errors import ModelError, StoreError
@@ -20,23 +20,19 @@ from ..events import (
     ThreadUpdateEvent,
     call_hook,
 )
+from ..extractors import Exchange
 from ..messages import Message
 from ..models import model_input_capabilities
 from ..observations import ParsedOutput, boundary_line
-from ..observer import ObserverInput, observe
+from ..observer import ObserverInput, observe_exchange
 from ..options import ResolvedOptions
 from ..records import OMRecord
 from ..stores import Store
 from ..tokens import TokenEstimator
-from ..working_memory import (
-    SECTION as WM_SECTION,
-)
-from ..working_memory import (
-    WorkingMemory,
-    read_working_memory,
-    strip_tool_traffic,
-    write_working_memory,
-)
+from ..working_memory import WorkingMemory, strip_tool_traffic
+
+if TYPE_CHECKING:
+    from .extraction import ExtractionPlan
 
 log = logging.getLogger("obsmem")
 
@@ -153,6 +149,14 @@ async def prior_hints(deps: Deps, thread_id: str) -> tuple[str | None, str | Non
 # -- observer calls ----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObserverRun:
+    """An Observer answer (after the transform hooks) and the exchange extractors look at."""
+
+    parsed: ParsedOutput
+    exchange: Exchange
+
+
 async def run_observer(
     deps: Deps,
     *,
@@ -163,9 +167,10 @@ async def run_observer(
     cycle_id: str,
     operation: str,
     budget: float,
-) -> ParsedOutput | None:
-    """One Observer call with the transform hooks. None means "nothing to observe" (a
-    ``before_observation`` hook returned no messages)."""
+    plan: ExtractionPlan | None = None,
+) -> ObserverRun | None:
+    """One Observer call with the transform hooks, asking for ``plan``'s inline sections. None
+    means "nothing to observe" (a ``before_observation`` hook returned no messages)."""
     obs = deps.options.observation
     if deps.hooks.before_observation is not None and not threads:
         changed = await call_hook(deps.hooks.before_observation, list(messages))
@@ -175,13 +180,12 @@ async def run_observer(
                 return None
     messages = strip_tool_traffic(messages)
     threads = [(t, strip_tool_traffic(m)) for t, m in threads]
-    sections, values = await _working_memory_request(deps, thread_id)
     if deps.options.temporal_markers:
         # The Observer sees the same "N hours later" lines the actor saw.
         messages = with_temporal_markers(messages, deps.tz)
         threads = [(t, with_temporal_markers(m, deps.tz)) for t, m in threads]
     current_task, suggested, title = await prior_hints(deps, thread_id)
-    parsed, _ = await observe(
+    exchange = await observe_exchange(
         ObserverInput(
             messages=messages,
             threads=threads,
@@ -193,8 +197,8 @@ async def run_observer(
             ask_thread_title=obs.thread_title,
             continuation_hints=obs.continuation_hints.any,
             instruction=obs.instruction,
-            extra_sections=sections,
-            prior_values=values,
+            extra_sections=plan.inline_sections if plan is not None else (),
+            prior_values=plan.prompt_values if plan is not None else {},
             tz=deps.tz,
         ),
         model=obs.model,
@@ -205,49 +209,20 @@ async def run_observer(
         cycle_id=cycle_id,
         operation=operation,
     )
+    parsed = exchange.parsed
     if deps.hooks.after_observation is not None:
         changed_text = await call_hook(deps.hooks.after_observation, parsed.observations)
         if isinstance(changed_text, str):
             parsed = _with_observations(parsed, changed_text)
-    return parsed
-
-
-async def _working_memory_request(
-    deps: Deps, thread_id: str
-) -> tuple[list[tuple[str, str]], dict[str, Any]]:
-    """The working-memory section to ask the Observer for (when it manages working memory)."""
-    wm = deps.working_memory
-    if wm is None:
-        return [], {}
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
-        return [], {}
-    current = await read_working_memory(
-        deps.store, wm, thread_id=thread_id, resource_id=thread.resource_id
+    return ObserverRun(
+        parsed=parsed,
+        exchange=Exchange(
+            seen=exchange.seen,
+            answer=exchange.result.text,
+            model=obs.model,
+            model_settings=obs.model_settings,
+        ),
     )
-    description = (
-        "the user's working memory, rewritten in full as "
-        + wm.describe()
-        + "\nWrite it only when the new messages change it; leave it out otherwise."
-    )
-    return [(WM_SECTION, description)], {WM_SECTION: current or wm.blank()}
-
-
-async def apply_working_memory(deps: Deps, thread_id: str, parsed: ParsedOutput) -> None:
-    """Store the working memory the Observer rewrote, if it did (an invalid one is skipped)."""
-    wm = deps.working_memory
-    content = parsed.sections.get(WM_SECTION) if wm is not None else None
-    if wm is None or not content or not content.strip():
-        return
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
-        return
-    try:
-        await write_working_memory(
-            deps.store, wm, content, thread_id=thread_id, resource_id=thread.resource_id
-        )
-    except ValueError:
-        log.warning("the Observer's working memory did not match its schema; kept the old one")
 
 
 def _with_observations(parsed: ParsedOutput, text: str) -> ParsedOutput:

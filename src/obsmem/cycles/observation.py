@@ -18,6 +18,7 @@ from ..events import (
     Trigger,
     notify,
 )
+from ..extractors import ExtractionResult
 from ..messages import Message
 from ..observations import ParsedOutput
 from ..records import OMRecord
@@ -26,8 +27,7 @@ from .buffering import activate_chunks
 from .common import (
     COMMIT_ATTEMPTS,
     Deps,
-    apply_hints,
-    apply_working_memory,
+    ObserverRun,
     describe_error,
     hook_done,
     hook_failed,
@@ -35,6 +35,13 @@ from .common import (
     ms_since,
     new_cycle_id,
     run_observer,
+)
+from .extraction import (
+    ExtractionPlan,
+    extract,
+    observation_plan,
+    store_values,
+    with_thread_sections,
 )
 
 # -- synchronous observation ---------------------------------------------------------------------
@@ -154,10 +161,12 @@ async def _observe_batch(
     await notify(deps.hooks.on_observation_start, ctx)
     expected = {t: head.cursor.get(t, 0) for t, _, _ in batch}
     cursor = {t: msgs[-1].seq or 0 for t, msgs, _ in batch}
+    deadline = time.monotonic() + budget
     try:
+        plan = await observation_plan(deps, thread_id)
         async with asyncio.timeout(budget):
-            text, per_thread = await _observe_texts(
-                deps, head, batch, cycle_id=cycle_id, budget=budget
+            text, per_thread, main_run = await _observe_texts(
+                deps, head, batch, thread_id=thread_id, plan=plan, cycle_id=cycle_id, budget=budget
             )
         last_at = max(msgs[-1].created_at for _, msgs, _ in batch)
         record = await _commit_observation(
@@ -180,17 +189,26 @@ async def _observe_batch(
         )
         await notify(deps.hooks.on_observation_end, hook_failed(ctx, exc))
         return False
+    main = ExtractionResult()
     for t, parsed in per_thread.items():
-        await apply_hints(
+        # The cycle's own thread runs every extractor; other threads of a resource-scope batch
+        # get their built-in hints.
+        is_main = t == thread_id
+        t_plan = plan if is_main else plan.builtins_only()
+        result = await extract(
             deps,
-            t,
-            current_task=parsed.current_task,
-            suggested_response=parsed.suggested_response,
-            thread_title=parsed.thread_title,
+            t_plan,
+            parsed=parsed,
+            exchange=main_run.exchange if is_main and main_run is not None else None,
+            thread_id=t,
+            resource_id=resource_id,
+            operation_type="observation",
             cycle_id=cycle_id,
+            deadline=deadline,
         )
-        await apply_working_memory(deps, t, parsed)
-    main = per_thread.get(thread_id)
+        await store_values(deps, t, t_plan, result, cycle_id=cycle_id)
+        if is_main:
+            main = result
     deps.bus.emit(
         ObservationEndEvent(
             cycle_id=cycle_id,
@@ -202,8 +220,10 @@ async def _observe_batch(
             record_id=record.id if record else head.id,
             thread_id=thread_id,
             observations=text,
-            current_task=main.current_task if main else None,
-            suggested_response=main.suggested_response if main else None,
+            current_task=main.values.get("current-task"),
+            suggested_response=main.values.get("suggested-response"),
+            extracted_values=main.public_values,
+            extraction_failures=main.failures,
         )
     )
     await notify(deps.hooks.on_observation_end, hook_done(ctx, text))
@@ -215,14 +235,18 @@ async def _observe_texts(
     head: OMRecord,
     batch: list[tuple[str, list[Message], int]],
     *,
+    thread_id: str,
+    plan: ExtractionPlan,
     cycle_id: str,
     budget: float,
-) -> tuple[str, dict[str, ParsedOutput]]:
+) -> tuple[str, dict[str, ParsedOutput], ObserverRun | None]:
     """Run the Observer over a batch: one call in thread scope; in resource scope, threads are
-    grouped up to ``max_tokens_per_batch`` and the groups observed in parallel."""
+    grouped up to ``max_tokens_per_batch`` and the groups observed in parallel. Also returns
+    the call that saw ``thread_id`` (its extractors' follow-ups look at it); only that call is
+    asked for the extractors' inline sections."""
     if deps.options.scope == "thread":
         [(t, msgs, _)] = batch
-        parsed = await run_observer(
+        run = await run_observer(
             deps,
             thread_id=t,
             messages=msgs,
@@ -230,10 +254,11 @@ async def _observe_texts(
             cycle_id=cycle_id,
             operation="observation",
             budget=budget,
+            plan=plan,
         )
-        if parsed is None:
-            return "", {}
-        return parsed.observations, {t: parsed}
+        if run is None:
+            return "", {}, None
+        return run.parsed.observations, {t: run.parsed}, run
     groups: list[list[tuple[str, list[Message]]]] = [[]]
     size = 0
     for t, msgs, tokens in batch:
@@ -242,6 +267,7 @@ async def _observe_texts(
             size = 0
         groups[-1].append((t, msgs))
         size += tokens
+    mains = [any(t == thread_id for t, _ in group) for group in groups]
     results = await asyncio.gather(
         *[
             run_observer(
@@ -252,23 +278,28 @@ async def _observe_texts(
                 cycle_id=cycle_id,
                 operation="observation",
                 budget=budget,
+                plan=plan if is_main else plan.builtins_only(),
             )
-            for group in groups
+            for group, is_main in zip(groups, mains, strict=True)
         ]
     )
     sections: list[str] = []
     per_thread: dict[str, ParsedOutput] = {}
-    for group, parsed in zip(groups, results, strict=True):
-        if parsed is None:
+    main_run: ObserverRun | None = None
+    for group, run, is_main in zip(groups, results, mains, strict=True):
+        if run is None:
             continue
+        if is_main:
+            main_run = run
+        parsed = run.parsed
         for t, _ in group:
             part = parsed.threads.get(t)
             if part is None and len(group) == 1:
                 part = parsed
             if part is not None and part.observations.strip():
                 sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
-                per_thread[t] = part
-    return "\n".join(sections), per_thread
+                per_thread[t] = with_thread_sections(part, parsed) if is_main else part
+    return "\n".join(sections), per_thread, main_run
 
 
 async def _commit_observation(

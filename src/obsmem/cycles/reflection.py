@@ -22,20 +22,22 @@ from ..events import (
     call_hook,
     notify,
 )
+from ..extractors import Exchange, ExtractionResult
+from ..observations import ParsedOutput
 from ..options import compression_start_level
 from ..planner import ActivationTrigger, reflection_slice
 from ..records import BufferedReflection, OMRecord
-from ..reflector import reflect
+from ..reflector import reflect, reflector_user_message
 from .common import (
     COMMIT_ATTEMPTS,
     Deps,
-    apply_hints,
     describe_error,
     hook_done,
     hook_failed,
     ms_since,
     new_cycle_id,
 )
+from .extraction import ExtractionPlan, extract, reflection_plan, store_values
 
 # -- reflection ----------------------------------------------------------------------------------
 
@@ -239,7 +241,9 @@ async def _run_reflection(
         trigger=trigger,
     )
     await notify(deps.hooks.on_reflection_start, ctx)
+    deadline = time.monotonic() + budget
     try:
+        plan = await reflection_plan(deps, thread_id)
         prepared = await call_hook(deps.hooks.before_reflection, source)
         shown = prepared if isinstance(prepared, str) else source
         async with asyncio.timeout(budget):
@@ -253,6 +257,8 @@ async def _run_reflection(
                 instruction=ref.instruction,
                 guidance=guidance,
                 continuation_hints=ref.continuation_hints.any,
+                extra_sections=plan.inline_sections,
+                prior_values=plan.prompt_values,
                 timeout=budget,
                 cycle_id=cycle_id,
             )
@@ -281,15 +287,30 @@ async def _run_reflection(
         await notify(deps.hooks.on_reflection_end, hook_failed(ctx, exc))
         return None, 0
     tokens_out = deps.estimator.count_text(text)
+    extracted = await _extract(
+        deps,
+        plan,
+        result.parsed,
+        seen=reflector_user_message(
+            shown,
+            level=result.level,
+            guidance=guidance,
+            continuation_hints=ref.continuation_hints.any,
+            prior_values=plan.prompt_values,
+        ),
+        answer=f"<observations>\n{text}\n</observations>",
+        thread_id=thread_id,
+        resource_id=resource_id,
+        operation_type=operation_type,
+        cycle_id=cycle_id,
+        deadline=deadline,
+    )
+    # A synchronous reflection stores its hints now; a buffered one only its extracted values
+    # (stored hints are never blanked either way).
+    await store_values(
+        deps, thread_id, plan, extracted, cycle_id=cycle_id, hints=not buffered, title=False
+    )
     if not buffered:
-        await apply_hints(
-            deps,
-            thread_id,
-            current_task=result.parsed.current_task,
-            suggested_response=result.parsed.suggested_response,
-            thread_title=None,
-            cycle_id=cycle_id,
-        )
         deps.bus.emit(
             ObservationEndEvent(
                 cycle_id=cycle_id,
@@ -301,8 +322,10 @@ async def _run_reflection(
                 record_id=head.id,
                 thread_id=thread_id,
                 observations=text,
-                current_task=result.parsed.current_task,
-                suggested_response=result.parsed.suggested_response,
+                current_task=extracted.values.get("current-task"),
+                suggested_response=extracted.values.get("suggested-response"),
+                extracted_values=extracted.public_values,
+                extraction_failures=extracted.failures,
             )
         )
     else:
@@ -317,7 +340,38 @@ async def _run_reflection(
                 record_id=head.id,
                 thread_id=thread_id,
                 observations=text,
+                extracted_values=extracted.public_values,
+                extraction_failures=extracted.failures,
             )
         )
     await notify(deps.hooks.on_reflection_end, hook_done(ctx, text))
     return text, tokens_out
+
+
+async def _extract(
+    deps: Deps,
+    plan: ExtractionPlan,
+    parsed: ParsedOutput,
+    *,
+    seen: str,
+    answer: str,
+    thread_id: str,
+    resource_id: str | None,
+    operation_type: OperationType,
+    cycle_id: str,
+    deadline: float,
+) -> ExtractionResult:
+    ref = deps.options.reflection
+    return await extract(
+        deps,
+        plan,
+        parsed=parsed,
+        exchange=Exchange(
+            seen=seen, answer=answer, model=ref.model, model_settings=ref.model_settings
+        ),
+        thread_id=thread_id,
+        resource_id=resource_id,
+        operation_type=operation_type,
+        cycle_id=cycle_id,
+        deadline=deadline,
+    )

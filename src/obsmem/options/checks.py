@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from obsmem.errors import ConfigError
 from obsmem.options.inputs import ContinuationHintsOptions, RetrievalOptions
@@ -15,6 +14,9 @@ from obsmem.options.resolved import (
     ResolvedRetrieval,
     round_half_up,
 )
+
+if TYPE_CHECKING:
+    from obsmem.extractors import Extractor
 
 __all__ = [
     "attachment_filter",
@@ -89,16 +91,11 @@ def attachment_filter(value: object) -> AttachmentFilter:
     return tuple(patterns)
 
 
-def extractors(option: str, value: object) -> tuple[Any, ...]:
-    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
-        raise ConfigError(option, value, "must be a list of Extractor objects")
-    items = tuple(cast("list[Any] | tuple[Any, ...]", value))
-    for item in items:
-        if isinstance(item, str | bytes | int | float | Mapping):
-            raise ConfigError(
-                option, item, "each entry must be an Extractor (obsmem.Extractor(name, ...))"
-            )
-    return items
+def extractors(option: str, value: object) -> tuple[Extractor, ...]:
+    """A list of :class:`~obsmem.Extractor` with distinct slugs."""
+    from obsmem.extractors import check_extractors  # imported here: extractors load llm/models
+
+    return check_extractors(option, value)
 
 
 def retrieval(value: bool | RetrievalOptions) -> ResolvedRetrieval | None:

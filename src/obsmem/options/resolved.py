@@ -15,6 +15,7 @@ from obsmem.options.durations import IdleSetting
 from obsmem.options.inputs import Scope
 
 if TYPE_CHECKING:
+    from obsmem.extractors import Extractor
     from obsmem.models import ModelSpec
 
 __all__ = [
@@ -69,7 +70,7 @@ class ResolvedObservation:
     continuation_hints: ContinuationHints
     thread_title: bool
     observe_attachments: AttachmentFilter
-    extract: tuple[Any, ...]
+    extract: tuple[Extractor, ...]
     manage_working_memory: bool
     activate_after_idle: IdleSetting
     """Milliseconds, ``"auto"`` or ``None`` (inherits the top-level value unless set here)."""
@@ -100,7 +101,7 @@ class ResolvedReflection:
     """Past this many log tokens reflection runs synchronously (48,000 at defaults)."""
     instruction: str | None
     continuation_hints: ContinuationHints
-    extract: tuple[Any, ...]
+    extract: tuple[Extractor, ...]
     activate_after_idle: IdleSetting
     """Not inherited from the top level: only a value set under ``reflection`` counts."""
     activate_on_provider_change: bool
@@ -212,9 +213,8 @@ def model_label(model: object) -> str:
     return repr(model)
 
 
-def _extractor_label(extractor: object) -> str:
-    name = getattr(extractor, "name", None)
-    return name if isinstance(name, str) else repr(extractor)
+def _extractor_label(extractor: Extractor) -> str:
+    return extractor.slug
 
 
 def _jsonable(settings: Mapping[str, Any]) -> dict[str, Any]:
