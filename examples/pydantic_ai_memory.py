@@ -1,0 +1,42 @@
+"""A plain pydantic-ai Agent with observational memory, through ObservationalMemoryCapability.
+
+Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-5-mini) and that provider's key,
+or just a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GOOGLE_API_KEY, ...), or point
+OPENAI_BASE_URL at an OpenAI-compatible server. The memory lives in ./obsmem.db.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from pydantic_ai import Agent
+
+from obsmem import Memory
+from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability
+from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, resolve_model
+
+
+async def main() -> int:
+    spec = model_from_environment()
+    if spec is None:
+        print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
+        return 2
+    memory = Memory(observational_memory={"model": spec})  # store=None: ./obsmem.db
+    memory_capability = ObservationalMemoryCapability(
+        memory, resource="user-123", thread="pydantic-ai-example"
+    )
+    agent = Agent(
+        resolve_model(spec),
+        instructions="You are a helpful assistant.",
+        capabilities=[memory_capability],
+    )
+    await agent.run("Remember that my favorite color is blue.")
+    result = await agent.run("What is my favorite color?")  # no message_history: memory has it
+    print(result.output)
+    await memory.aclose()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(asyncio.run(main()))

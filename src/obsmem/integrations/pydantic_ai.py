@@ -1,0 +1,236 @@
+"""Observational memory for a plain ``pydantic_ai.Agent``.
+
+Two front doors, both built from a :class:`~obsmem.Memory` and the thread/resource ids:
+
+* :class:`ObservationalMemoryCapability` for ``Agent(..., capabilities=[...])`` (recommended).
+  Before each model request it stores what is new (the run's prompt once, then tool calls and
+  results), and sends the model what memory assembled (observations, then raw messages) followed
+  by this run's own traffic; after the run it stores the final answer. The agent's message
+  history stays as pydantic-ai keeps it: only the request changes. Pass the new prompt only: the
+  thread is the history (a ``message_history`` you do pass is stored once, then memory's context
+  is sent instead).
+* :func:`history_processor` for ``ProcessHistory(...)``. pydantic-ai 2.x removed the
+  ``history_processors=`` argument of ``Agent``; its ``ProcessHistory`` capability runs the same
+  kind of function, so use ``Agent(..., capabilities=[ProcessHistory(history_processor(...))])``.
+  A history processor sees nothing after the last model request of a run, so the final answer is
+  stored at the next run: pass ``message_history=result.all_messages()`` to it.
+
+What is new is told by a mark in the pydantic-ai messages' ``metadata``: every message this module
+stored or sent is marked with the thread it belongs to, and every unmarked message is new. System
+prompt parts (``system_prompt=``) are sent first on every request and never stored; prefer
+``instructions=``, which pydantic-ai sends outside the message history.
+
+A recall tool is not offered: obsmem has no retrieval yet. When it does, the capability's
+``get_toolset`` is where the recall tool joins the agent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, Literal, TypeAlias
+
+from pydantic_ai import messages as pa
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.models import Model, ModelRequestContext
+from pydantic_ai.run import AgentRunResult
+from pydantic_ai.tools import RunContext
+
+from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
+from obsmem.memory import Memory, ThreadRef
+from obsmem.messages import Message
+
+__all__ = [
+    "MARK_KEY",
+    "HistoryProcessorFunc",
+    "ObservationalMemoryCapability",
+    "history_processor",
+]
+
+MARK_KEY = "obsmem_integration"
+"""Key of a pydantic-ai message's ``metadata`` marking it as stored in (or sent from) a thread."""
+
+_Mark = Literal["stored", "context"]
+
+
+def _mark_of(message: pa.ModelMessage, thread: str) -> _Mark | None:
+    meta = message.metadata
+    if not isinstance(meta, dict):
+        return None
+    mark: Any = meta.get(MARK_KEY)
+    if isinstance(mark, dict) and mark.get("thread") == thread:
+        kind = mark.get("kind")
+        if kind in ("stored", "context"):
+            return kind
+    return None
+
+
+def _mark(messages: Sequence[pa.ModelMessage], thread: str, kind: _Mark) -> None:
+    for message in messages:
+        message.metadata = {**(message.metadata or {}), MARK_KEY: {"thread": thread, "kind": kind}}
+
+
+def _is_input(message: pa.ModelMessage) -> bool:
+    """A request carrying a user prompt starts a turn; tool returns and retries continue one."""
+    return isinstance(message, pa.ModelRequest) and any(
+        isinstance(p, pa.UserPromptPart) for p in message.parts
+    )
+
+
+def _storable(messages: Sequence[pa.ModelMessage]) -> list[Message]:
+    """obsmem messages for ``messages``, without the system prompt (sent each time, not kept)."""
+    return [m for m in from_pydantic_ai(messages) if m.role != "system"]
+
+
+def _merge_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage]:
+    """Consecutive requests merged into one, as pydantic-ai would merge them (dropping marks)."""
+    out: list[pa.ModelMessage] = []
+    for message in messages:
+        last = out[-1] if out else None
+        if isinstance(message, pa.ModelRequest) and isinstance(last, pa.ModelRequest):
+            out[-1] = pa.ModelRequest(parts=[*last.parts, *message.parts], timestamp=last.timestamp)
+        else:
+            out.append(message)
+    return out
+
+
+class _Thread:
+    """The shared work of both front doors: store what is new, build what the model sees."""
+
+    def __init__(self, memory: Memory, ref: ThreadRef) -> None:
+        self.memory = memory
+        self.ref = ref
+        self.system_prompts: list[str] = []
+
+    def collect_system_prompts(self, messages: Sequence[pa.ModelMessage]) -> None:
+        """Remember the agent's system prompt parts (all but those this module sent)."""
+        for message in messages:
+            if not isinstance(message, pa.ModelRequest):
+                continue
+            if _mark_of(message, self.ref.thread) == "context":
+                continue
+            for part in message.parts:
+                if (
+                    isinstance(part, pa.SystemPromptPart)
+                    and part.content not in self.system_prompts
+                ):
+                    self.system_prompts.append(part.content)
+
+    def new(
+        self, messages: Sequence[pa.ModelMessage]
+    ) -> tuple[list[pa.ModelMessage], list[pa.ModelMessage]]:
+        """The unmarked messages, split into reply traffic and the input of a new turn."""
+        unmarked = [m for m in messages if _mark_of(m, self.ref.thread) is None]
+        start = next((i for i, m in enumerate(unmarked) if _is_input(m)), len(unmarked))
+        return unmarked[:start], unmarked[start:]
+
+    async def save(self, messages: Sequence[pa.ModelMessage], model: Model | None) -> None:
+        if not messages:
+            return
+        storable = _storable(messages)
+        if storable:
+            await self.memory.save(self.ref, storable, actor_model=model)
+        _mark(messages, self.ref.thread, "stored")
+
+    async def context(
+        self,
+        all_messages: Sequence[pa.ModelMessage],
+        new_input: Sequence[pa.ModelMessage],
+        model: Model | None,
+    ) -> list[pa.ModelMessage]:
+        """Store ``new_input`` and return the system prompt plus what memory assembled."""
+        context = await self.memory.context(self.ref, _storable(new_input), actor_model=model)
+        _mark(new_input, self.ref.thread, "stored")
+        self.collect_system_prompts(all_messages)
+        system: list[pa.ModelMessage] = (
+            [pa.ModelRequest(parts=[pa.SystemPromptPart(c) for c in self.system_prompts])]
+            if self.system_prompts
+            else []
+        )
+        managed = _merge_requests([*system, *to_pydantic_ai(context.messages)])
+        _mark(managed, self.ref.thread, "context")
+        return managed
+
+
+class ObservationalMemoryCapability(AbstractCapability[Any]):
+    """Gives a pydantic-ai agent observational memory of one thread.
+
+    ``pydantic_ai.Agent(model, capabilities=[ObservationalMemoryCapability(memory,
+    resource="user-1", thread="chat-1")])``; then ``await agent.run("...")`` each turn.
+    """
+
+    def __init__(self, memory: Memory, *, resource: str, thread: str) -> None:
+        self.memory = memory
+        self.ref = ThreadRef.of({"resource": resource, "thread": thread})
+        self._thread = _Thread(memory, self.ref)
+        self._prefix: list[pa.ModelMessage] | None = None
+        self._turn_start = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"ObservationalMemoryCapability(resource={self.ref.resource!r}, "
+            f"thread={self.ref.thread!r})"
+        )
+
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
+        """A fresh instance per run: the managed prefix belongs to one run."""
+        return ObservationalMemoryCapability(
+            self.memory, resource=self.ref.resource, thread=self.ref.thread
+        )
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        messages = ctx.messages
+        model = request_context.model
+        reply, new_input = self._thread.new(messages)
+        await self._thread.save(reply, model)
+        if new_input:
+            self._prefix = await self._thread.context(messages, new_input, model)
+            last = new_input[-1]
+            self._turn_start = next(i for i, m in enumerate(messages) if m is last) + 1
+        elif self._prefix is None:
+            self._prefix = await self._thread.context(messages, (), model)
+            self._turn_start = len(messages)
+        request_context.messages = [*self._prefix, *messages[self._turn_start :]]
+        return request_context
+
+    async def after_run(
+        self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
+    ) -> AgentRunResult[Any]:
+        reply, late_input = self._thread.new(result.all_messages())
+        await self._thread.save([*reply, *late_input], _actor(ctx))
+        return result
+
+
+def _actor(ctx: RunContext[Any]) -> Model | None:
+    model: object = ctx.model
+    return model if isinstance(model, Model) else None
+
+
+HistoryProcessorFunc: TypeAlias = Callable[
+    [RunContext[Any], list[pa.ModelMessage]], Awaitable[list[pa.ModelMessage]]
+]
+
+
+def history_processor(memory: Memory, *, resource: str, thread: str) -> HistoryProcessorFunc:
+    """A history processor giving an agent observational memory of one thread.
+
+    Use it with ``pydantic_ai.capabilities.ProcessHistory`` (pydantic-ai 2.x has no
+    ``history_processors=`` argument any more). The processor replaces the run's history with what
+    memory assembled, so ``result.all_messages()`` is the managed context plus the run's traffic;
+    pass it as ``message_history`` to the next run so the last answer is stored.
+    """
+    state = _Thread(memory, ThreadRef.of({"resource": resource, "thread": thread}))
+
+    async def process(
+        ctx: RunContext[Any], messages: list[pa.ModelMessage]
+    ) -> list[pa.ModelMessage]:
+        model = _actor(ctx)
+        reply, new_input = state.new(messages)
+        await state.save(reply, model)
+        has_context = any(_mark_of(m, state.ref.thread) == "context" for m in messages)
+        if new_input or not has_context:
+            return await state.context(messages, new_input, model)
+        return messages
+
+    return process

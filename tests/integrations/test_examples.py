@@ -1,0 +1,55 @@
+"""The integration examples: without a model they say how to provide one and exit 2; the
+pydantic-ai and Agents SDK ones also run against a loopback OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ..loopback_openai import LoopbackServer
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+NAMES = ["pydantic_ai_memory.py", "openai_agents_memory.py", "langgraph_memory.py"]
+
+
+def offline_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.pop("OPENAI_BASE_URL", None)
+    env.pop("OBSMEM_MODEL", None)
+    return env
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_without_a_model_it_says_how_to_provide_one(name: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+    )
+    assert result.returncode == 2, result.stderr
+    assert "OBSMEM_MODEL" in result.stderr
+    assert not (tmp_path / "obsmem.db").exists()
+
+
+@pytest.mark.parametrize("name", NAMES[:2])
+def test_against_an_openai_compatible_server(name: str, tmp_path: Path) -> None:
+    with LoopbackServer() as server:
+        env = offline_env()
+        env.update(OPENAI_BASE_URL=server.base_url, OBSMEM_MODEL="openai/local-test")
+        result = subprocess.run(
+            [sys.executable, str(EXAMPLES / name)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr
+    assert "Your favorite color is blue." in result.stdout
+    assert len(server.stats.requests) >= 2

@@ -1,0 +1,188 @@
+"""obsmem.integrations.langgraph against LangGraph's create_react_agent with a fake chat model."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.prebuilt import create_react_agent
+from pydantic import Field
+
+from obsmem import Memory
+from obsmem.integrations.langgraph import (
+    LangGraphMemory,
+    from_langchain,
+    post_model_hook,
+    pre_model_hook,
+    to_langchain,
+)
+from obsmem.messages import ToolResultPart
+
+from .helpers import (
+    RESOURCE,
+    TURNS,
+    Sent,
+    answer_text,
+    assert_memory_in_context,
+    assert_pairs_intact,
+    assert_reflected,
+    make_memory,
+    user_turn,
+)
+
+pytestmark = pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+
+THREAD = "lg-thread"
+
+
+def sent_of(messages: list[BaseMessage]) -> Sent:
+    system: list[str] = []
+    plain: list[str] = []
+    calls: list[str] = []
+    events: list[tuple[str, str]] = []
+    for message in messages:
+        if isinstance(message, SystemMessage):
+            system.append(message.text)
+        elif isinstance(message, ToolMessage):
+            events.append(("result", message.tool_call_id))
+        else:
+            plain.append(message.text)
+            if isinstance(message, AIMessage):
+                for call in message.tool_calls:
+                    calls.append(str(call["id"]))
+                    events.append(("call", str(call["id"])))
+    return Sent(
+        system_text="\n".join(system),
+        plain_text="\n".join(plain),
+        calls=tuple(calls),
+        events=tuple(events),
+    )
+
+
+def script(turns: int) -> Iterator[AIMessage]:
+    for i in range(turns):
+        call = {
+            "name": "weather",
+            "args": {"city": "Lisbon"},
+            "id": f"call-{i}",
+            "type": "tool_call",
+        }
+        yield AIMessage(content="", tool_calls=[call])
+        yield AIMessage(content=answer_text(i))
+
+
+class ScriptedChat(GenericFakeChatModel):
+    """A fake chat model that accepts tools and records every input."""
+
+    inputs: list[list[BaseMessage]] = Field(default_factory=list[list[BaseMessage]])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChat:  # type: ignore[override]
+        return self
+
+    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+        self.inputs.append(list(messages))
+        return super()._generate(messages, *args, **kwargs)
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return f"sunny in {city}"
+
+
+def make_graph(
+    model: ScriptedChat, memory: Memory, *, post: bool = True, thread: str | None = THREAD
+) -> Any:
+    return create_react_agent(
+        model,
+        [weather],
+        prompt="Be brief.",
+        pre_model_hook=pre_model_hook(memory, resource=RESOURCE, thread=thread),
+        post_model_hook=post_model_hook(memory, resource=RESOURCE, thread=thread) if post else None,
+        checkpointer=InMemorySaver(),
+    )
+
+
+@pytest.mark.parametrize("post", [True, False], ids=["with-post-hook", "pre-hook-only"])
+async def test_hook_observes_reflects_and_keeps_tool_pairs(post: bool) -> None:
+    memory = make_memory()
+    model = ScriptedChat(messages=script(TURNS), inputs=[])
+    graph = make_graph(model, memory, post=post)
+    config = {"configurable": {"thread_id": "graph-1"}}
+    for i in range(TURNS):
+        state = await graph.ainvoke({"messages": [HumanMessage(user_turn(i))]}, config)
+        assert state["messages"][-1].text == answer_text(i)
+        await memory.settle()
+
+    assert len(state["messages"]) == 4 * TURNS, "the graph state keeps the full history"
+    stored = await memory.messages(THREAD)
+    expected = ["user", "assistant", "tool", "assistant"] * TURNS
+    assert [m.role for m in stored] == (expected if post else expected[:-1])
+    assert [m.text for m in stored if m.role == "user"] == [user_turn(i) for i in range(TURNS)]
+    inputs = [sent_of(m) for m in model.inputs]
+    assert all(s.system_text.startswith("Be brief.") for s in inputs)
+    assert_pairs_intact(inputs)
+    assert_memory_in_context(inputs)
+    await assert_reflected(memory, THREAD)
+
+
+async def test_thread_from_the_run_config() -> None:
+    memory = make_memory()
+    model = ScriptedChat(messages=script(2), inputs=[])
+    graph = make_graph(model, memory, thread=None)
+    await graph.ainvoke(
+        {"messages": [HumanMessage(user_turn(0))]}, {"configurable": {"thread_id": "from-config"}}
+    )
+    assert [m.role for m in await memory.messages("from-config")] == [
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
+
+
+async def test_restarted_hooks_find_what_is_stored() -> None:
+    """A new hook object (another process) stores nothing twice."""
+    memory = make_memory()
+    messages: list[BaseMessage] = [
+        HumanMessage("hi", id="h1"),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {}, "id": "c1"}], id="a1"),
+        ToolMessage("sunny", tool_call_id="c1", id="t1"),
+    ]
+    config: Any = {}
+    first = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook(
+        {"messages": messages[:1]}, config
+    )
+    assert [m.text for m in first["llm_input_messages"]] == ["hi"]
+    again = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook(
+        {"messages": messages}, config
+    )
+    assert [type(m).__name__ for m in again["llm_input_messages"]] == [
+        "HumanMessage",
+        "AIMessage",
+        "ToolMessage",
+    ]
+    assert [m.role for m in await memory.messages("r")] == ["user", "assistant", "tool"]
+
+
+def test_messages_round_trip() -> None:
+    messages: list[BaseMessage] = [
+        SystemMessage("sys", id="s"),
+        HumanMessage("hi", id="h"),
+        AIMessage("", tool_calls=[{"name": "weather", "args": {"city": "L"}, "id": "c1"}], id="a"),
+        ToolMessage("boom", tool_call_id="c1", status="error", id="t"),
+    ]
+    read = from_langchain(messages, thread="x")
+    assert [m.id for m in read] == ["lc-x-s", "lc-x-h", "lc-x-a", "lc-x-t"]
+    assert [m.role for m in read] == ["system", "user", "assistant", "tool"]
+    assert to_langchain(read) == messages
+    result = read[3].parts[0]
+    assert isinstance(result, ToolResultPart)
+    assert result.is_error
+    assert result.tool_name == "weather"

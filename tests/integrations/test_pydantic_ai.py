@@ -1,0 +1,173 @@
+"""obsmem.integrations.pydantic_ai against pydantic-ai itself, with FunctionModel actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic_ai import Agent
+from pydantic_ai import messages as pa
+from pydantic_ai.capabilities import ProcessHistory
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability, history_processor
+from obsmem.stores import InMemoryStore
+
+from .helpers import (
+    RESOURCE,
+    TURNS,
+    Sent,
+    answer_text,
+    assert_memory_in_context,
+    assert_pairs_intact,
+    assert_reflected,
+    make_memory,
+    user_turn,
+)
+
+THREAD = "pai-thread"
+
+
+def sent_of(messages: list[pa.ModelMessage]) -> Sent:
+    system: list[str] = []
+    plain: list[str] = []
+    calls: list[str] = []
+    events: list[tuple[str, str]] = []
+    for message in messages:
+        for part in message.parts:
+            if isinstance(part, pa.SystemPromptPart):
+                system.append(part.content)
+            elif isinstance(part, pa.UserPromptPart | pa.TextPart) and isinstance(
+                part.content, str
+            ):
+                plain.append(part.content)
+            elif isinstance(part, pa.ToolCallPart):
+                calls.append(part.tool_call_id)
+                events.append(("call", part.tool_call_id))
+            elif isinstance(part, pa.ToolReturnPart):
+                events.append(("result", part.tool_call_id))
+    return Sent(
+        system_text="\n".join(system),
+        plain_text="\n".join(plain),
+        calls=tuple(calls),
+        events=tuple(events),
+    )
+
+
+class Actor:
+    """Calls the ``weather`` tool once per turn, then answers; records every input."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[pa.ModelMessage]] = []
+        self.turn = 0
+
+    def model(self) -> FunctionModel:
+        def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+            self.inputs.append(list(messages))
+            last = messages[-1]
+            if any(isinstance(p, pa.UserPromptPart) for p in last.parts):
+                call = pa.ToolCallPart("weather", {"city": "Lisbon"}, tool_call_id=f"c{self.turn}")
+                return pa.ModelResponse(parts=[call])
+            text = answer_text(self.turn)
+            self.turn += 1
+            return pa.ModelResponse(parts=[pa.TextPart(text)])
+
+        return FunctionModel(answer)
+
+
+def agent_with(actor: Actor, **kwargs: Any) -> Agent[None, str]:
+    agent = Agent(actor.model(), **kwargs)
+
+    @agent.tool_plain
+    def weather(city: str) -> str:
+        return f"sunny in {city}"
+
+    return agent
+
+
+async def test_capability_observes_reflects_and_keeps_tool_pairs() -> None:
+    memory = make_memory()
+    actor = Actor()
+    capability = ObservationalMemoryCapability(memory, resource=RESOURCE, thread=THREAD)
+    agent = agent_with(actor, capabilities=[capability], system_prompt="Be brief.")
+    for i in range(TURNS):
+        result = await agent.run(user_turn(i))
+        assert result.output == answer_text(i)
+        await memory.settle()
+
+    stored = await memory.messages(THREAD)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * TURNS
+    assert [m.text for m in stored if m.role == "user"] == [user_turn(i) for i in range(TURNS)]
+    assert not any("Be brief." in m.text for m in stored), "the system prompt is not stored"
+    inputs = [sent_of(m) for m in actor.inputs]
+    assert all("Be brief." in s.system_text for s in inputs), "the system prompt is always sent"
+    assert_pairs_intact(inputs)
+    assert_memory_in_context(inputs)
+    await assert_reflected(memory, THREAD)
+    # the history pydantic-ai keeps is its own: the capability changes only the request
+    assert [type(m) for m in result.all_messages()] == [
+        pa.ModelRequest,
+        pa.ModelResponse,
+        pa.ModelRequest,
+        pa.ModelResponse,
+    ]
+
+
+async def test_capability_with_message_history_stores_each_message_once() -> None:
+    memory = make_memory()
+    actor = Actor()
+    capability = ObservationalMemoryCapability(memory, resource=RESOURCE, thread=THREAD)
+    agent = agent_with(actor, capabilities=[capability])
+    history: list[pa.ModelMessage] = []
+    for i in range(4):
+        result = await agent.run(user_turn(i), message_history=history)
+        history = result.all_messages()
+    stored = await memory.messages(THREAD)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * 4
+    assert len(history) == 16, "pydantic-ai still returns the whole history"
+
+
+async def test_a_prior_history_is_imported_once() -> None:
+    memory = make_memory()
+    actor = Actor()
+    agent = agent_with(
+        actor, capabilities=[ObservationalMemoryCapability(memory, resource=RESOURCE, thread="t2")]
+    )
+    before = [
+        pa.ModelRequest(parts=[pa.UserPromptPart("Earlier: I live in Lisbon.")]),
+        pa.ModelResponse(parts=[pa.TextPart("Noted.")]),
+    ]
+    await agent.run(user_turn(1), message_history=before)
+    stored = await memory.messages("t2")
+    assert [m.text for m in stored][:2] == ["Earlier: I live in Lisbon.", "Noted."]
+    assert len(stored) == 6
+
+
+async def test_history_processor_through_process_history() -> None:
+    memory = make_memory(InMemoryStore())
+    actor = Actor()
+    processor = history_processor(memory, resource=RESOURCE, thread=THREAD)
+    agent = agent_with(actor, capabilities=[ProcessHistory(processor)])
+    history: list[pa.ModelMessage] = []
+    for i in range(TURNS):
+        result = await agent.run(user_turn(i), message_history=history)
+        history = result.all_messages()
+        await memory.settle()
+    await agent.run("One more thing.", message_history=history)  # stores the last answer
+
+    stored = await memory.messages(THREAD)
+    assert [m.role for m in stored][: 4 * TURNS] == ["user", "assistant", "tool", "assistant"] * (
+        TURNS
+    )
+    assert [m.text for m in stored if m.role == "user"][:TURNS] == [
+        user_turn(i) for i in range(TURNS)
+    ]
+    inputs = [sent_of(m) for m in actor.inputs]
+    assert_pairs_intact(inputs)
+    assert any("User said: Turn 0" in s.system_text for s in inputs)
+    assert "<observations>" in inputs[-1].system_text
+    await assert_reflected(memory, THREAD)
+
+
+def test_repr_names_the_thread() -> None:
+    capability = ObservationalMemoryCapability(make_memory(), resource="u", thread="t")
+    assert "thread='t'" in repr(capability)
