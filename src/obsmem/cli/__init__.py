@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..errors import ObsmemError
-from . import chat, inspect, replaycmd
+from . import bench, chat, inspect, replaycmd
 
 __all__ = ["main"]
 
@@ -26,6 +26,7 @@ def _parser() -> argparse.ArgumentParser:
     replaycmd.add_replay(sub)
     chat.add(sub)
     inspect.add(sub)
+    bench.add(sub)
     return parser
 
 

@@ -1,0 +1,165 @@
+"""``obsmem bench longmemeval``: accuracy on LongMemEval with observational memory."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..longmemeval import (
+    QUESTION_TYPES,
+    DataError,
+    Question,
+    QuestionResult,
+    RunConfig,
+    RunProgress,
+    append_result,
+    format_report,
+    load_questions,
+    read_results,
+    run_benchmark,
+    select_questions,
+    summarize,
+)
+from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
+from .common import Progress, check_model
+
+__all__ = ["add"]
+
+
+def add(sub: Any) -> None:
+    parser = sub.add_parser(
+        "bench",
+        help="benchmarks (LongMemEval accuracy)",
+        description="Benchmarks of observational memory.",
+    )
+    benches = parser.add_subparsers(dest="bench", required=True)
+    lme = benches.add_parser(
+        "longmemeval",
+        help="answer LongMemEval questions from memory and grade them with an LLM judge",
+        description="For each question of a LongMemEval data file (S, M, oracle or cleaned): "
+        "replays its haystack sessions through observational memory on a fresh store, with the "
+        "haystack dates as message times; asks the question through an obsmem Agent with the "
+        "reader model and the question date as the current date; grades the answer with the "
+        "judge model using LongMemEval's per-type rules. Prints accuracy overall and per type, "
+        "tokens per question, answer latency and memory cost. Results are appended to --out, "
+        "one JSON line per question; running again skips the questions already there.",
+    )
+    lme.add_argument("--data", required=True, help="LongMemEval JSON file")
+    lme.add_argument(
+        "--reader",
+        help="model that answers, e.g. openai/gpt-5-mini (default: from OBSMEM_MODEL or a "
+        "provider key in the environment)",
+    )
+    lme.add_argument("--judge", help="model that grades, e.g. openai/gpt-4o (default: as --reader)")
+    lme.add_argument("--observer", help="Observer and Reflector model (default: the reader)")
+    lme.add_argument(
+        "--out", help="results file, JSONL (default: <data file stem>-results.jsonl here)"
+    )
+    lme.add_argument("--limit", type=_positive, help="run only the first N selected questions")
+    lme.add_argument(
+        "--types",
+        help=f"comma-separated question types to run ({', '.join(QUESTION_TYPES)}, abstention)",
+    )
+    lme.add_argument(
+        "--concurrency", type=_positive, default=1, help="questions at once (default 1)"
+    )
+    lme.add_argument(
+        "--message-tokens",
+        type=_positive,
+        default=30_000,
+        help="observe when unobserved messages reach this (default 30,000)",
+    )
+    lme.add_argument(
+        "--observation-tokens",
+        type=_positive,
+        default=40_000,
+        help="reflect when the log reaches this (default 40,000)",
+    )
+    lme.set_defaults(run=_run_longmemeval)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
+    return value
+
+
+def _run_longmemeval(args: argparse.Namespace, out: TextIO) -> int:
+    data = Path(args.data)
+    results_file = Path(args.out) if args.out else Path(f"{data.stem}-results.jsonl")
+    types = [t.strip() for t in (args.types or "").split(",") if t.strip()]
+    try:
+        questions = select_questions(load_questions(data), types=types, limit=args.limit)
+        earlier = read_results(results_file)
+    except DataError as exc:
+        print(f"obsmem: {exc}", file=sys.stderr)
+        return 2
+    if not questions:
+        print(f"obsmem: no question of type {', '.join(types)} in {data}", file=sys.stderr)
+        return 2
+    wanted = {q.question_id for q in questions}
+    done = {r.question_id: r for r in earlier if r.question_id in wanted}
+    todo = [q for q in questions if q.question_id not in done]
+
+    reader = args.reader or model_from_environment()
+    if reader is None and todo:
+        print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
+        return 2
+    print(
+        f"LongMemEval {data.name}: {len(questions)} question(s) selected, {len(done)} already in "
+        f"{results_file}, {len(todo)} to run",
+        file=out,
+    )
+    failed: list[str] = []
+    if todo and reader is not None:
+        judge: str = args.judge or reader
+        observer: str = args.observer or reader
+        print(f"reader {reader}, judge {judge}, observer {observer}", file=out)
+        config = RunConfig(
+            reader=reader,
+            judge=judge,
+            observer=observer,
+            message_tokens=args.message_tokens,
+            observation_tokens=args.observation_tokens,
+            concurrency=args.concurrency,
+        )
+        code, failed, new = asyncio.run(_run(config, todo, results_file))
+        if code:
+            return code
+        done.update((r.question_id, r) for r in new)
+    ordered = [done[q.question_id] for q in questions if q.question_id in done]
+    print(format_report(summarize(ordered, failed=failed)), file=out)
+    if todo:
+        print(f"results in {results_file}", file=out)
+    return 1 if failed else 0
+
+
+async def _run(
+    config: RunConfig, todo: list[Question], results_file: Path
+) -> tuple[int, list[str], list[QuestionResult]]:
+    models = dict.fromkeys(str(m) for m in (config.reader, config.judge, config.observer))
+    for model in models:
+        problem = await check_model(model)
+        if problem is not None:
+            print(f"obsmem: {problem}", file=sys.stderr)
+            return 2, [], []
+    bar = Progress("longmemeval")
+
+    def progress(p: RunProgress) -> None:
+        bar.label = f"longmemeval {p.questions_done}/{p.questions_total} questions"
+        bar(p.turns_done, p.turns_total)
+
+    outcome = await run_benchmark(
+        todo,
+        config,
+        on_result=lambda r: append_result(results_file, r),
+        progress=progress,
+    )
+    return 0, outcome.failed, outcome.results
