@@ -13,6 +13,7 @@ def test_top_level_names_are_pinned() -> None:
             "ConfigError",
             "ConflictError",
             "DataPart",
+            "Extractor",
             "FilePart",
             "GenerateResult",
             "Hooks",

@@ -17,6 +17,7 @@ from .errors import (
     StoreError,
 )
 from .events import Hooks
+from .extractors import Extractor
 from .memory import Memory
 from .messages import (
     DataPart,
@@ -44,6 +45,7 @@ __all__ = [
     "ConfigError",
     "ConflictError",
     "DataPart",
+    "Extractor",
     "FilePart",
     "GenerateResult",
     "Hooks",
