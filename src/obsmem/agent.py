@@ -199,6 +199,8 @@ class Agent:
         tools = list(self.tools)
         if ref is not None and self.memory is not None and self.memory.agent_updates_working_memory:
             tools.append(_working_memory_tool(self.memory, ref))
+        if ref is not None and self.memory is not None and self.memory.retrieval:
+            tools.append(self.memory.recall_tool(ref))
         agent = PydanticAgent(model, instructions=self.instructions, tools=tools)
         handler = _stream_handler(queue) if streaming else None
         run = await agent.run(None, message_history=history, event_stream_handler=handler)

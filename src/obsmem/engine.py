@@ -25,12 +25,14 @@ from .cycles import (
     META_SUGGESTED_RESPONSE,
     Deps,
 )
+from .embeddings import Embedder, resolve_embedder
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener, StatusEvent
 from .messages import Message, utcnow
 from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .planner import activation_count, buffer_due, plan_observation, plan_reflection
+from .recall import RecallBoundary, SearchFn, SearchHit, recall, recall_guidance
 from .records import OMRecord, record_key
 from .stores import Store
 from .tokens import HeuristicEstimator, TokenEstimator
@@ -67,6 +69,7 @@ class ObservationalMemory:
         sync_timeout: float = 60.0,
         background_timeout: float = 300.0,
         working_memory: WorkingMemory | None = None,
+        embedder: Embedder | str | None = None,
     ) -> None:
         resolved = resolve_options(options)
         if resolved is None:
@@ -88,6 +91,11 @@ class ObservationalMemory:
             background_timeout=background_timeout,
             config=options.snapshot(),
             working_memory=working_memory if options.observation.manage_working_memory else None,
+            embedder=(
+                resolve_embedder(embedder or options.retrieval.embedder or "local")
+                if options.retrieval is not None and options.retrieval.vector
+                else None
+            ),
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._failed_buffer_at: dict[str, int] = {}
@@ -95,6 +103,47 @@ class ObservationalMemory:
         self._closed = False
 
     # -- events ----------------------------------------------------------------------------------
+
+    # -- retrieval -------------------------------------------------------------------------------
+
+    def recall_boundary(self, thread_id: str, resource_id: str | None) -> RecallBoundary:
+        """What a recall tool for this thread may read (the resource, or only the thread)."""
+        retrieval = self.options.retrieval
+        scope = "thread" if retrieval is not None and retrieval.scope == "thread" else "resource"
+        return RecallBoundary(
+            resource_id=self._resource(thread_id, resource_id), thread_id=thread_id, scope=scope
+        )
+
+    async def recall(self, thread_id: str, resource_id: str | None, /, **request: Any) -> str:
+        """Run one recall request (the ``recall`` tool's parameters) for this thread."""
+        boundary = self.recall_boundary(thread_id, resource_id)
+        return await recall(self.store, boundary, search=self._search_for(boundary), **request)
+
+    def _search_for(self, boundary: RecallBoundary) -> SearchFn | None:
+        embedder = self._deps.embedder
+        if embedder is None:
+            return None
+
+        async def search(
+            query: str,
+            thread_id: str | None,
+            after: datetime | None,
+            before: datetime | None,
+            limit: int,
+        ) -> list[SearchHit]:
+            [vector] = await embedder.embed([query])
+            hits = await self.store.search_embeddings(
+                boundary.resource_id,
+                vector,
+                model=embedder.name,
+                thread_id=thread_id,
+                after=after,
+                before=before,
+                limit=limit,
+            )
+            return [SearchHit(group=g, score=score) for g, score in hits]
+
+        return search
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
@@ -432,7 +481,7 @@ class ObservationalMemory:
                 extracted=self._extracted_for_context(meta),
                 raw_messages=raw,
                 other_threads=others,
-                retrieval_instructions=retrieval.instructions if retrieval else None,
+                retrieval_instructions=recall_guidance(retrieval),
                 temporal_markers=self.options.temporal_markers,
             )
         )

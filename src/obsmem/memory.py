@@ -7,7 +7,7 @@ memory on, runs the engine (``memory.om``). Without it, the whole thread is sent
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, tzinfo
 from typing import Any
@@ -28,7 +28,9 @@ from .working_memory import (
     write_working_memory,
 )
 
-__all__ = ["DEFAULT_DB", "Memory", "MemoryContext", "ThreadRef"]
+__all__ = ["DEFAULT_DB", "Memory", "MemoryContext", "RecallFunction", "ThreadRef"]
+
+RecallFunction = Callable[..., Awaitable[str]]
 
 DEFAULT_DB = "obsmem.db"
 
@@ -129,6 +131,71 @@ class Memory:
             at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
             messages = [*messages[:at], shown, *messages[at:]]
         return MemoryContext(messages=messages, stored_input=stored)
+
+    # -- recall ------------------------------------------------------------------------------------
+
+    @property
+    def retrieval(self) -> bool:
+        """Retrieval is on: observation groups are kept and agents get the ``recall`` tool."""
+        return self.om is not None and self.om.options.retrieval is not None
+
+    def recall_function(self, ref: ThreadRef | Mapping[str, Any]) -> RecallFunction:
+        """The ``recall`` tool as a plain async function bound to one conversation, for any
+        framework: its keyword parameters are the tool's, its result the text for the model."""
+        om = self._require_retrieval()
+        bound = ThreadRef.of(ref)
+
+        async def recall(
+            mode: str = "messages",
+            cursor: str | None = None,
+            page: int = 1,
+            limit: int = 20,
+            detail: str = "low",
+            part_index: int | None = None,
+            char_offset: int = 0,
+            query: str | None = None,
+            thread_id: str | None = None,
+            before: str | None = None,
+            after: str | None = None,
+        ) -> str:
+            """Read raw messages behind your notes (mode "messages": page from a `cursor`
+            message id, forward with page=1 or backward with page=-1; `detail` "high" or
+            `part_index`/`char_offset` for a whole part), list conversations (mode "threads"),
+            or search your notes by meaning (mode "search" with a `query`)."""
+            return await om.recall(
+                bound.thread,
+                bound.resource,
+                mode=mode,
+                cursor=cursor,
+                page=page,
+                limit=limit,
+                detail=detail,
+                part_index=part_index,
+                char_offset=char_offset,
+                query=query,
+                thread_id=thread_id,
+                before=before,
+                after=after,
+            )
+
+        return recall
+
+    def recall_tool(self, ref: ThreadRef | Mapping[str, Any] | None = None, **kwargs: str) -> Any:
+        """The ``recall`` tool for a pydantic-ai agent, bound to one conversation
+        (``memory.recall_tool(resource="u1", thread="t1")``)."""
+        from pydantic_ai.tools import Tool
+
+        bound = ThreadRef.of(ref if ref is not None else kwargs)
+        return Tool(self.recall_function(bound), name="recall")
+
+    def _require_retrieval(self) -> ObservationalMemory:
+        if self.om is None or self.om.options.retrieval is None:
+            raise ConfigError(
+                "observational_memory.retrieval",
+                None,
+                'turn it on: Memory(observational_memory={"retrieval": True})',
+            )
+        return self.om
 
     # -- working memory --------------------------------------------------------------------------
 

@@ -26,11 +26,12 @@ from .messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from .options import ResolvedRetrieval
 from .records import ObservationGroup
 from .stores import Store
 from .tokens import HeuristicEstimator
 
-__all__ = ["RECALL_GUIDANCE", "RecallBoundary", "SearchHit", "recall"]
+__all__ = ["RECALL_GUIDANCE", "RecallBoundary", "SearchHit", "recall", "recall_guidance"]
 
 Mode = Literal["messages", "threads", "search"]
 SearchFn = Callable[
@@ -44,16 +45,35 @@ MAX_LIMIT = 20
 
 RECALL_GUIDANCE = """\
 Your notes are a summary. The raw messages behind them are still stored, and the `recall` tool \
-reads them:
-- mode "messages": page through raw messages. Give `cursor` (a message id) and `page` (1 = the \
-messages after it, -1 = the ones before); without a cursor, page 1 starts at the beginning of the \
-conversation and page -1 at its end. `detail` "low" (default) shortens long parts; follow the \
-hint it prints (part_index, detail "high", char_offset) to read a part in full.
+reads them. Notes start with `[recall range FIRST:LAST]`: the ids of the first and last message \
+they came from.
+- mode "messages": page through raw messages. Give `cursor` (a message id) and `page` (1 = from \
+that message on, 2 = the next page, -1 = the messages before it); without a cursor, page 1 starts \
+at the beginning of the conversation and page -1 at its end. `detail` "low" (default) \
+shortens long parts; follow the hint it prints (part_index, detail "high", char_offset) to read \
+a part in full.
 - mode "threads": list the conversations you can recall.
 - mode "search": find the notes about a topic (`query`), with the range of raw messages each \
 came from; then page those messages with mode "messages".
 Use recall when the user asks for exact wording, numbers, code or lists you no longer have, or to \
 verify a detail before relying on it. Do not use it for what your notes already answer."""
+
+
+def recall_guidance(retrieval: ResolvedRetrieval | None) -> str | None:
+    """The built-in recall guidance, with ``retrieval.instructions`` appended (never replacing
+    it); None when retrieval is off."""
+    if retrieval is None:
+        return None
+    text = RECALL_GUIDANCE
+    if not retrieval.vector:
+        text = text.replace(
+            '- mode "search": find the notes about a topic (`query`), with the range of raw '
+            'messages each came from; then page those messages with mode "messages".\n',
+            "",
+        )
+    if retrieval.instructions:
+        text += f"\n\n### Additional recall guidance\n{retrieval.instructions.strip()}"
+    return text
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -126,22 +146,14 @@ async def recall(
         if part_index is not None:
             return _one_part(anchor, part_index, char_offset, budget)
         return await _page(
-            store,
-            anchor.thread_id or boundary.thread_id,
-            anchor.seq or 0,
-            page,
-            limit,
-            detail,
-            budget,
+            store, anchor.thread_id or boundary.thread_id, anchor, page, limit, detail, budget
         )
     target, refused = await _thread_in_boundary(store, boundary, thread_id)
     if refused is not None:
         return refused
-    thread = await store.get_thread(target)
-    if thread is None:
+    if await store.get_thread(target) is None:
         return "This conversation has no stored messages yet."
-    start = 0 if page > 0 else thread.message_count + 1
-    return await _page(store, target, start, page, limit, detail, budget)
+    return await _page(store, target, None, page, limit, detail, budget)
 
 
 def _scoped(boundary: RecallBoundary) -> str | None:
@@ -181,13 +193,27 @@ async def _threads(store: Store, boundary: RecallBoundary) -> str:
 
 
 async def _page(
-    store: Store, thread_id: str, anchor_seq: int, page: int, limit: int, detail: str, budget: int
+    store: Store,
+    thread_id: str,
+    anchor: Message | None,
+    page: int,
+    limit: int,
+    detail: str,
+    budget: int,
 ) -> str:
+    """Page ``page`` of ``limit`` messages: page 1 starts at the anchor (the cursor message, or
+    the thread's first message), page 2 follows it; page -1 ends just before the anchor (or at
+    the thread's last message when there is no cursor)."""
+    thread = await store.get_thread(thread_id)
+    total = thread.message_count if thread is not None else 0
     if page > 0:
-        after = anchor_seq + (page - 1) * limit
-        messages = await store.list_messages(thread_id, after_seq=after, limit=limit)
+        first = (anchor.seq or 1) if anchor is not None else 1
+        messages = await store.list_messages(
+            thread_id, after_seq=first - 1 + (page - 1) * limit, limit=limit
+        )
     else:
-        through = anchor_seq - 1 - (abs(page) - 1) * limit
+        end = (anchor.seq or 1) - 1 if anchor is not None else total
+        through = end - (abs(page) - 1) * limit
         if through < 1:
             return "No earlier messages."
         newest = await store.list_messages(
@@ -204,22 +230,23 @@ async def _page(
         block = _render_message(message, detail)
         cost = estimator.count_text(block)
         if out and used + cost > budget:
-            resume = out_last_id(messages, message)
-            out.append(f'[output budget reached: continue with recall cursor="{resume}" page=1]')
+            out.append(
+                f'[output budget reached: continue with recall cursor="{message.id}" page=1]'
+            )
             break
         out.append(block)
         used += cost
-    first, last = messages[0], messages[-1]
-    out.append(
-        f'[messages #{first.seq}-#{last.seq} of thread {thread_id}; next: cursor="{last.id}" '
-        f'page=1, previous: cursor="{first.id}" page=-1]'
-    )
+    first_m, last_m = messages[0], messages[-1]
+    hint = f"[messages #{first_m.seq}-#{last_m.seq} of {total} in thread {thread_id}"
+    if anchor is not None:
+        hint += (
+            f'; next: cursor="{anchor.id}" page={page + 1 if page != -1 else 1}, '
+            f'previous: cursor="{anchor.id}" page={page - 1 if page != 1 else -1}]'
+        )
+    else:
+        hint += f'; next: cursor="{last_m.id}" page=2, previous: cursor="{first_m.id}" page=-1]'
+    out.append(hint)
     return "\n\n".join(out)
-
-
-def out_last_id(messages: Sequence[Message], stopped_at: Message) -> str:
-    index = list(messages).index(stopped_at)
-    return messages[index - 1].id if index > 0 else stopped_at.id
 
 
 def _render_message(message: Message, detail: str) -> str:

@@ -61,11 +61,16 @@ async def test_paging_forward_and_back_from_a_cursor(store: Store) -> None:
     assert "[a1]" in first
     assert "[a20]" in first
     assert "[a21]" not in first  # limit 20
-    forward = await recall(store, ALICE, cursor="a20", page=1, limit=5)
-    assert "[a21]" in forward
-    assert "[a25]" in forward
-    assert "[a26]" not in forward
-    assert 'next: cursor="a25" page=1' in forward
+    forward = await recall(store, ALICE, cursor="a20", page=1, limit=5)  # starts at the cursor
+    assert "[a19]" not in forward
+    assert "[a20]" in forward
+    assert "[a24]" in forward
+    assert "[a25]" not in forward
+    assert 'next: cursor="a20" page=2' in forward
+    second = await recall(store, ALICE, cursor="a20", page=2, limit=5)
+    assert "[a25]" in second
+    assert "[a29]" in second
+    assert "[a24]" not in second
     back = await recall(store, ALICE, cursor="a10", page=-1, limit=3)
     assert [x for x in ("[a7]", "[a8]", "[a9]") if x in back] == ["[a7]", "[a8]", "[a9]"]
     assert "[a10]" not in back
@@ -75,9 +80,9 @@ async def test_paging_forward_and_back_from_a_cursor(store: Store) -> None:
 
 async def test_low_detail_truncates_with_a_hint_that_leads_to_the_full_text(store: Store) -> None:
     await _seed(store)
-    low = await recall(store, ALICE, cursor="a2", page=1, limit=1)
+    low = await recall(store, ALICE, cursor="a3", page=1, limit=1)
     assert 'more characters: recall cursor="a3" part_index=0 detail="high"' in low
-    tool = await recall(store, ALICE, cursor="a30", page=1, limit=2)
+    tool = await recall(store, ALICE, cursor="a30", page=1, limit=3)
     assert 'cursor="result" part_index=0 detail="high"' in tool
     # Follow the hints: the whole tool result comes back in chunks.
     collected = ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -20,7 +20,7 @@ from ..events import (
 )
 from ..extractors import ExtractionResult
 from ..planner import ActivationTrigger, buffer_interval, message_threshold
-from ..records import BufferedChunk, MessageRange, OMRecord
+from ..records import BufferedChunk, MessageRange, ObservationGroup, OMRecord
 from ..window import load_window, take_prefix
 from .common import (
     COMMIT_ATTEMPTS,
@@ -36,6 +36,7 @@ from .common import (
     run_observer,
 )
 from .extraction import extract, observation_plan, store_values
+from .retrieval import group_for, index_groups, label, retrieval_on
 
 # -- activation --------------------------------------------------------------------------------
 
@@ -195,6 +196,19 @@ async def buffer_once(
             )
         )
         text = "" if parsed is None else parsed.observations
+        groups = []
+        if retrieval_on(deps) and text.strip():
+            group = group_for(
+                deps,
+                key,
+                cycle_id=cycle_id,
+                resource_id=resource_id,
+                thread_id=thread_id,
+                messages=msgs,
+                observations=text,
+            )
+            groups = [group]
+            text = label(text, group)
         chunk = BufferedChunk(
             id=f"ombuf-{uuid.uuid4().hex}",
             cycle_id=cycle_id,
@@ -215,7 +229,7 @@ async def buffer_once(
             extracted_values=extracted.public_values,
             extraction_failures=extracted.failures,
         )
-        record = await _commit_chunk(deps, key, chunk)
+        record = await _commit_chunk(deps, key, chunk, groups)
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a background failure never escapes (invariant 7)
@@ -235,6 +249,7 @@ async def buffer_once(
         return "failed"
     if record is None:
         return "skipped"  # someone else covered these messages first
+    await index_groups(deps, groups)
     # The title, working memory and extracted values are stored now; the continuation hints
     # wait in the chunk until it activates.
     await store_values(deps, thread_id, plan, extracted, cycle_id=cycle_id, hints=False)
@@ -257,14 +272,16 @@ async def buffer_once(
     return "added"
 
 
-async def _commit_chunk(deps: Deps, key: str, chunk: BufferedChunk) -> OMRecord | None:
+async def _commit_chunk(
+    deps: Deps, key: str, chunk: BufferedChunk, groups: Sequence[ObservationGroup] = ()
+) -> OMRecord | None:
     first = chunk.ranges[0]
     for _ in range(COMMIT_ATTEMPTS):
         head = await deps.store.get_record(key)
         if head is None or head.covered_through(first.thread_id) + 1 != first.first_seq:
             return None  # covered meanwhile (activation, a sync observation, another worker)
         try:
-            return await deps.store.add_chunk(head.id, head.version, chunk)
+            return await deps.store.add_chunk(head.id, head.version, chunk, groups=groups)
         except ConflictError:
             continue
     return None

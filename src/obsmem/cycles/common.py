@@ -12,6 +12,7 @@ from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any
 
 from ..context import with_temporal_markers
+from ..embeddings import Embedder
 from ..errors import ModelError, StoreError
 from ..events import (
     EventBus,
@@ -59,6 +60,8 @@ class Deps:
     working_memory: WorkingMemory | None = None
     """Set when the Observer keeps working memory (``manage_working_memory``)."""
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    embedder: Embedder | None = None
+    """Set when retrieval has vector search: every new observation group is embedded."""
 
     def now(self) -> datetime:
         return self.clock()

@@ -21,7 +21,7 @@ from ..events import (
 from ..extractors import ExtractionResult
 from ..messages import Message
 from ..observations import ParsedOutput
-from ..records import OMRecord
+from ..records import ObservationGroup, OMRecord
 from ..window import ThreadWindow, load_window, take_prefix
 from .buffering import activate_chunks
 from .common import (
@@ -43,6 +43,7 @@ from .extraction import (
     store_values,
     with_thread_sections,
 )
+from .retrieval import group_for, index_groups, label, retrieval_on
 
 # -- synchronous observation ---------------------------------------------------------------------
 
@@ -169,9 +170,21 @@ async def _observe_batch(
                 deps, head, batch, thread_id=thread_id, plan=plan, cycle_id=cycle_id, budget=budget
             )
         last_at = max(msgs[-1].created_at for _, msgs, _ in batch)
+        groups: list[ObservationGroup] = []
+        if retrieval_on(deps):
+            text, groups = _with_groups(deps, key, cycle_id, resource_id, batch, per_thread, text)
         record = await _commit_observation(
-            deps, key, text, at=last_at, cursor=cursor, expected=expected, observed_tokens=tokens
+            deps,
+            key,
+            text,
+            at=last_at,
+            cursor=cursor,
+            expected=expected,
+            observed_tokens=tokens,
+            groups=groups,
         )
+        if record is not None:
+            await index_groups(deps, groups)
     except asyncio.CancelledError:
         raise
     except Exception as exc:
@@ -302,6 +315,41 @@ async def _observe_texts(
     return "\n".join(sections), per_thread, main_run
 
 
+def _with_groups(
+    deps: Deps,
+    key: str,
+    cycle_id: str,
+    resource_id: str | None,
+    batch: list[tuple[str, list[Message], int]],
+    per_thread: Mapping[str, ParsedOutput],
+    text: str,
+) -> tuple[str, list[ObservationGroup]]:
+    """One observation group per observed thread, and the log text with their recall ranges."""
+    groups: list[ObservationGroup] = []
+    for t, msgs, _ in batch:
+        parsed = per_thread.get(t)
+        if parsed is None or not parsed.observations.strip():
+            continue
+        group = group_for(
+            deps,
+            key,
+            cycle_id=cycle_id,
+            resource_id=resource_id,
+            thread_id=t,
+            messages=msgs,
+            observations=parsed.observations,
+        )
+        groups.append(group)
+        if deps.options.scope == "thread":
+            text = label(text, group)
+        else:
+            opening = f'<thread id="{t}">\n'
+            text = text.replace(
+                opening, f"{opening}[recall range {group.start_id}:{group.end_id}]\n", 1
+            )
+    return text, groups
+
+
 async def _commit_observation(
     deps: Deps,
     key: str,
@@ -311,6 +359,7 @@ async def _commit_observation(
     cursor: Mapping[str, int],
     expected: Mapping[str, int],
     observed_tokens: int,
+    groups: Sequence[ObservationGroup] = (),
 ) -> OMRecord | None:
     for _ in range(COMMIT_ATTEMPTS):
         head = await deps.store.get_record(key)
@@ -326,6 +375,7 @@ async def _commit_observation(
                 cursor=cursor,
                 expected_cursor=expected,
                 observed_tokens=observed_tokens,
+                groups=groups,
             )
         except ConflictError:
             continue

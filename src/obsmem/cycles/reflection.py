@@ -26,7 +26,7 @@ from ..extractors import Exchange, ExtractionResult
 from ..observations import ParsedOutput
 from ..options import compression_start_level
 from ..planner import ActivationTrigger, reflection_slice
-from ..records import BufferedReflection, OMRecord
+from ..records import BufferedReflection, ObservationGroup, OMRecord
 from ..reflector import reflect, reflector_user_message
 from .common import (
     COMMIT_ATTEMPTS,
@@ -38,6 +38,7 @@ from .common import (
     new_cycle_id,
 )
 from .extraction import ExtractionPlan, extract, reflection_plan, store_values
+from .retrieval import index_groups, label, reflection_group, retrieval_on
 
 # -- reflection ----------------------------------------------------------------------------------
 
@@ -76,6 +77,7 @@ async def reflect_now(
     )
     if result_text is None:
         return None
+    result_text, groups = await _reflection_groups(deps, key, thread_id, resource_id, result_text)
     for _ in range(COMMIT_ATTEMPTS):
         current = await deps.store.get_record(key)
         if current is None or not current.observations.startswith(source):
@@ -83,15 +85,38 @@ async def reflect_now(
         tail = current.observations[len(source) :].strip()
         new_log = f"{result_text}\n\n{tail}" if tail else result_text
         try:
-            return await deps.store.start_reflection_generation(
+            record = await deps.store.start_reflection_generation(
                 current.id,
                 current.version,
                 observations=new_log,
                 observation_tokens=deps.estimator.count_text(new_log),
+                groups=groups,
             )
         except ConflictError:
             continue
+        await index_groups(deps, groups)
+        return record
     return None
+
+
+async def _reflection_groups(
+    deps: Deps, key: str, thread_id: str, resource_id: str | None, text: str
+) -> tuple[str, list[ObservationGroup]]:
+    """With retrieval on: a group spanning what the reflection replaced, and the text labelled
+    with its range (the Reflector may have dropped the earlier groups' labels)."""
+    if not retrieval_on(deps):
+        return text, []
+    group = await reflection_group(
+        deps,
+        key,
+        cycle_id=new_cycle_id("reflect"),
+        resource_id=resource_id,
+        thread_id=thread_id,
+        observations=text,
+    )
+    if group is None:
+        return text, []
+    return label(text, group), [group]
 
 
 async def buffer_reflection(deps: Deps, key: str, thread_id: str, resource_id: str | None) -> bool:
@@ -159,17 +184,21 @@ async def activate_reflection(
         if head is None or head.buffered_reflection is None:
             return None
         br = head.buffered_reflection
+        resource_id = head.resource_id
+        text, groups = await _reflection_groups(deps, key, thread_id, resource_id, br.text)
         tail = "\n".join(head.observations.split("\n")[br.line_count :]).strip()
-        new_log = f"{br.text}\n\n{tail}" if tail else br.text
+        new_log = f"{text}\n\n{tail}" if tail else text
         try:
             record = await deps.store.start_reflection_generation(
                 head.id,
                 head.version,
                 observations=new_log,
                 observation_tokens=deps.estimator.count_text(new_log),
+                groups=groups,
             )
         except ConflictError:
             continue
+        await index_groups(deps, groups)
         deps.bus.emit(
             ActivationEvent(
                 cycle_id=br.cycle_id,
