@@ -149,6 +149,13 @@ class ObservationalMemory:
         """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
         return self.bus.subscribe(listener)
 
+    async def _append(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store messages with their token estimates cached in their parts, so every later read
+        of the window (from any store, in any process) reuses them instead of re-counting."""
+        for message in messages:
+            self._deps.estimator.count_message(message)
+        return await self.store.append_messages(thread_id, messages)
+
     # -- keys and scope --------------------------------------------------------------------------
 
     def key(self, thread_id: str, resource_id: str | None) -> str:
@@ -181,7 +188,7 @@ class ObservationalMemory:
         self._check_open()
         resource_id = self._resource(thread_id, resource_id)
         await self.store.create_thread(thread_id, resource_id)
-        stored = await self.store.append_messages(thread_id, new_messages) if new_messages else []
+        stored = await self._append(thread_id, new_messages) if new_messages else []
         deps = self._deps
         key = self.key(thread_id, resource_id)
         record = await self._record(thread_id, resource_id)
@@ -248,7 +255,7 @@ class ObservationalMemory:
         self._check_open()
         resource_id = self._resource(thread_id, resource_id)
         await self.store.create_thread(thread_id, resource_id)
-        stored = await self.store.append_messages(thread_id, response_messages)
+        stored = await self._append(thread_id, response_messages)
         if actor_model is not None:
             await self.store.update_thread(
                 thread_id, metadata={META_LAST_MODEL: _model_label(actor_model)}
