@@ -171,3 +171,42 @@ async def test_history_processor_through_process_history() -> None:
 def test_repr_names_the_thread() -> None:
     capability = ObservationalMemoryCapability(make_memory(), resource="u", thread="t")
     assert "thread='t'" in repr(capability)
+
+
+async def test_capability_offers_recall_when_retrieval_is_on() -> None:
+    from pydantic_ai import Agent as PydanticAgent
+    from pydantic_ai import messages as pam
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from obsmem import Memory
+    from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability
+    from obsmem.stores import InMemoryStore
+    from obsmem.testing import scripted_observer, scripted_reflector
+
+    offered: list[list[str]] = []
+    recalled: list[str] = []
+
+    def model(messages: list[pam.ModelMessage], info: AgentInfo) -> pam.ModelResponse:
+        offered.append([t.name for t in info.function_tools])
+        last = messages[-1]
+        returns = [p for p in last.parts if isinstance(p, pam.ToolReturnPart)]
+        if returns:
+            recalled.append(str(returns[0].content))
+            return pam.ModelResponse(parts=[pam.TextPart(content="done")])
+        return pam.ModelResponse(parts=[pam.ToolCallPart("recall", {"page": 1}, "r1")])
+
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={
+            "retrieval": True,
+            "observation": {"model": scripted_observer(), "bufferTokens": False},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    agent = PydanticAgent(
+        FunctionModel(model),
+        capabilities=[ObservationalMemoryCapability(memory, resource="u1", thread="t1")],
+    )
+    await agent.run("My favorite color is teal.")
+    assert "recall" in offered[0]
+    assert "My favorite color is teal." in recalled[0]

@@ -20,8 +20,8 @@ stored or sent is marked with the thread it belongs to, and every unmarked messa
 prompt parts (``system_prompt=``) are sent first on every request and never stored; prefer
 ``instructions=``, which pydantic-ai sends outside the message history.
 
-A recall tool is not offered: obsmem has no retrieval yet. When it does, the capability's
-``get_toolset`` is where the recall tool joins the agent.
+With retrieval on (``Memory(observational_memory={"retrieval": True})``) the capability also
+gives the agent the ``recall`` tool, bound to its resource and thread.
 """
 
 from __future__ import annotations
@@ -170,6 +170,14 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
             f"ObservationalMemoryCapability(resource={self.ref.resource!r}, "
             f"thread={self.ref.thread!r})"
         )
+
+    def get_toolset(self) -> Any:
+        """The ``recall`` tool, when the memory has retrieval on."""
+        if not self.memory.retrieval:
+            return None
+        from pydantic_ai.toolsets import FunctionToolset
+
+        return FunctionToolset([self.memory.recall_tool(self.ref)])
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         """A fresh instance per run: the managed prefix belongs to one run."""
