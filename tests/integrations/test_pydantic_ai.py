@@ -176,7 +176,7 @@ def test_repr_names_the_thread() -> None:
 async def test_capability_offers_recall_when_retrieval_is_on() -> None:
     from pydantic_ai import Agent as PydanticAgent
     from pydantic_ai import messages as pam
-    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.models.function import FunctionModel
 
     from obsmem import Memory
     from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability
