@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 
@@ -275,3 +276,85 @@ async def test_titles_come_from_the_observer_unless_pinned(store: Store) -> None
     thread = await memory.thread("pinned")
     assert thread is not None
     assert thread.title == "My own title"
+
+
+async def test_images_inside_tool_results_reach_the_observer_too() -> None:
+    from obsmem import ToolCallPart, ToolResultPart
+
+    received: list[list[Any]] = []
+
+    def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        for m in messages:
+            for p in m.parts:
+                if isinstance(p, pa.UserPromptPart) and not isinstance(p.content, str):
+                    received.append(list(p.content))
+        return pa.ModelResponse(
+            parts=[
+                pa.TextPart(content="<observations>\n* 🟡 (10:00) A screenshot.\n</observations>")
+            ]
+        )
+
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={
+            "observation": {
+                "model": FunctionModel(observer),
+                "bufferTokens": False,
+                "messageTokens": 100,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    shot = ImagePart(data=PNG, media_type="image/png", filename="screen.png")
+    await memory.save(
+        __import__("obsmem.memory", fromlist=["ThreadRef"]).ThreadRef.of(OPTS),
+        [
+            Message(
+                role="assistant", parts=(ToolCallPart(tool_call_id="c1", tool_name="screenshot"),)
+            ),
+            Message(
+                role="tool",
+                parts=(
+                    ToolResultPart(
+                        tool_call_id="c1",
+                        tool_name="screenshot",
+                        content="taken " * 60,
+                        attachments=(shot,),
+                    ),
+                ),
+            ),
+        ],
+        actor_model=None,
+    )
+    agent = Agent(id="a", instructions="Hi.", model=Actor().model(), memory=memory)
+    await agent.generate("What did the screenshot show? " * 5, memory=OPTS)
+    assert received
+    text = "\n".join(c for c in received[0] if isinstance(c, str))
+    assert "[Image #1: screen.png]" in text
+    assert [b.media_type for b in received[0] if isinstance(b, pa.BinaryContent)] == ["image/png"]
+
+
+@pytest.mark.parametrize(
+    ("observer", "mime", "forwarded"),
+    [
+        ("openai/gpt-5-mini", "image/png", True),
+        ("openai/gpt-5-mini", "application/pdf", True),
+        ("deepseek/deepseek-chat", "image/png", False),
+        ("google/gemini-2.5-flash", "audio/mpeg", True),
+        ("anthropic/claude-haiku-4-5", "audio/mpeg", False),
+    ],
+)
+def test_observe_attachments_auto_follows_the_observer_model(
+    observer: str, mime: str, forwarded: bool
+) -> None:
+    from obsmem.cycles import attachment_filter
+    from obsmem.options import resolve_options
+
+    options = resolve_options(
+        {
+            "observation": {"model": observer, "observeAttachments": "auto"},
+            "reflection": {"model": observer},
+        }
+    )
+    assert options is not None
+    assert attachment_filter(options)(mime) is forwarded
