@@ -83,20 +83,30 @@ async def reflect_now(
         if current is None or not current.observations.startswith(source):
             return None  # the log was replaced meanwhile; this reflection is stale
         tail = current.observations[len(source) :].strip()
-        new_log = f"{result_text}\n\n{tail}" if tail else result_text
-        try:
-            record = await deps.store.start_reflection_generation(
-                current.id,
-                current.version,
-                observations=new_log,
-                observation_tokens=deps.estimator.count_text(new_log),
-                groups=groups,
-            )
-        except ConflictError:
-            continue
-        await index_groups(deps, groups)
-        return record
+        record = await _new_generation(deps, current, result_text, tail, groups)
+        if record is not None:
+            return record
     return None
+
+
+async def _new_generation(
+    deps: Deps, head: OMRecord, text: str, tail: str, groups: list[ObservationGroup]
+) -> OMRecord | None:
+    """Commit a reflection (``text``, then the ``tail`` it did not cover) as the next
+    generation, with its groups; None when the head changed meanwhile (the caller re-reads)."""
+    new_log = f"{text}\n\n{tail}" if tail else text
+    try:
+        record = await deps.store.start_reflection_generation(
+            head.id,
+            head.version,
+            observations=new_log,
+            observation_tokens=deps.estimator.count_text(new_log),
+            groups=groups,
+        )
+    except ConflictError:
+        return None
+    await index_groups(deps, groups)
+    return record
 
 
 async def _reflection_groups(
@@ -187,18 +197,9 @@ async def activate_reflection(
         resource_id = head.resource_id
         text, groups = await _reflection_groups(deps, key, thread_id, resource_id, br.text)
         tail = "\n".join(head.observations.split("\n")[br.line_count :]).strip()
-        new_log = f"{text}\n\n{tail}" if tail else text
-        try:
-            record = await deps.store.start_reflection_generation(
-                head.id,
-                head.version,
-                observations=new_log,
-                observation_tokens=deps.estimator.count_text(new_log),
-                groups=groups,
-            )
-        except ConflictError:
+        record = await _new_generation(deps, head, text, tail, groups)
+        if record is None:
             continue
-        await index_groups(deps, groups)
         deps.bus.emit(
             ActivationEvent(
                 cycle_id=br.cycle_id,
