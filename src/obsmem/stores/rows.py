@@ -116,23 +116,10 @@ def record_from_row(row: Row, chunks: tuple[BufferedChunk, ...]) -> OMRecord:
 
 
 def record_update_values(r: OMRecord) -> Row:
-    """The values of the UPDATE statement: every mutable column, then the id."""
-    return (
-        r.generation,
-        r.origin,
-        r.version,
-        r.observations,
-        r.observation_tokens,
-        dumps(dict(r.cursor)),
-        reflection_to_json(r.buffered_reflection),
-        r.pending_message_tokens,
-        r.last_buffered_at_tokens,
-        r.total_tokens_observed,
-        r.superseded_by,
-        dumps(dict(r.metadata)),
-        dt_to_text(r.updated_at),
-        r.id,
-    )
+    """The values of the UPDATE statement: every mutable column (generation through metadata,
+    then updated_at), then the id; taken from the INSERT row so the two orders cannot drift."""
+    row = record_to_row(r)
+    return (*row[5:17], row[18], row[0])
 
 
 def embedding_row(e: GroupEmbedding) -> Row:
