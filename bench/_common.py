@@ -28,6 +28,12 @@ from typing import Any
 from obsmem.messages import Message
 
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# The test suite's throwaway PostgreSQL server, for the benchmarks that measure PostgreSQL too.
+from tests.postgres_server import create_database as create_database  # noqa: E402
+from tests.postgres_server import postgres_admin_dsn as postgres_admin_dsn  # noqa: E402
+
 LOCOMO_DIR = ROOT.parent / "shared" / "data" / "locomo10"
 """The LoCoMo conversations, read in place (never copied into the repository)."""
 

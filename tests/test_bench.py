@@ -18,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RATIO = re.compile(r"^RATIO .+: (?:\d+\.\d\dx|n/a)", re.MULTILINE)
-SCRIPTS = ["overhead", "blocking", "tokens_1m", "memory_cost", "estimator", "locomo"]
+SCRIPTS = ["overhead", "blocking", "tokens_1m", "memory_cost", "estimator", "locomo", "startup"]
 
 pytestmark = pytest.mark.slow
 

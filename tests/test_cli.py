@@ -15,6 +15,7 @@ import pytest
 from obsmem.messages import Message, ToolCallPart
 from obsmem.stores import SQLiteStore
 
+from .conformance.ops import observe, open_record
 from .loopback_openai import LoopbackServer
 
 
@@ -200,15 +201,14 @@ async def _populate(path: Path) -> None:
             Message.assistant("Noted: blue."),
         ],
     )
-    record = await store.get_or_create_record(
-        "thread:t1", scope="thread", thread_id="t1", resource_id="user-1"
-    )
-    await store.commit_observation(
-        record.id,
-        record.version,
+    record = await open_record(store, "t1", "user-1")
+    await observe(
+        store,
+        record,
         observations="Date: Dec 4, 2025\n* 🔴 (14:30) User's favorite color is blue.",
         observation_tokens=14,
         cursor={"t1": 2},
+        observed_tokens=25,
     )
     await store.aclose()
 
@@ -232,6 +232,7 @@ async def test_inspect_overview_thread_range_and_json(tmp_path: Path) -> None:
     assert [m["role"] for m in data["messages"]] == ["user", "assistant", "assistant"]
     everything = json.loads(obsmem("inspect", "--json", cwd=tmp_path).stdout)
     assert everything["resources"][0]["threads"][0]["memory"]["log_tokens"] == 14
+    assert everything["resources"][0]["threads"][0]["memory"]["tokens_observed"] == 25
 
 
 def test_inspect_errors_a_person_can_act_on(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from obsmem.extractors import (
     slugify,
     validate_value,
 )
+from obsmem.llm import ModelCaller
 from obsmem.observations import ParsedOutput, parse_output
 from obsmem.stores import InMemoryStore
 
@@ -174,6 +175,7 @@ async def _run(
 ):  # type: ignore[no-untyped-def]
     return await run_extractors(
         slots,
+        caller=ModelCaller(),
         parsed=parsed or ParsedOutput(observations="* x"),
         previous=previous or {},
         exchange=Exchange(

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +19,7 @@ from pydantic_ai.usage import RequestUsage
 
 from obsmem import llm
 from obsmem.errors import ModelError
-from obsmem.llm import LLMRequest, call_model, cost_usd
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller, cost_usd
 from obsmem.messages import FilePart, ImagePart
 from obsmem.models import ModelByInputTokens
 
@@ -43,15 +45,17 @@ def spans(_exporter: InMemorySpanExporter) -> Iterator[InMemorySpanExporter]:
 
 
 @pytest.fixture
-def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
-    """Retry delays asked for, none slept."""
-    asked: list[float] = []
+def sleeps() -> list[float]:
+    """Retry delays asked for by ``caller``, none slept."""
+    return []
 
+
+@pytest.fixture
+def caller(sleeps: list[float]) -> ModelCaller:
     async def fake_sleep(seconds: float) -> None:
-        asked.append(seconds)
+        sleeps.append(seconds)
 
-    monkeypatch.setattr(llm, "_retry_sleep", fake_sleep)
-    return asked
+    return ModelCaller(sleep=fake_sleep)
 
 
 def answering(text: str, seen: list[list[pa.ModelMessage]] | None = None) -> FunctionModel:
@@ -70,10 +74,12 @@ def request(model: Any, **kw: Any) -> LLMRequest:
     return LLMRequest(role="observer", model=model, system="You observe.", user=["hi"], **kw)
 
 
-async def test_sends_one_system_and_one_user_message_and_returns_text_and_usage() -> None:
+async def test_sends_one_system_and_one_user_message_and_returns_text_and_usage(
+    caller: ModelCaller,
+) -> None:
     seen: list[list[pa.ModelMessage]] = []
     image = ImagePart(media_type="image/png", data=PNG)
-    result = await call_model(
+    result = await caller.call(
         LLMRequest(
             role="observer",
             model=answering("ok", seen),
@@ -98,14 +104,14 @@ async def test_sends_one_system_and_one_user_message_and_returns_text_and_usage(
     assert result.duration_ms >= 0
 
 
-async def test_model_settings_reach_the_model() -> None:
+async def test_model_settings_reach_the_model(caller: ModelCaller) -> None:
     got: list[Any] = []
 
     def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
         got.append(info.model_settings)
         return pa.ModelResponse(parts=[pa.TextPart("x")])
 
-    await call_model(request(FunctionModel(fn), model_settings={"temperature": 0.25}))
+    await caller.call(request(FunctionModel(fn), model_settings={"temperature": 0.25}))
     assert got[0] is not None
     assert got[0]["temperature"] == 0.25
 
@@ -144,30 +150,61 @@ def test_attachments_become_pydantic_ai_content(item: ImagePart | FilePart, expe
     ("tokens", "chosen", "tier"), [(0, "small", 100), (100, "small", 100), (101, "large", 1000)]
 )
 async def test_model_by_input_tokens_routes_on_the_estimate(
-    spans: InMemorySpanExporter, tokens: int, chosen: str, tier: int
+    caller: ModelCaller, spans: InMemorySpanExporter, tokens: int, chosen: str, tier: int
 ) -> None:
     router = ModelByInputTokens(up_to={100: answering("small"), 1000: answering("large")})
-    result = await call_model(request(router, input_tokens=tokens))
+    result = await caller.call(request(router, input_tokens=tokens))
     assert result.text == f"{chosen}!"
     [span] = spans.get_finished_spans()
     assert span.attributes is not None
     assert span.attributes["obsmem.model_tier"] == tier
 
 
-async def test_input_larger_than_every_tier_is_a_model_error() -> None:
+async def test_input_larger_than_every_tier_is_a_model_error(caller: ModelCaller) -> None:
     router = ModelByInputTokens(up_to={100: answering("small")})
     with pytest.raises(ModelError, match="more than the largest tier"):
-        await call_model(request(router, input_tokens=101))
+        await caller.call(request(router, input_tokens=101))
 
 
-async def test_string_specs_are_resolved_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(llm, "_resolved", {})
-    first = await call_model(request("test"))
-    model = llm._resolved["test"]  # pyright: ignore[reportPrivateUsage]
-    await call_model(request("test"))
-    assert llm._resolved == {"test": model}  # pyright: ignore[reportPrivateUsage]
+async def test_string_specs_are_resolved_once(caller: ModelCaller) -> None:
+    first = await caller.call(request("test"))
+    model = caller.resolve("test")
+    await caller.call(request("test"))
+    assert caller.resolve("test") is model
+    assert caller.resolve(" test") is not model  # cached by the spec as written
     assert first.model_name == "test"
     assert first.cost_usd is None
+
+
+async def test_callers_keep_their_own_listeners_and_resolved_models() -> None:
+    first, second = ModelCaller(), ModelCaller()
+    heard: dict[str, list[str]] = {"first": [], "second": []}
+
+    def listener(name: str) -> llm.CallListener:
+        def hear(request: LLMRequest, result: LLMResult) -> None:
+            heard[name].append(result.text)
+
+        return hear
+
+    remove_first = first.add_listener(listener("first"))
+    second.add_listener(listener("second"))
+    await first.call(request(answering("one")))
+    await second.call(request(answering("two")))
+    assert heard == {"first": ["one!"], "second": ["two!"]}
+
+    remove_first()
+    remove_first()  # removing twice is harmless
+    await first.call(request(answering("three")))
+    assert heard == {"first": ["one!"], "second": ["two!"]}
+
+    model = first.resolve("test")
+    assert first.resolve("test") is model
+    assert second.resolve("test") is not model
+
+
+def test_resolve_returns_a_model_instance_as_it_is() -> None:
+    model = answering("x")
+    assert ModelCaller().resolve(model) is model
 
 
 def failing(errors: list[Exception], calls: list[int]) -> FunctionModel:
@@ -180,32 +217,34 @@ def failing(errors: list[Exception], calls: list[int]) -> FunctionModel:
     return FunctionModel(fn, model_name="flaky")
 
 
-async def test_transient_error_is_retried(sleeps: list[float]) -> None:
+async def test_transient_error_is_retried(caller: ModelCaller, sleeps: list[float]) -> None:
     calls: list[int] = []
     model = failing([ModelHTTPError(503, "flaky", "overloaded")], calls)
-    result = await call_model(request(model, retry_budget=5.0))
+    result = await caller.call(request(model, retry_budget=5.0))
     assert result.text == "recovered"
     assert len(calls) == 2
     assert len(sleeps) == 1
 
 
-async def test_transient_errors_past_the_budget_become_model_error(sleeps: list[float]) -> None:
+async def test_transient_errors_past_the_budget_become_model_error(
+    caller: ModelCaller, sleeps: list[float]
+) -> None:
     calls: list[int] = []
     model = failing([ModelHTTPError(503, "flaky", "overloaded")] * 3, calls)
     with pytest.raises(ModelError, match="the observer call to model 'flaky' gave up") as info:
-        await call_model(request(model, retry_budget=0.0))
+        await caller.call(request(model, retry_budget=0.0))
     assert isinstance(info.value.__cause__, ModelHTTPError)
     assert len(calls) == 1
     assert sleeps == []
 
 
 async def test_non_transient_error_is_wrapped_without_retry(
-    sleeps: list[float], spans: InMemorySpanExporter
+    caller: ModelCaller, sleeps: list[float], spans: InMemorySpanExporter
 ) -> None:
     calls: list[int] = []
     model = failing([ModelHTTPError(400, "flaky", "bad request")], calls)
     with pytest.raises(ModelError, match="observer call to model 'flaky' failed") as info:
-        await call_model(request(model, retry_budget=5.0))
+        await caller.call(request(model, retry_budget=5.0))
     assert isinstance(info.value.__cause__, ModelHTTPError)
     assert len(calls) == 1
     assert sleeps == []
@@ -216,7 +255,7 @@ async def test_non_transient_error_is_wrapped_without_retry(
     assert str(span.events[0].attributes["exception.type"]).endswith("ModelError")
 
 
-async def test_timeout_becomes_model_error() -> None:
+async def test_timeout_becomes_model_error(caller: ModelCaller) -> None:
     never = asyncio.Event()
 
     async def fn(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
@@ -226,7 +265,7 @@ async def test_timeout_becomes_model_error() -> None:
     loop = asyncio.get_running_loop()
     started = loop.time()
     with pytest.raises(ModelError, match=r"timed out after 0\.05 s"):
-        await call_model(request(FunctionModel(fn, model_name="slow"), timeout=0.05))
+        await caller.call(request(FunctionModel(fn, model_name="slow"), timeout=0.05))
     assert loop.time() - started < 1.0
 
 
@@ -234,8 +273,10 @@ def attributes(span: ReadableSpan) -> dict[str, Any]:
     return dict(span.attributes or {})
 
 
-async def test_one_span_per_call_with_gen_ai_attributes(spans: InMemorySpanExporter) -> None:
-    await call_model(
+async def test_one_span_per_call_with_gen_ai_attributes(
+    caller: ModelCaller, spans: InMemorySpanExporter
+) -> None:
+    await caller.call(
         LLMRequest(
             role="reflector",
             model=answering("ok"),
@@ -280,3 +321,18 @@ def test_cost(model_name: str, provider: str | None, known: bool) -> None:
         assert cost_usd(RequestUsage(), model_name=model_name, provider=provider) == 0
     else:
         assert cost is None
+
+
+def test_importing_the_model_seam_loads_no_model_library() -> None:
+    """pydantic-ai, OpenTelemetry, the price list and provider SDKs load on first use only."""
+    heavy = ("pydantic_ai", "opentelemetry", "genai_prices", "openai", "anthropic", "google")
+    heavy += ("numpy", "matplotlib")
+    code = (
+        "import importlib, sys\n"
+        "importlib.import_module('obsmem.models')\n"
+        "importlib.import_module('obsmem.llm')\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {heavy!r}))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

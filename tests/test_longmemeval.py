@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.test import TestModel
 
 from obsmem.cli import main
+from obsmem.llm import LLMResult, ModelCaller
 from obsmem.longmemeval import (
     QUESTION_TYPES,
     DataError,
@@ -29,6 +31,7 @@ from obsmem.longmemeval import (
     RunConfig,
     RunProgress,
     format_report,
+    judge,
     judge_prompt,
     load_questions,
     parse_date,
@@ -245,6 +248,21 @@ def test_judge_prompt_uses_the_rule_of_the_type(question_id: str, label: str, ru
     assert prompt.endswith("Reply with yes or no only.")
     others = {"off-by-one", "the updated one", "does not have to cover every"} - {rule}
     assert not any(o in prompt for o in others)
+
+
+async def test_judge_resolves_a_string_model_through_the_caller_without_reporting_to_it() -> None:
+    caller = ModelCaller()
+    heard: list[LLMResult] = []
+    caller.add_listener(lambda request, result: heard.append(result))
+    model = caller.resolve("test")
+    assert isinstance(model, TestModel)
+    model.custom_output_text = "yes"
+    question = load_questions(FIXTURE)[0]
+    verdict = await judge(question, "THE RESPONSE", "test", caller=caller)
+    assert (verdict.correct, verdict.reply) == (True, "yes")
+    assert heard == []  # the listeners count the memory models' calls only
+    alone = await judge(question, "THE RESPONSE", "test")
+    assert alone.reply != "yes"  # without a caller, a fresh model
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,7 @@ from obsmem.models import (
     provider_of,
     resolve_model,
 )
+from obsmem.models.specs import is_model
 
 KEY_VARS = [
     "OPENAI_API_KEY",
@@ -134,6 +135,19 @@ def test_model_instances_pass_through(no_keys: pytest.MonkeyPatch) -> None:
     assert resolve_model(function_model) is function_model
     assert resolve_model(test_model) is test_model
     assert isinstance(resolve_model("test"), TestModel)
+
+
+def test_is_model_tells_model_instances_apart() -> None:
+    assert is_model(TestModel())
+    assert is_model(FunctionModel(lambda messages, info: ModelResponse(parts=[])))
+    assert not is_model("openai/gpt-5-mini")
+    assert not is_model(ModelByInputTokens(up_to={10: "openai/gpt-5-mini"}))
+    assert not is_model(object())
+
+
+def test_an_object_that_is_no_model_is_refused() -> None:
+    with pytest.raises(ModelError, match="is not understood"):
+        resolve_model(object())  # pyright: ignore[reportArgumentType]
 
 
 @pytest.mark.parametrize(

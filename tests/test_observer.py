@@ -11,6 +11,7 @@ from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem.errors import ModelError, ObserverOutputError
+from obsmem.llm import ModelCaller
 from obsmem.messages import (
     DataPart,
     FilePart,
@@ -311,7 +312,11 @@ async def test_observe_sends_one_system_and_one_user_message() -> None:
         ask_thread_title=True,
     )
     parsed, result = await observe(
-        inp, model=script.model, model_settings={"temperature": 0.3}, estimator=EST
+        inp,
+        caller=ModelCaller(),
+        model=script.model,
+        model_settings={"temperature": 0.3},
+        estimator=EST,
     )
     assert parsed.observations == "Date: Dec 4, 2025\n* 🔴 (14:30) User stated their name is Ana."
     assert parsed.current_task == "Greet Ana."
@@ -351,7 +356,13 @@ async def test_observe_without_previous_log_or_hints() -> None:
     inp = simple_input(
         previous_observations="* 🟡 hidden", previous_observer_tokens=0, continuation_hints=False
     )
-    await observe(inp, model=script.model, estimator=EST, attachment_filter=lambda m: False)
+    await observe(
+        inp,
+        caller=ModelCaller(),
+        model=script.model,
+        estimator=EST,
+        attachment_filter=lambda m: False,
+    )
     request = script.seen[0][0]
     assert isinstance(request, pa.ModelRequest)
     system, user = request.parts
@@ -373,6 +384,7 @@ async def test_previous_observations_are_truncated_to_the_budget() -> None:
     old = "\n".join(f"* 🟡 (10:{i:02d}) old observation number {i}" for i in range(60))
     await observe(
         simple_input(previous_observations=old, previous_observer_tokens=100),
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
     )
@@ -391,7 +403,9 @@ async def test_previous_observations_are_truncated_to_the_budget() -> None:
 @pytest.mark.parametrize("bad", [DEGENERATE, "", "I have nothing to add."])
 async def test_observe_retries_once_on_bad_output(bad: str) -> None:
     script = Script(bad, GOOD)
-    parsed, result = await observe(simple_input(), model=script.model, estimator=EST)
+    parsed, result = await observe(
+        simple_input(), caller=ModelCaller(), model=script.model, estimator=EST
+    )
     assert len(script.seen) == 2
     assert parsed.current_task == "Greet Ana."
     assert result.text == GOOD
@@ -401,14 +415,14 @@ async def test_observe_retries_once_on_bad_output(bad: str) -> None:
 async def test_observe_gives_up_after_two_bad_answers(first: str, second: str) -> None:
     script = Script(first, second, GOOD)
     with pytest.raises(ObserverOutputError, match="twice"):
-        await observe(simple_input(), model=script.model, estimator=EST)
+        await observe(simple_input(), caller=ModelCaller(), model=script.model, estimator=EST)
     assert len(script.seen) == 2
 
 
 async def test_model_errors_propagate_without_retry() -> None:
     script = Script(ValueError("bad request"), GOOD)
     with pytest.raises(ModelError, match="bad request"):
-        await observe(simple_input(), model=script.model, estimator=EST)
+        await observe(simple_input(), caller=ModelCaller(), model=script.model, estimator=EST)
     assert len(script.seen) == 1
 
 
@@ -424,7 +438,7 @@ async def test_observe_multi_thread() -> None:
             ("t2", [msg("user", at(4, 9, 5), "two")]),
         ]
     )
-    parsed, _ = await observe(inp, model=script.model, estimator=EST)
+    parsed, _ = await observe(inp, caller=ModelCaller(), model=script.model, estimator=EST)
     assert parsed.threads["t1"].observations == "* 🔴 (09:00) a"
     assert parsed.threads["t1"].current_task == "x"
     assert parsed.threads["t2"].observations == "* 🟡 (09:05) b"
@@ -440,6 +454,8 @@ async def test_observe_multi_thread() -> None:
 
 async def test_single_thread_observe_strips_thread_tags() -> None:
     script = Script('<observations>\n<thread id="x">\n* 🔴 a\n</thread>\n</observations>')
-    parsed, _ = await observe(simple_input(), model=script.model, estimator=EST)
+    parsed, _ = await observe(
+        simple_input(), caller=ModelCaller(), model=script.model, estimator=EST
+    )
     assert parsed.observations == "* 🔴 a"
     assert parsed.threads == {}

@@ -2,18 +2,32 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
 import pytest
 
+from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from obsmem.options import resolve_options
 from obsmem.planner import (
+    Backoff,
+    Batch,
     activation_count,
+    backoff_after,
     buffer_due,
     buffer_interval,
+    buffering_due,
+    chunk_slice,
+    may_retry,
     message_threshold,
+    plan_after_reply,
     plan_observation,
     plan_reflection,
     reflection_slice,
+    suppression_after,
+    sync_batches,
 )
+from obsmem.window import ThreadWindow
 
 DEFAULTS = resolve_options(True)
 assert DEFAULTS is not None
@@ -21,6 +35,8 @@ SYNC = resolve_options({"observation": {"bufferTokens": False}})
 assert SYNC is not None
 SHARED = resolve_options({"shareTokenBudget": True, "observation": {"bufferTokens": False}})
 assert SHARED is not None
+IDLE = resolve_options({"observation": {"bufferOnIdle": True}})
+assert IDLE is not None
 
 
 def test_defaults_give_the_seed_numbers() -> None:
@@ -264,3 +280,313 @@ def test_reflection_slice_covers_the_oldest_half_of_the_threshold() -> None:
     assert reflection_slice(100, 40_000, threshold=40_000, buffer_activation=0.5) == (50, 15_000)
     assert reflection_slice(10, 1_000, threshold=40_000, buffer_activation=0.5) == (10, 750)
     assert reflection_slice(0, 0, threshold=40_000, buffer_activation=0.5) == (0, 0)
+
+
+# -- back-off after failures ----------------------------------------------------------------------
+
+T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("failures", "spread", "seconds"),
+    [
+        (1, 0.5, 5.0),  # the middle of the jitter band: the base wait
+        (2, 0.5, 10.0),  # doubles with every failure in a row
+        (3, 0.5, 20.0),
+        (1, 0.0, 3.75),  # the band is ±25%
+        (1, 0.999999, 6.25),
+        (8, 0.5, 600.0),  # capped at ten minutes, however many failed
+        (60, 0.5, 600.0),
+    ],
+)
+def test_backoff_waits_double_up_to_a_cap(failures: int, spread: float, seconds: float) -> None:
+    backoff = None
+    for _ in range(failures):
+        backoff = backoff_after(backoff, now=T0, error="boom", spread=spread)
+    assert backoff is not None
+    assert backoff.failures == failures
+    assert (backoff.retry_at - T0).total_seconds() == pytest.approx(seconds, abs=1e-3)
+    assert not may_retry(backoff, T0)
+    assert may_retry(backoff, backoff.retry_at)
+    assert may_retry(None, T0)
+
+
+def _backed_off(seconds_ago: float) -> tuple[Backoff, datetime]:
+    """A first failure, and the time ``seconds_ago`` seconds after it."""
+    backoff = backoff_after(None, now=T0, error="Observer down", spread=0.5)
+    return backoff, T0 + timedelta(seconds=seconds_ago)
+
+
+@pytest.mark.parametrize(
+    ("pending", "chunks", "after", "activate", "sync", "start"),
+    [
+        # Inside the back-off: no Observer call, whatever the window; activation goes on.
+        (12_000, [], 1, 0, False, False),
+        (31_000, [6_000] * 5, 1, 5, False, False),
+        (45_000, [], 1, 0, False, False),  # past block_after: the turn goes on raw
+        (45_000, [6_000], 1, 1, False, False),
+        # Once the back-off has passed, buffering resumes whatever the window size ...
+        (6_000, [], 6, 0, False, True),
+        (12_000, [], 6, 0, False, True),
+        (33_000, [], 6, 0, False, True),
+        # ... and past block_after the synchronous observation runs again.
+        (45_000, [], 6, 0, True, False),
+    ],
+)
+def test_an_observer_backoff_holds_model_calls_until_it_passes(
+    pending: int, chunks: list[int], after: float, activate: int, sync: bool, start: bool
+) -> None:
+    backoff, now = _backed_off(after)
+    plan = plan_observation(
+        DEFAULTS,
+        pending_tokens=pending,
+        chunk_message_tokens=chunks,
+        observation_tokens=0,
+        buffering_in_flight=False,
+        observer_backoff=backoff,
+        now=now,
+    )
+    assert (plan.activate, plan.observe_sync, plan.start_buffering) == (activate, sync, start)
+
+
+@pytest.mark.parametrize(("after", "sync"), [(1, False), (6, True)])
+def test_an_observer_backoff_holds_synchronous_observation_without_buffering(
+    after: float, sync: bool
+) -> None:
+    backoff, now = _backed_off(after)
+    plan = plan_observation(
+        SYNC,
+        pending_tokens=40_000,
+        chunk_message_tokens=[],
+        observation_tokens=0,
+        buffering_in_flight=False,
+        observer_backoff=backoff,
+        now=now,
+    )
+    assert plan.observe_sync is sync
+
+
+@pytest.mark.parametrize(
+    ("tokens", "buffered", "after", "suppressed", "expected"),
+    [
+        (20_000, False, 1, None, "none"),  # backing off: no background reflection
+        (20_000, False, 6, None, "start"),
+        (48_000, False, 1, None, "none"),  # backing off: no synchronous reflection either
+        (48_000, False, 6, None, "sync"),
+        (48_000, False, 6, 48_000, "none"),  # the last attempt at this size did not help
+        (48_500, False, 6, 48_000, "sync"),  # the log grew: worth another try
+        (40_000, True, 1, None, "activate"),  # swapping a finished one in needs no model
+    ],
+)
+def test_reflection_backoff_and_suppression(
+    tokens: int, buffered: bool, after: float, suppressed: int | None, expected: str
+) -> None:
+    backoff, now = _backed_off(after)
+    plan = plan_reflection(
+        DEFAULTS,
+        observation_tokens=tokens,
+        has_buffered_reflection=buffered,
+        reflection_in_flight=False,
+        reflector_backoff=backoff,
+        now=now,
+        suppressed_at=suppressed,
+    )
+    got = (
+        "activate"
+        if plan.activate_buffered
+        else "sync"
+        if plan.reflect_sync
+        else "start"
+        if plan.start_buffering
+        else "none"
+    )
+    assert got == expected
+
+
+def test_suppression_without_buffering() -> None:
+    plan = plan_reflection(
+        SYNC,
+        observation_tokens=45_000,
+        has_buffered_reflection=False,
+        reflection_in_flight=False,
+        suppressed_at=45_000,
+    )
+    assert not plan.reflect_sync
+
+
+@pytest.mark.parametrize(
+    ("after", "expected"),
+    [(None, 45_000), (41_000, 45_000), (40_000, 45_000), (30_000, None)],
+)
+def test_suppression_after_a_synchronous_reflection(
+    after: int | None, expected: int | None
+) -> None:
+    assert suppression_after(45_000, after, threshold=40_000) == expected
+
+
+# -- what a cycle covers --------------------------------------------------------------------------
+
+
+def _window(
+    tokens: list[int],
+    *,
+    covered: int = 0,
+    thread: str = "t",
+    first_seq: int = 1,
+    open_call_at: int | None = None,
+    result_at: int | None = None,
+) -> ThreadWindow:
+    """A window of messages with these token counts (seq from ``first_seq``); optionally a tool
+    call at index ``open_call_at`` answered at index ``result_at``."""
+    messages: list[Message] = []
+    for i, _ in enumerate(tokens):
+        parts: tuple[Any, ...] = (TextPart(text=f"m{i}"),)
+        if i == open_call_at:
+            parts = (ToolCallPart(tool_call_id="c1", tool_name="search"),)
+        if i == result_at:
+            parts = (ToolResultPart(tool_call_id="c1", tool_name="search", content="hit"),)
+        messages.append(
+            Message(role="assistant", parts=parts, id=f"{thread}{i}", seq=first_seq + i)
+        )
+    return ThreadWindow(
+        thread_id=thread, messages=tuple(messages), tokens=tuple(tokens), covered_through=covered
+    )
+
+
+def _seqs(batch: Batch | None) -> list[int]:
+    return [] if batch is None else [m.seq or 0 for m in batch.messages]
+
+
+@pytest.mark.parametrize(
+    ("tokens", "covered", "idle", "seqs"),
+    [
+        ([1_000] * 10, 0, False, [1, 2, 3, 4, 5, 6]),  # one interval: 6,000 tokens
+        ([1_000] * 10, 3, False, [4, 5, 6, 7, 8, 9]),  # after what chunks already cover
+        ([2_500] * 3, 0, False, [1, 2, 3]),  # reaches the interval at the cut after 7,500
+        ([1_000] * 2, 0, False, []),  # less than half an interval: not worth a chunk
+        ([1_000] * 3, 0, False, [1, 2, 3]),  # half an interval is enough
+        ([1_000] * 2, 0, True, [1, 2]),  # an idle flush takes whatever is left
+        ([1_000] * 10, 10, True, []),  # nothing unbuffered
+        ([40_000], 0, False, [1]),  # one message larger than the cap is still taken
+        ([1_000] * 40, 0, True, list(range(1, 31))),  # never more than message_tokens
+        # Near the threshold (pending >= 23,400) the interval halves to 3,000.
+        ([1_000] * 24, 20, False, [21, 22, 23]),
+    ],
+)
+def test_chunk_slice(tokens: list[int], covered: int, idle: bool, seqs: list[int]) -> None:
+    window = _window(tokens, covered=covered)
+    batch = chunk_slice(DEFAULTS, window, observation_tokens=0, idle=idle)
+    assert _seqs(batch) == seqs
+    if batch is not None:
+        assert batch.tokens == sum(tokens[s - 1] for s in seqs)
+
+
+def test_chunk_slice_never_splits_a_tool_call_from_its_result() -> None:
+    # The interval would end right after the call (seq 6): the chunk runs on to its result.
+    window = _window([1_000] * 10, open_call_at=5, result_at=7)
+    assert _seqs(chunk_slice(DEFAULTS, window, observation_tokens=0)) == list(range(1, 9))
+    pending = _window([1_000] * 8, open_call_at=0)  # a call still waiting: nothing safe to cut
+    assert chunk_slice(DEFAULTS, pending, observation_tokens=0, idle=True) is None
+
+
+def test_chunk_slice_without_buffering() -> None:
+    assert chunk_slice(SYNC, _window([1_000] * 10), observation_tokens=0) is None
+
+
+@pytest.mark.parametrize(
+    ("tokens", "covered", "due"),
+    [
+        ([1_000] * 5, 0, False),  # 5,000 unbuffered < 6,000
+        ([1_000] * 6, 0, True),
+        ([1_000] * 12, 6, True),
+        ([1_000] * 12, 11, False),
+        ([1_000] * 31, 30, True),  # past the threshold: anything unbuffered
+        ([1_000] * 31, 31, False),
+    ],
+)
+def test_buffering_due(tokens: list[int], covered: int, due: bool) -> None:
+    window = _window(tokens, covered=covered)
+    assert buffering_due(DEFAULTS, window, observation_tokens=0) is due
+
+
+@pytest.mark.parametrize(
+    ("options", "tokens", "covered", "in_flight", "after", "expected"),
+    [
+        ("defaults", [1_000] * 6, 0, False, None, "due"),
+        ("defaults", [1_000] * 5, 0, False, None, None),
+        ("defaults", [1_000] * 6, 0, True, None, None),  # a cycle already runs here
+        ("defaults", [1_000] * 6, 0, False, 1, None),  # backing off
+        ("defaults", [1_000] * 6, 0, False, 6, "due"),  # the back-off has passed
+        ("idle", [100], 0, False, None, "idle"),  # buffer_on_idle flushes at once
+        ("idle", [100], 1, False, None, None),  # nothing left to flush
+        ("sync", [1_000] * 40, 0, False, None, None),  # buffering off
+    ],
+)
+def test_plan_after_reply(
+    options: str,
+    tokens: list[int],
+    covered: int,
+    in_flight: bool,
+    after: float | None,
+    expected: str | None,
+) -> None:
+    resolved = {"defaults": DEFAULTS, "idle": IDLE, "sync": SYNC}[options]
+    backoff, now = _backed_off(after) if after is not None else (None, T0)
+    got = plan_after_reply(
+        resolved,
+        _window(tokens, covered=covered),
+        observation_tokens=0,
+        buffering_in_flight=in_flight,
+        observer_backoff=backoff,
+        now=now,
+    )
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("windows", "keep", "protect", "cap", "expected"),
+    [
+        # Observe the oldest until about 6,000 stay raw.
+        ({"a": [1_000] * 10}, 6_000, {}, 30_000, {"a": [1, 2, 3, 4]}),
+        ({"a": [1_000] * 10}, 0, {}, 30_000, {"a": list(range(1, 11))}),
+        ({"a": [1_000] * 5}, 6_000, {}, 30_000, {}),  # under the floor: nothing
+        # Each call takes at most the cap (message_tokens), even when more is in excess.
+        ({"a": [1_000] * 10}, 0, {}, 4_000, {"a": [1, 2, 3, 4]}),
+        # One message larger than the cap is still taken (invariant 8).
+        ({"a": [9_000, 1_000]}, 0, {}, 4_000, {"a": [1]}),
+        # The turn's own input stays raw.
+        ({"a": [1_000] * 10}, 0, {"a": 8}, 30_000, {"a": [1, 2, 3, 4, 5, 6, 7]}),
+        # Resource scope: the largest window first, until the excess is gone.
+        ({"a": [1_000] * 3, "b": [1_000] * 8}, 5_000, {}, 30_000, {"b": [1, 2, 3, 4, 5, 6]}),
+        (
+            {"a": [1_000] * 6, "b": [1_000] * 8},
+            0,
+            {},
+            30_000,
+            {"b": list(range(1, 9)), "a": list(range(1, 7))},
+        ),
+    ],
+)
+def test_sync_batches(
+    windows: dict[str, list[int]],
+    keep: int,
+    protect: dict[str, int],
+    cap: int,
+    expected: dict[str, list[int]],
+) -> None:
+    batches = sync_batches(
+        [_window(t, thread=name) for name, t in windows.items()],
+        keep_tokens=keep,
+        protect=protect,
+        cap=cap,
+    )
+    assert {b.thread_id: _seqs(b) for b in batches} == expected
+    assert list({b.thread_id: 0 for b in batches}) == list(expected)  # largest window first
+
+
+def test_sync_batches_keep_tool_pairs_together() -> None:
+    window = _window([1_000] * 6, open_call_at=2, result_at=4)
+    [batch] = sync_batches([window], keep_tokens=3_500, protect={}, cap=30_000)
+    assert _seqs(batch) == [1, 2, 3, 4, 5]  # not cut after 3 or 4: the call waits for its result
+    pending = _window([1_000] * 6, open_call_at=0)
+    assert sync_batches([pending], keep_tokens=0, protect={}, cap=30_000) == []

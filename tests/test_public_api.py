@@ -46,10 +46,22 @@ def test_top_level_names_are_pinned() -> None:
 
 def test_store_names_are_pinned() -> None:
     assert sorted(obsmem.stores.__all__) == [
+        "ActivateChunks",
+        "AddChunk",
+        "Change",
+        "Commit",
+        "CommitObservation",
+        "CommitResult",
         "InMemoryStore",
+        "LoadRequest",
         "PostgresStore",
+        "ResourcePatch",
         "SQLiteStore",
+        "SetBufferedReflection",
+        "StartGeneration",
         "Store",
+        "ThreadChange",
+        "ThreadPatch",
     ]
 
 

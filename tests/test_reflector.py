@@ -9,6 +9,7 @@ from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem.errors import ConfigError, ObserverOutputError
+from obsmem.llm import ModelCaller
 from obsmem.reflector import COMPRESSION_GUIDANCE, reflect, strip_group_tags
 from obsmem.tokens import HeuristicEstimator
 
@@ -72,6 +73,7 @@ async def test_stops_at_the_first_candidate_under_target() -> None:
     failed: list[tuple[int, str]] = []
     result = await reflect(
         SOURCE,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=tokens_of(10) + 1,
@@ -91,6 +93,7 @@ async def test_climbs_levels_while_too_big() -> None:
     failed: list[tuple[int, str]] = []
     result = await reflect(
         SOURCE,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=tokens_of(30),
@@ -109,6 +112,7 @@ async def test_keeps_the_smallest_valid_candidate_when_none_reaches_target() -> 
     failed: list[int] = []
     result = await reflect(
         SOURCE,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=tokens_of(10),
@@ -128,6 +132,7 @@ async def test_failed_attempts_are_skipped() -> None:
     failed: list[tuple[int, str]] = []
     result = await reflect(
         SOURCE,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=tokens_of(10),
@@ -147,7 +152,12 @@ async def test_failed_attempts_are_skipped() -> None:
 async def test_an_invalid_candidate_never_wins_even_if_smaller() -> None:
     script = Script(answer(40), "no observations here", answer(60))
     result = await reflect(
-        SOURCE, model=script.model, estimator=EST, target_tokens=1, start_level=2
+        SOURCE,
+        caller=ModelCaller(),
+        model=script.model,
+        estimator=EST,
+        target_tokens=1,
+        start_level=2,
     )
     assert result.parsed.observations == log(40)
     assert result.level == 2
@@ -156,7 +166,14 @@ async def test_an_invalid_candidate_never_wins_even_if_smaller() -> None:
 async def test_raises_when_every_attempt_fails() -> None:
     script = Script(DEGENERATE, "", RuntimeError("down"))
     with pytest.raises(ObserverOutputError, match="kept unchanged") as caught:
-        await reflect(SOURCE, model=script.model, estimator=EST, target_tokens=10, start_level=2)
+        await reflect(
+            SOURCE,
+            caller=ModelCaller(),
+            model=script.model,
+            estimator=EST,
+            target_tokens=10,
+            start_level=2,
+        )
     assert "level 2: degenerate" in str(caught.value)
     assert "level 4: model call failed" in str(caught.value)
     assert script.answers == []
@@ -165,7 +182,14 @@ async def test_raises_when_every_attempt_fails() -> None:
 async def test_cancellation_propagates() -> None:
     script = Script(asyncio.CancelledError(), answer(5))
     with pytest.raises(asyncio.CancelledError):
-        await reflect(SOURCE, model=script.model, estimator=EST, target_tokens=10, start_level=0)
+        await reflect(
+            SOURCE,
+            caller=ModelCaller(),
+            model=script.model,
+            estimator=EST,
+            target_tokens=10,
+            start_level=0,
+        )
     assert len(script.users) == 1
 
 
@@ -185,6 +209,7 @@ async def test_start_and_max_levels(start: int, max_level: int | None, levels: l
     script = Script(*[answer(50)] * len(levels))
     result = await reflect(
         SOURCE,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=1,
@@ -202,6 +227,7 @@ async def test_invalid_levels_are_config_errors(start: int, max_level: int | Non
     with pytest.raises(ConfigError):
         await reflect(
             SOURCE,
+            caller=ModelCaller(),
             model=script.model,
             estimator=EST,
             target_tokens=1,
@@ -220,6 +246,7 @@ async def test_prompt_contents() -> None:
     script = Script(answer(1))
     await reflect(
         source,
+        caller=ModelCaller(),
         model=script.model,
         estimator=EST,
         target_tokens=1_000,
@@ -243,7 +270,14 @@ async def test_prompt_contents() -> None:
 
 async def test_continuation_hints_are_requested_by_default() -> None:
     script = Script(answer(1))
-    await reflect(SOURCE, model=script.model, estimator=EST, target_tokens=10_000, start_level=0)
+    await reflect(
+        SOURCE,
+        caller=ModelCaller(),
+        model=script.model,
+        estimator=EST,
+        target_tokens=10_000,
+        start_level=0,
+    )
     assert "<current-task>" in script.systems[0]
     assert "<current-task>" in script.users[0]
     assert "Output <observations> every time." not in script.users[0]

@@ -3,10 +3,16 @@
 A background Observer turns old messages into a dense, dated observation log; a Reflector
 rewrites the log shorter when it grows. The agent's context stays inside a fixed budget for
 conversations of any length, and every raw message stays in storage.
+
+Names load on first use: ``import obsmem`` stays light (no model library, no numpy) until an
+agent, a model or an optional feature is actually used.
 """
 
-from .agent import Agent, GenerateResult
-from .engine import ObservationalMemory, PreparedContext
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_names
 from .errors import (
     ConfigError,
     ConflictError,
@@ -16,9 +22,6 @@ from .errors import (
     ObsmemError,
     StoreError,
 )
-from .events import Hooks
-from .extractors import Extractor
-from .memory import Memory
 from .messages import (
     DataPart,
     FilePart,
@@ -29,16 +32,39 @@ from .messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from .models import ModelByInputTokens
-from .options import (
-    ObservationalMemoryOptions,
-    ObservationOptions,
-    ReflectionOptions,
-    RetrievalOptions,
-    resolve_options,
-)
+
+if TYPE_CHECKING:
+    from .agent import Agent, GenerateResult
+    from .engine import ObservationalMemory, PreparedContext
+    from .events import Hooks
+    from .extractors import Extractor
+    from .memory import Memory
+    from .models import ModelByInputTokens
+    from .options import (
+        ObservationalMemoryOptions,
+        ObservationOptions,
+        ReflectionOptions,
+        RetrievalOptions,
+        resolve_options,
+    )
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "Agent": "agent",
+    "GenerateResult": "agent",
+    "ObservationalMemory": "engine",
+    "PreparedContext": "engine",
+    "Hooks": "events",
+    "Extractor": "extractors",
+    "Memory": "memory",
+    "ModelByInputTokens": "models",
+    "ObservationalMemoryOptions": "options",
+    "ObservationOptions": "options",
+    "ReflectionOptions": "options",
+    "RetrievalOptions": "options",
+    "resolve_options": "options",
+}
 
 __all__ = [
     "Agent",
@@ -71,3 +97,10 @@ __all__ = [
     "__version__",
     "resolve_options",
 ]
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -11,9 +11,10 @@
    segment but the last stays byte-identical from turn to turn and the prompt cache keeps
    hitting;
 5. ``<current-task>``, 6. ``<suggested-response>``, 7. one ``<slug>`` message per extracted value;
-8. a continuation reminder (a user message wrapped in ``<system-reminder>``);
-9. the raw messages, with a temporal-gap reminder before a user message that arrives ten
-   minutes or more after the previous one (when ``temporal_markers`` is on).
+8. the working-memory message, when working memory is on;
+9. a continuation reminder (a user message wrapped in ``<system-reminder>``);
+10. the raw messages, with a temporal-gap reminder before a user message that arrives ten
+    minutes or more after the previous one (when ``temporal_markers`` is on).
 
 Memory messages have fixed ids and a fixed ``created_at`` so equal text gives equal messages.
 """
@@ -104,6 +105,9 @@ class ContextInput:
     other_threads: Sequence[tuple[str, Sequence[Message]]] = ()
     retrieval_instructions: str | None = None
     temporal_markers: bool = False
+    working_memory: Message | None = None
+    """The working-memory message, shown after the log and its values, before the raw
+    messages."""
 
 
 def tool_pairs_complete(messages: Sequence[Message]) -> bool:
@@ -252,6 +256,8 @@ def build_context(inp: ContextInput) -> list[Message]:
             out.append(_memory(inp.retrieval_instructions, key="preamble", section="preamble"))
         if others is not None:  # resource scope: other threads are context even before a log
             out.append(others)
+        if inp.working_memory is not None:
+            out.append(inp.working_memory)
         return out + raw
 
     preamble = MEMORY_PREAMBLE
@@ -277,6 +283,8 @@ def build_context(inp: ContextInput) -> list[Message]:
         out.append(
             _memory(f"<{slug}>\n{body}\n</{slug}>", key=f"extracted-{slug}", section="extracted")
         )
+    if inp.working_memory is not None:
+        out.append(inp.working_memory)
     out.append(
         Message(
             role="user",

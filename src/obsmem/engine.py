@@ -1,47 +1,59 @@
 """ObservationalMemory: the orchestrator.
 
-Per model step, :meth:`ObservationalMemory.prepare` stores the new input, reads the record and the
-unobserved messages, asks the planner what is due, carries it out (activation, a synchronous
-observation past ``block_after``, reflection), starts background work, and assembles the context.
-:meth:`record` stores the reply and schedules background buffering. All background work runs in
-asyncio tasks owned by the engine; :meth:`settle` waits for them and :meth:`aclose` ends them.
+Every turn and every background cycle works the same way: **load one snapshot, ask the planner,
+carry out its steps**. :meth:`ObservationalMemory.prepare` stores the new input and reads the
+snapshot in one store round trip, asks the planner what is due (activation, a synchronous
+observation past ``block_after``, buffering, reflection), carries it out, and assembles the
+context from the latest snapshot. :meth:`record` stores the reply in one round trip and starts
+background buffering when the planner says so. Each cycle commits one change and reads the
+snapshot after it in the same round trip, so a step never reads twice.
+
+Background work runs in asyncio tasks owned by the engine; :meth:`settle` waits for them and
+:meth:`aclose` ends them. The only in-process state is which cycles run here and, per log, the
+back-off after failures (bounded; never the source of truth).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
+from collections import OrderedDict
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
-from typing import Any, cast
+from typing import Any
 
-from . import cycles
-from .context import ContextInput, build_context
+from . import cycles, planner, views
 from .cycles import (
-    META_CURRENT_TASK,
-    META_EXTRACTED,
     META_LAST_MODEL,
-    META_SUGGESTED_RESPONSE,
+    Activation,
     Deps,
+    Failure,
+    Outcome,
 )
 from .embeddings import Embedder, resolve_embedder
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener, StatusEvent
+from .llm import CallListener, ModelCaller
 from .messages import Message, utcnow
-from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
+from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
-from .planner import activation_count, buffer_due, plan_observation, plan_reflection
-from .recall import RecallBoundary, SearchFn, SearchHit, recall, recall_guidance
-from .records import OMRecord, record_key
-from .stores import Store
+from .planner import Backoff
+from .recall import RecallBoundary, recall, search_groups
+from .records import OMRecord
+from .snapshot import Snapshot, Subject
+from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
-from .window import ThreadWindow, load_window
+from .window import ThreadWindow, windows_of
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
 
 log = logging.getLogger("obsmem")
+
+MAX_REMEMBERED_LOGS = 10_000
+"""Most logs whose back-off state one engine keeps (the least recently used go first)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,8 +66,29 @@ class PreparedContext:
     stored_input: list[Message]
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _LogState:
+    """What this engine remembers about one log between steps: failures and suppression."""
+
+    observer: Backoff | None = None
+    reflector: Backoff | None = None
+    suppressed_reflection_at: int | None = None
+
+    @property
+    def empty(self) -> bool:
+        return (
+            self.observer is None
+            and self.reflector is None
+            and self.suppressed_reflection_at is None
+        )
+
+
 class ObservationalMemory:
-    """The observational-memory engine for one store and one configuration."""
+    """The observational-memory engine for one store and one configuration.
+
+    The engine owns the store it is given: :meth:`aclose` finishes background work and closes
+    it (as :meth:`obsmem.Memory.aclose` does).
+    """
 
     def __init__(
         self,
@@ -70,6 +103,7 @@ class ObservationalMemory:
         background_timeout: float = 300.0,
         working_memory: WorkingMemory | None = None,
         embedder: Embedder | str | None = None,
+        caller: ModelCaller | None = None,
     ) -> None:
         resolved = resolve_options(options)
         if resolved is None:
@@ -79,10 +113,17 @@ class ObservationalMemory:
         self.store = store
         self.options = options = resolved
         self.bus = EventBus()
+        self.caller = caller if caller is not None else ModelCaller()
+        """Sends every Observer, Reflector and extractor call; listeners see each one."""
+        self.working_memory = working_memory
+        """Shown to the actor every turn; kept by the Observer when
+        ``observation.manage_working_memory`` is on, by the agent's tool otherwise."""
+        managed = working_memory if options.observation.manage_working_memory else None
         self._deps = Deps(
             store=store,
             options=options,
             estimator=estimator or HeuristicEstimator(),
+            caller=self.caller,
             bus=self.bus,
             hooks=hooks or Hooks(),
             tz=tz,
@@ -90,7 +131,8 @@ class ObservationalMemory:
             sync_timeout=sync_timeout,
             background_timeout=background_timeout,
             config=options.snapshot(),
-            working_memory=working_memory if options.observation.manage_working_memory else None,
+            working_memory=managed,
+            reads_resource=working_memory is not None and working_memory.scope == "resource",
             embedder=(
                 resolve_embedder(embedder or options.retrieval.embedder or "local")
                 if options.retrieval is not None and options.retrieval.vector
@@ -98,11 +140,36 @@ class ObservationalMemory:
             ),
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._failed_buffer_at: dict[str, int] = {}
-        self._reflection_suppressed_at: dict[str, int] = {}
+        self._logs: OrderedDict[str, _LogState] = OrderedDict()
         self._closed = False
 
+    @property
+    def estimator(self) -> TokenEstimator:
+        return self._deps.estimator
+
+    # -- identity --------------------------------------------------------------------------------
+
+    def subject(self, thread_id: str, resource_id: str | None) -> Subject:
+        """What work on this thread is about (the resource defaults to the thread id)."""
+        return Subject(
+            scope=self.options.scope,
+            thread_id=thread_id,
+            resource_id=resource_id if resource_id is not None else thread_id,
+        )
+
+    def key(self, thread_id: str, resource_id: str | None) -> str:
+        return self.subject(thread_id, resource_id).key
+
     # -- events ----------------------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
+        return self.bus.subscribe(listener)
+
+    def add_call_listener(self, listener: CallListener) -> Callable[[], None]:
+        """Be told about every successful memory-model call (request, result with usage and
+        cost); returns the function that removes the listener."""
+        return self.caller.add_listener(listener)
 
     # -- retrieval -------------------------------------------------------------------------------
 
@@ -110,69 +177,18 @@ class ObservationalMemory:
         """What a recall tool for this thread may read (the resource, or only the thread)."""
         retrieval = self.options.retrieval
         scope = "thread" if retrieval is not None and retrieval.scope == "thread" else "resource"
-        return RecallBoundary(
-            resource_id=self._resource(thread_id, resource_id), thread_id=thread_id, scope=scope
-        )
+        subject = self.subject(thread_id, resource_id)
+        return RecallBoundary(resource_id=subject.resource_id, thread_id=thread_id, scope=scope)
 
     async def recall(self, thread_id: str, resource_id: str | None, /, **request: Any) -> str:
         """Run one recall request (the ``recall`` tool's parameters) for this thread."""
         boundary = self.recall_boundary(thread_id, resource_id)
-        return await recall(self.store, boundary, search=self._search_for(boundary), **request)
-
-    def _search_for(self, boundary: RecallBoundary) -> SearchFn | None:
-        embedder = self._deps.embedder
-        if embedder is None:
-            return None
-
-        async def search(
-            query: str,
-            thread_id: str | None,
-            after: datetime | None,
-            before: datetime | None,
-            limit: int,
-        ) -> list[SearchHit]:
-            [vector] = await embedder.embed([query])
-            hits = await self.store.search_embeddings(
-                boundary.resource_id,
-                vector,
-                model=embedder.name,
-                thread_id=thread_id,
-                after=after,
-                before=before,
-                limit=limit,
-            )
-            return [SearchHit(group=g, score=score) for g, score in hits]
-
-        return search
-
-    def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
-        return self.bus.subscribe(listener)
-
-    async def _append(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        """Store messages with their token estimates cached in their parts, so every later read
-        of the window (from any store, in any process) reuses them instead of re-counting."""
-        for message in messages:
-            self._deps.estimator.count_message(message)
-        return await self.store.append_messages(thread_id, messages)
-
-    # -- keys and scope --------------------------------------------------------------------------
-
-    def key(self, thread_id: str, resource_id: str | None) -> str:
-        return record_key(self.options.scope, thread_id=thread_id, resource_id=resource_id)
-
-    async def _thread_ids(self, thread_id: str, resource_id: str | None) -> list[str]:
-        if self.options.scope == "thread" or resource_id is None:
-            return [thread_id]
-        return [t.id for t in await self.store.list_threads(resource_id)]
-
-    async def _record(self, thread_id: str, resource_id: str | None) -> OMRecord:
-        return await self.store.get_or_create_record(
-            self.key(thread_id, resource_id),
-            scope=self.options.scope,
-            thread_id=thread_id,
-            resource_id=resource_id,
+        search = (
+            search_groups(self.store, self._deps.embedder, boundary)
+            if self._deps.embedder is not None
+            else None
         )
+        return await recall(self.store, boundary, search=search, **request)
 
     # -- the turn --------------------------------------------------------------------------------
 
@@ -186,60 +202,65 @@ class ObservationalMemory:
     ) -> PreparedContext:
         """Store ``new_messages``, do what memory work is due, and return the actor's context."""
         self._check_open()
-        resource_id = self._resource(thread_id, resource_id)
-        await self.store.create_thread(thread_id, resource_id)
-        stored = await self._append(thread_id, new_messages) if new_messages else []
-        deps = self._deps
-        key = self.key(thread_id, resource_id)
-        record = await self._record(thread_id, resource_id)
-        thread_ids = await self._thread_ids(thread_id, resource_id)
-        windows = await load_window(self.store, record, thread_ids, deps.estimator)
-        signals = await self._cache_signals(thread_id, actor_model)
-        plan = plan_observation(
+        subject = self.subject(thread_id, resource_id)
+        obs, ref = self.options.observation, self.options.reflection
+        snapshot = await cycles.load(
+            self._deps,
+            LoadRequest(
+                subject=subject,
+                append=self._counted(new_messages),
+                last_reply=obs.activate_after_idle is not None
+                or ref.activate_after_idle is not None,
+            ),
+        )
+        stored = list(snapshot.stored)
+        signals = self._signals(snapshot, actor_model)
+        windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
+        record = snapshot.record
+        state = self._state(subject.key)
+        plan = planner.plan_observation(
             self.options,
             pending_tokens=sum(w.total for w in windows),
             chunk_message_tokens=[c.message_tokens for c in record.chunks],
             observation_tokens=record.observation_tokens,
-            buffering_in_flight=self._running(f"obs:{key}"),
+            buffering_in_flight=self._running(f"obs:{subject.key}"),
             idle_expired=signals.observation_idle,
             provider_changed=signals.provider_changed,
+            observer_backoff=state.observer,
+            now=self._deps.now(),
         )
-        status = self._status(record, windows, thread_id, resource_id, plan.threshold)
+        status = self._status(snapshot, windows, plan.threshold)
         self.bus.emit(status)
 
         if plan.activate and plan.trigger is not None and not plan.observe_sync:
-            count = plan.activate
-            await cycles.activate_chunks(
-                deps,
-                key,
-                thread_id,
-                choose=lambda _: count,
+            why = Activation(
                 trigger=plan.trigger,
                 previous_model=signals.previous_model,
                 current_model=signals.current_model,
                 last_activity_at=signals.last_activity_at,
             )
+            activated = await cycles.activate_chunks(
+                self._deps, snapshot, count=plan.activate, why=why
+            )
+            snapshot = activated or await self._load(subject)
         if plan.observe_sync:
             protect = {thread_id: stored[0].seq} if stored and stored[0].seq else {}
-            keep = self.options.observation.retention_floor or 0
-            await cycles.observe_sync(
-                deps,
-                key,
-                thread_id,
-                resource_id,
-                thread_ids=thread_ids,
-                keep_tokens=keep,
+            result = await cycles.observe_sync(
+                self._deps,
+                snapshot,
+                keep_tokens=obs.retention_floor or 0,
                 protect=protect,
                 trigger="turn-sync",
             )
-        if plan.start_buffering and self._may_retry_buffering(key, windows):
-            self._spawn(f"obs:{key}", self._buffer_loop(key, thread_id, resource_id))
-        await self._maybe_reflect(key, thread_id, resource_id, signals)
-        record = await self._record(thread_id, resource_id)
+            snapshot = result.snapshot
+            self._observer_outcome(subject.key, result.error)
+        if plan.start_buffering:
+            self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
+        snapshot = await self._reflection_step(snapshot, signals)
         return PreparedContext(
-            messages=await self._context(record, thread_id, thread_ids),
+            messages=self._context(snapshot),
             status=status,
-            record=record,
+            record=snapshot.record,
             stored_input=stored,
         )
 
@@ -251,111 +272,110 @@ class ObservationalMemory:
         *,
         actor_model: ModelSpec | None = None,
     ) -> list[Message]:
-        """Store the actor's reply (and tool traffic) and schedule background buffering."""
+        """Store the actor's reply (and tool traffic) and start background buffering when due."""
         self._check_open()
-        resource_id = self._resource(thread_id, resource_id)
-        await self.store.create_thread(thread_id, resource_id)
-        stored = await self._append(thread_id, response_messages)
-        if actor_model is not None:
-            await self.store.update_thread(
-                thread_id, metadata={META_LAST_MODEL: _model_label(actor_model)}
-            )
-        obs = self.options.observation
-        if not self.options.async_buffering or obs.buffer_tokens is None:
-            return stored
-        key = self.key(thread_id, resource_id)
-        if self._running(f"obs:{key}"):
-            return stored
-        record = await self._record(thread_id, resource_id)
-        [window] = await load_window(self.store, record, [thread_id], self._deps.estimator)
-        if obs.buffer_on_idle and window.unbuffered:
-            self._spawn(f"obs:{key}", self._buffer_loop(key, thread_id, resource_id, idle=True))
-        elif self._buffer_due(record, window) and self._may_retry_buffering(key, [window]):
-            self._spawn(f"obs:{key}", self._buffer_loop(key, thread_id, resource_id))
-        return stored
+        subject = self.subject(thread_id, resource_id)
+        patches = (
+            [
+                ThreadPatch(
+                    thread_id=thread_id, set=(((META_LAST_MODEL,), views.model_label(actor_model)),)
+                )
+            ]
+            if actor_model is not None
+            else []
+        )
+        snapshot = await cycles.load(
+            self._deps,
+            LoadRequest(subject=subject, append=self._counted(response_messages), patches=patches),
+        )
+        key = subject.key
+        decision = planner.plan_after_reply(
+            self.options,
+            windows_of(snapshot, self._deps.estimator, self._deps.held)[0],
+            observation_tokens=snapshot.record.observation_tokens,
+            buffering_in_flight=self._running(f"obs:{key}"),
+            observer_backoff=self._state(key).observer,
+            now=self._deps.now(),
+        )
+        if decision is not None:
+            self._spawn(f"obs:{key}", self._buffer_loop(snapshot, idle=decision == "idle"))
+        return list(snapshot.stored)
 
     # -- manual operations -----------------------------------------------------------------------
 
     async def observe(self, thread_id: str, resource_id: str | None = None) -> bool:
-        """Observe every unobserved message now (activating buffered chunks first)."""
+        """Observe every unobserved message now (activating buffered chunks first). False when
+        a failure stopped it (the failed event says why)."""
         self._check_open()
-        resource_id = self._resource(thread_id, resource_id)
-        await self._record(thread_id, resource_id)
-        return await cycles.observe_sync(
-            self._deps,
-            self.key(thread_id, resource_id),
-            thread_id,
-            resource_id,
-            thread_ids=await self._thread_ids(thread_id, resource_id),
-            keep_tokens=0,
-            trigger="manual",
+        subject = self.subject(thread_id, resource_id)
+        result = await cycles.observe_sync(
+            self._deps, await self._load(subject), keep_tokens=0, trigger="manual"
         )
+        self._observer_outcome(subject.key, result.error)
+        return result.error is None
 
     async def reflect(
         self, thread_id: str, resource_id: str | None = None, *, guidance: str | None = None
     ) -> OMRecord | None:
         """Reflect the log now, starting at compression level 0; the new head, or None."""
         self._check_open()
-        resource_id = self._resource(thread_id, resource_id)
-        return await cycles.reflect_now(
+        subject = self.subject(thread_id, resource_id)
+        outcome = await cycles.reflect_now(
             self._deps,
-            self.key(thread_id, resource_id),
-            thread_id,
-            resource_id,
+            await self._load(subject),
             trigger="manual",
             start_level=0,
             guidance=guidance,
         )
+        if isinstance(outcome, Outcome) and outcome.snapshot is not None:
+            return outcome.snapshot.record
+        return None
 
     async def status(self, thread_id: str, resource_id: str | None = None) -> StatusEvent:
-        resource_id = self._resource(thread_id, resource_id)
-        record = await self._record(thread_id, resource_id)
-        thread_ids = await self._thread_ids(thread_id, resource_id)
-        windows = await load_window(self.store, record, thread_ids, self._deps.estimator)
-        plan = plan_observation(
-            self.options,
-            pending_tokens=sum(w.total for w in windows),
-            chunk_message_tokens=[c.message_tokens for c in record.chunks],
-            observation_tokens=record.observation_tokens,
-            buffering_in_flight=True,
-        )
-        return self._status(record, windows, thread_id, resource_id, plan.threshold)
+        snapshot = await self._load(self.subject(thread_id, resource_id))
+        windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
+        threshold = planner.message_threshold(self.options, snapshot.record.observation_tokens)
+        return self._status(snapshot, windows, threshold)
 
     async def observations(self, thread_id: str, resource_id: str | None = None) -> str:
-        resource_id = self._resource(thread_id, resource_id)
         record = await self.store.get_record(self.key(thread_id, resource_id))
         return "" if record is None else record.observations
 
     async def history(
         self, thread_id: str, resource_id: str | None = None, *, limit: int | None = None
     ) -> list[OMRecord]:
-        resource_id = self._resource(thread_id, resource_id)
         return await self.store.history(self.key(thread_id, resource_id), limit=limit)
 
     async def clear(self, thread_id: str, resource_id: str | None = None) -> None:
         """Forget the memory of this thread (or resource); the messages stay."""
-        resource_id = self._resource(thread_id, resource_id)
         key = self.key(thread_id, resource_id)
         for name in (f"obs:{key}", f"refl:{key}"):
             task = self._tasks.get(name)
             if task is not None:
                 task.cancel()
+        self._logs.pop(key, None)
         await self.store.clear(key)
 
-    # -- background work -------------------------------------------------------------------------
+    # -- lifecycle -------------------------------------------------------------------------------
 
     async def settle(self) -> None:
         """Wait until no background work is left (tests use this instead of sleeping)."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
 
-    async def aclose(self) -> None:
-        """Cancel background work. The store stays open (it belongs to the caller)."""
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """Finish background work (or, with ``cancel=True``, abandon it), then close the store.
+        The engine is unusable afterwards; closing twice is harmless."""
+        if not cancel:
+            await self.settle()
         self._closed = True
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        await self.store.aclose()
+
+    # -- background work -------------------------------------------------------------------------
 
     def _running(self, name: str) -> bool:
         task = self._tasks.get(name)
@@ -376,61 +396,43 @@ class ObservationalMemory:
 
         task.add_done_callback(done)
 
-    async def _buffer_loop(
-        self, key: str, thread_id: str, resource_id: str | None, *, idle: bool = False
-    ) -> None:
+    async def _buffer_loop(self, snapshot: Snapshot, *, idle: bool = False) -> None:
+        """Buffer chunks while the planner says another is due, starting from ``snapshot``."""
+        key = snapshot.subject.key
         while not self._closed:
-            outcome = await cycles.buffer_once(self._deps, key, thread_id, resource_id, idle=idle)
-            head = await self.store.get_record(key)
-            if head is None:
+            batch = planner.chunk_slice(
+                self.options,
+                self._main_window(snapshot),
+                observation_tokens=snapshot.record.observation_tokens,
+                idle=idle,
+            )
+            if batch is None:
                 return
-            [window] = await load_window(self.store, head, [thread_id], self._deps.estimator)
-            if outcome == "failed":
-                self._failed_buffer_at[key] = window.unbuffered_tokens
+            outcome = await cycles.buffer_chunk(self._deps, snapshot, batch)
+            self._observer_outcome(key, outcome.error if isinstance(outcome, Failure) else None)
+            if isinstance(outcome, Failure) or outcome.snapshot is None:
                 return
-            self._failed_buffer_at.pop(key, None)
+            snapshot = outcome.snapshot
             idle = False
-            if outcome != "added" or not self._buffer_due(head, window):
+            if not planner.buffering_due(
+                self.options,
+                self._main_window(snapshot),
+                observation_tokens=snapshot.record.observation_tokens,
+            ):
                 return
 
-    def _buffer_due(self, record: OMRecord, window: ThreadWindow) -> bool:
-        obs = self.options.observation
-        if obs.buffer_tokens is None or not window.unbuffered:
-            return False
-        plan = plan_observation(
-            self.options,
-            pending_tokens=window.total,
-            chunk_message_tokens=[c.message_tokens for c in record.chunks],
-            observation_tokens=record.observation_tokens,
-            buffering_in_flight=False,
-        )
-        return buffer_due(
-            unbuffered_tokens=window.unbuffered_tokens,
-            pending_tokens=window.total,
-            threshold=plan.threshold,
-            buffer_tokens=obs.buffer_tokens,
-        ) or (window.total >= plan.threshold and window.unbuffered_tokens > 0)
-
-    def _may_retry_buffering(self, key: str, windows: Sequence[ThreadWindow]) -> bool:
-        """After a failed buffering cycle, wait for half an interval of new messages."""
-        failed_at = self._failed_buffer_at.get(key)
-        if failed_at is None:
-            return True
-        step = (self.options.observation.buffer_tokens or 0) // 2
-        return sum(w.unbuffered_tokens for w in windows) >= failed_at + step
-
-    async def _maybe_reflect(
-        self, key: str, thread_id: str, resource_id: str | None, signals: _CacheSignals
-    ) -> None:
-        record = await self.store.get_record(key)
-        if record is None:
-            return
+    async def _reflection_step(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
+        """Activate, run or start a reflection when the planner says so; the snapshot after."""
+        record = snapshot.record
+        key = snapshot.subject.key
         br = record.buffered_reflection
         tail_tokens = 0
         if br is not None:
             tail = "\n".join(record.observations.split("\n")[br.line_count :])
             tail_tokens = self._deps.estimator.count_text(tail)
-        plan = plan_reflection(
+        state = self._state(key)
+        ref = self.options.reflection
+        plan = planner.plan_reflection(
             self.options,
             observation_tokens=record.observation_tokens,
             has_buffered_reflection=br is not None,
@@ -438,174 +440,117 @@ class ObservationalMemory:
             unreflected_tail_tokens=tail_tokens,
             reflection_in_flight=self._running(f"refl:{key}"),
             idle_expired=signals.reflection_idle,
-            provider_changed=signals.provider_changed
-            and self.options.reflection.activate_on_provider_change,
+            provider_changed=signals.provider_changed and ref.activate_on_provider_change,
+            reflector_backoff=state.reflector,
+            now=self._deps.now(),
+            suppressed_at=state.suppressed_reflection_at,
         )
         if plan.activate_buffered and plan.trigger is not None:
-            await cycles.activate_reflection(self._deps, key, thread_id, trigger=plan.trigger)
+            activated = await cycles.activate_reflection(self._deps, snapshot, trigger=plan.trigger)
+            snapshot = activated or await self._load(snapshot.subject)
         elif plan.reflect_sync:
-            if self._reflection_suppressed_at.get(key) == record.observation_tokens:
-                return  # the last attempt at this exact size did not help; wait for growth
-            head = await cycles.reflect_now(
-                self._deps, key, thread_id, resource_id, trigger="turn-sync"
+            outcome = await cycles.reflect_now(self._deps, snapshot, trigger="turn-sync")
+            self._reflector_outcome(key, outcome.error if isinstance(outcome, Failure) else None)
+            after: int | None = None
+            if isinstance(outcome, Outcome) and outcome.snapshot is not None:
+                snapshot = outcome.snapshot
+                after = snapshot.record.observation_tokens
+            self._update(
+                key,
+                suppressed_reflection_at=planner.suppression_after(
+                    record.observation_tokens, after, threshold=plan.threshold
+                ),
             )
-            if head is None or head.observation_tokens >= plan.threshold:
-                self._reflection_suppressed_at[key] = record.observation_tokens
-            else:
-                self._reflection_suppressed_at.pop(key, None)
         if plan.start_buffering:
-            self._spawn(f"refl:{key}", self._reflection_task(key, thread_id, resource_id))
+            self._spawn(f"refl:{key}", self._reflection_task(snapshot))
+        return snapshot
 
-    async def _reflection_task(self, key: str, thread_id: str, resource_id: str | None) -> None:
-        await cycles.buffer_reflection(self._deps, key, thread_id, resource_id)
+    async def _reflection_task(self, snapshot: Snapshot) -> None:
+        outcome = await cycles.buffer_reflection(self._deps, snapshot)
+        if outcome is not None:
+            error = outcome.error if isinstance(outcome, Failure) else None
+            self._reflector_outcome(snapshot.subject.key, error)
+
+    # -- back-off --------------------------------------------------------------------------------
+
+    def _state(self, key: str) -> _LogState:
+        return self._logs.get(key) or _LogState()
+
+    def _update(self, key: str, **changes: Any) -> None:
+        state = replace(self._state(key), **changes)
+        if state.empty:
+            self._logs.pop(key, None)
+            return
+        self._logs[key] = state
+        self._logs.move_to_end(key)
+        while len(self._logs) > MAX_REMEMBERED_LOGS:
+            self._logs.popitem(last=False)
+
+    def _observer_outcome(self, key: str, error: str | None) -> None:
+        previous = self._state(key).observer
+        if error is None:
+            if previous is not None:
+                self._update(key, observer=None)
+            return
+        self._update(key, observer=self._backoff(previous, error))
+
+    def _reflector_outcome(self, key: str, error: str | None) -> None:
+        previous = self._state(key).reflector
+        if error is None:
+            if previous is not None:
+                self._update(key, reflector=None)
+            return
+        self._update(key, reflector=self._backoff(previous, error))
+
+    def _backoff(self, previous: Backoff | None, error: str) -> Backoff:
+        return planner.backoff_after(
+            previous, now=self._deps.now(), error=error, spread=random.random()
+        )
 
     # -- context and status ----------------------------------------------------------------------
 
-    async def _context(
-        self, record: OMRecord, thread_id: str, thread_ids: Sequence[str]
-    ) -> list[Message]:
-        windows = await load_window(self.store, record, thread_ids, self._deps.estimator)
-        raw: Sequence[Message] = ()
-        others: list[tuple[str, Sequence[Message]]] = []
-        for w in windows:
-            if w.thread_id == thread_id:
-                raw = w.messages
-            elif w.messages:
-                others.append((w.thread_id, w.messages))
-        thread = await self.store.get_thread(thread_id)
-        meta = thread.metadata if thread is not None else {}
-        hints = self.options.observation.continuation_hints
-        retrieval = self.options.retrieval
-        return build_context(
-            ContextInput(
-                observations=record.observations,
-                now=self._deps.now(),
-                tz=self._deps.tz,
-                current_task=meta.get(META_CURRENT_TASK) if hints.current_task else None,
-                suggested_response=(
-                    meta.get(META_SUGGESTED_RESPONSE) if hints.suggested_response else None
-                ),
-                extracted=self._extracted_for_context(meta),
-                raw_messages=raw,
-                other_threads=others,
-                retrieval_instructions=recall_guidance(retrieval),
-                temporal_markers=self.options.temporal_markers,
-            )
+    def _context(self, snapshot: Snapshot) -> list[Message]:
+        return views.actor_context(
+            snapshot,
+            self.options,
+            now=self._deps.now(),
+            tz=self._deps.tz,
+            working_memory=self.working_memory,
         )
-
-    def _extracted_for_context(self, meta: Mapping[str, Any]) -> dict[str, Any]:
-        """Stored values of the extractors that share them (``include_previous_extraction``)."""
-        stored = meta.get(META_EXTRACTED)
-        if not isinstance(stored, Mapping):
-            return {}
-        values = cast(Mapping[str, Any], stored)
-        out: dict[str, Any] = {}
-        for extractor in (*self.options.observation.extract, *self.options.reflection.extract):
-            slug = extractor.slug
-            if extractor.include_previous_extraction and values.get(slug) is not None:
-                out[slug] = values[slug]
-        return out
 
     def _status(
-        self,
-        record: OMRecord,
-        windows: Sequence[ThreadWindow],
-        thread_id: str,
-        resource_id: str | None,
-        threshold: int,
+        self, snapshot: Snapshot, windows: Sequence[ThreadWindow], threshold: int
     ) -> StatusEvent:
-        pending = sum(w.total for w in windows)
-        chunk_tokens = [c.message_tokens for c in record.chunks]
-        floor = self.options.observation.retention_floor or 0
-        projected = sum(
-            chunk_tokens[
-                : activation_count(
-                    chunk_tokens,
-                    pending_tokens=max(pending, threshold),
-                    retention_floor=floor,
-                    force_max=False,
-                )
-            ]
-        )
-        br = record.buffered_reflection
-        return StatusEvent(
-            record_id=record.id,
-            thread_id=thread_id,
-            resource_id=resource_id,
-            generation=record.generation,
-            message_tokens=pending,
-            message_threshold=threshold,
-            observation_tokens=record.observation_tokens,
-            observation_threshold=self.options.reflection.observation_tokens,
-            buffered_chunks=len(record.chunks),
-            buffered_message_tokens=min(sum(chunk_tokens), pending),
-            projected_message_removal=projected,
-            buffered_observation_tokens=sum(c.token_count for c in record.chunks),
-            buffering_status="running" if self._running(f"obs:{record.key}") else "idle",
-            buffered_reflection_tokens=br.token_count if br else 0,
-            buffered_reflection_input_tokens=br.input_tokens if br else 0,
-            reflection_status=(
-                "running" if self._running(f"refl:{record.key}") else "complete" if br else "idle"
-            ),
+        key = snapshot.subject.key
+        return views.status_event(
+            snapshot,
+            windows,
+            self.options,
+            threshold=threshold,
+            buffering=self._running(f"obs:{key}"),
+            reflecting=self._running(f"refl:{key}"),
         )
 
-    async def _cache_signals(self, thread_id: str, actor_model: ModelSpec | None) -> _CacheSignals:
-        """Whether the actor's prompt cache is already lost (idle too long, model changed)."""
-        obs, ref = self.options.observation, self.options.reflection
-        signals = _CacheSignals()
-        if actor_model is not None:
-            signals.current_model = _model_label(actor_model)
-            thread = await self.store.get_thread(thread_id)
-            previous = thread.metadata.get(META_LAST_MODEL) if thread is not None else None
-            signals.previous_model = previous
-            signals.provider_changed = bool(
-                obs.activate_on_provider_change
-                and previous is not None
-                and previous != signals.current_model
-            )
-        if obs.activate_after_idle is None and ref.activate_after_idle is None:
-            return signals
-        recent = await self.store.list_messages(thread_id, limit=50, newest_first=True)
-        last = next((m for m in recent if m.role == "assistant"), None)
-        if last is None:
-            return signals
-        signals.last_activity_at = last.created_at
-        idle_ms = (self._deps.now() - last.created_at).total_seconds() * 1000
-        signals.observation_idle = _expired(obs.activate_after_idle, idle_ms, actor_model)
-        signals.reflection_idle = _expired(ref.activate_after_idle, idle_ms, actor_model)
-        return signals
+    def _signals(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> views.CacheSignals:
+        return views.cache_signals(snapshot, self.options, actor_model, now=self._deps.now())
 
     # -- misc ------------------------------------------------------------------------------------
 
-    def _resource(self, thread_id: str, resource_id: str | None) -> str:
-        return resource_id if resource_id is not None else thread_id
+    async def _load(self, subject: Subject) -> Snapshot:
+        return await cycles.load(self._deps, LoadRequest(subject=subject))
+
+    def _main_window(self, snapshot: Snapshot) -> ThreadWindow:
+        return windows_of(
+            replace(snapshot, threads=snapshot.threads[:1]), self._deps.estimator, self._deps.held
+        )[0]
+
+    def _counted(self, messages: Sequence[Message]) -> Sequence[Message]:
+        """``messages`` with their token estimates cached in their parts, so every later read
+        of the window (from any store, in any process) reuses them instead of re-counting."""
+        for message in messages:
+            self._deps.estimator.count_message(message)
+        return messages
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this ObservationalMemory was closed")
-
-
-@dataclass(slots=True)
-class _CacheSignals:
-    observation_idle: bool = False
-    reflection_idle: bool = False
-    provider_changed: bool = False
-    last_activity_at: datetime | None = None
-    previous_model: str | None = None
-    current_model: str | None = None
-
-
-def _expired(setting: int | str | None, idle_ms: float, actor_model: ModelSpec | None) -> bool:
-    if setting is None:
-        return False
-    if setting == "auto":
-        if actor_model is None:
-            return False
-        return idle_ms >= prompt_cache_ttl_ms(actor_model)
-    return idle_ms >= float(setting)
-
-
-def _model_label(model: ModelSpec) -> str:
-    provider = provider_of(model)
-    name = model_id_of(model)
-    return f"{provider}/{name}" if provider else name

@@ -51,7 +51,8 @@ class StoreError(ObsmemError):
 class ConflictError(StoreError):
     """A state transition lost a race: the record changed since the caller read it.
 
-    Re-read the record and decide again; the losing work is either retried or dropped.
+    Decide again from ``current`` (the head as the store found it inside its transaction, or
+    None when the memory was cleared): the losing work is either retried or dropped.
     """
 
     def __init__(
@@ -60,9 +61,12 @@ class ConflictError(StoreError):
         *,
         expected_version: int | None = None,
         actual_version: int | None = None,
+        current: Any = None,
     ) -> None:
         self.expected_version = expected_version
         self.actual_version = actual_version
+        self.current = current
+        """The head record found in the transaction (an ``OMRecord``), or None."""
         super().__init__(message)
 
 

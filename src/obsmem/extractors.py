@@ -30,7 +30,7 @@ from typing import Any, Final, Literal, TypeAlias, cast
 from pydantic import BaseModel, ValidationError
 
 from .errors import ConfigError
-from .llm import LLMRequest, call_model
+from .llm import LLMRequest, ModelCaller
 from .models import ModelSpec
 from .observations import ParsedOutput
 
@@ -401,6 +401,7 @@ def inline_value(slot: Slot, parsed: ParsedOutput) -> Any:
 async def run_extractors(
     slots: Sequence[Slot],
     *,
+    caller: ModelCaller,
     parsed: ParsedOutput,
     previous: Mapping[str, Any],
     exchange: Exchange | None,
@@ -411,8 +412,9 @@ async def run_extractors(
     timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
 ) -> ExtractionResult:
     """Collect every slot's value: inline ones from ``parsed``, structured ones by follow-up
-    requests (in parallel), then the ``on_extracted`` hooks. Never raises for one slot: a bad
-    value, a failed request or a failing hook becomes a failure of that slot only."""
+    requests through ``caller`` (in parallel), then the ``on_extracted`` hooks. Never raises for
+    one slot: a bad value, a failed request or a failing hook becomes a failure of that slot
+    only."""
     values: dict[str, Any] = {}
     failures: list[dict[str, str]] = []
 
@@ -430,6 +432,7 @@ async def run_extractors(
                     slot,
                     previous.get(slot.slug) if slot.include_previous else None,
                     exchange,
+                    caller=caller,
                     timeout=timeout,
                     cycle_id=cycle_id,
                     operation=operation_type,
@@ -530,6 +533,7 @@ async def _follow_up(
     previous: Any,
     exchange: Exchange,
     *,
+    caller: ModelCaller,
     timeout: float | None,  # noqa: ASYNC109
     cycle_id: str,
     operation: str,
@@ -553,7 +557,7 @@ async def _follow_up(
             cycle_id=cycle_id,
         )
         try:
-            result = await call_model(request)
+            result = await caller.call(request)
             value = parse_json(result.text)
             return None if value is None else slot.validate(value)
         except asyncio.CancelledError:

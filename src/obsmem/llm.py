@@ -1,45 +1,44 @@
 """The one seam every memory-model call goes through (Observer, Reflector, extractors).
 
-``call_model`` resolves the model (routing a ``ModelByInputTokens`` by the request's input-token
-estimate), sends one system message and one user message through pydantic-ai's direct API,
-retries transient errors within a budget, bounds the whole call by a timeout, and reports the
-answer with its token usage and cost. Each call is one OpenTelemetry span named
+A ``ModelCaller`` resolves the model (routing a ``ModelByInputTokens`` by the request's
+input-token estimate), sends one system message and one user message through pydantic-ai's direct
+API, retries transient errors within a budget, bounds the whole call by a timeout, and reports the
+answer with its token usage and cost to its listeners. Each call is one OpenTelemetry span named
 ``obsmem.<role>``; without an OpenTelemetry SDK configured the span costs nothing.
+
+Importing this module loads neither pydantic-ai nor OpenTelemetry; the first call does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias, cast
-
-from opentelemetry import trace
-from pydantic_ai import messages as pa
-from pydantic_ai.direct import model_request
-from pydantic_ai.models import Model
-from pydantic_ai.settings import ModelSettings
-from pydantic_ai.usage import RequestUsage
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from obsmem.errors import ModelError, ObsmemError
 from obsmem.messages import FilePart, ImagePart
-from obsmem.models import ModelByInputTokens, ModelSpec, call_with_retry, provider_of, resolve_model
+from obsmem.models.describe import provider_of
+from obsmem.models.providers import resolve_model
+from obsmem.models.retry import call_with_retry
+from obsmem.models.specs import ModelByInputTokens, ModelSpec
+
+if TYPE_CHECKING:
+    from pydantic_ai import messages as pa
+    from pydantic_ai.models import Model
+    from pydantic_ai.usage import RequestUsage
 
 __all__ = [
     "CallListener",
     "LLMRequest",
     "LLMResult",
+    "ModelCaller",
     "Role",
-    "add_call_listener",
-    "call_model",
     "cost_usd",
 ]
 
 Role = Literal["observer", "reflector", "extractor"]
-
-_resolved: dict[str, Model] = {}
-"""Models resolved from strings, kept so each spec builds its SDK client once."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,128 +80,154 @@ class LLMResult:
     duration_ms: float
 
 
-async def call_model(request: LLMRequest) -> LLMResult:
-    """Send ``request`` to its model and return the answer.
+CallListener: TypeAlias = Callable[[LLMRequest, LLMResult], None]
+"""Told about each successful call: the request and its result."""
 
-    Raises ``ModelError`` when the model cannot be resolved, the call fails with a non-transient
-    error, transient errors outlast ``retry_budget``, or the whole call exceeds ``timeout``.
+
+class ModelCaller:
+    """Sends memory-model calls (Observer, Reflector, extractors): resolves each string spec once,
+    retries transient errors, bounds each call by its timeout, reports usage and cost, and tells
+    its listeners.
+
+    ``sleep`` waits between retries (tests pass one that records the delays and returns at once).
     """
-    started = time.perf_counter()
-    tracer = trace.get_tracer("obsmem")
-    with tracer.start_as_current_span(f"obsmem.{request.role}") as span:
-        span.set_attributes(
-            {
-                "gen_ai.operation.name": "chat",
-                "obsmem.operation": request.operation,
-                "obsmem.cycle_id": request.cycle_id,
-                "obsmem.input_tokens_estimate": request.input_tokens,
-            }
-        )
-        model, tier = _choose_model(request)
-        if tier is not None:
-            span.set_attribute("obsmem.model_tier", tier)
-        span.set_attribute("gen_ai.request.model", model.model_name)
-        provider = provider_of(model)
-        if provider is not None:
-            span.set_attribute("gen_ai.provider.name", provider)
 
-        response = await _request(request, model)
+    __slots__ = ("_listeners", "_resolved", "_sleep")
 
-        model_name = response.model_name or model.model_name
-        usage = response.usage
-        cost = cost_usd(usage, model_name=model_name, provider=provider)
-        span.set_attributes(
-            {
-                "gen_ai.response.model": model_name,
-                "gen_ai.usage.input_tokens": usage.input_tokens,
-                "gen_ai.usage.output_tokens": usage.output_tokens,
-            }
-        )
-        if cost is not None:
-            span.set_attribute("obsmem.cost_usd", cost)
-        result = LLMResult(
-            text="".join(p.content for p in response.parts if isinstance(p, pa.TextPart)),
-            model_name=model_name,
-            provider=provider,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cost_usd=cost,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
-        for listener in list(_listeners):
-            listener(request, result)
-        return result
+    def __init__(self, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
+        self._sleep = sleep
+        self._listeners: list[CallListener] = []
+        self._resolved: dict[str, Model] = {}
+        """Models resolved from strings, kept so each spec builds its SDK client once."""
 
+    async def call(self, request: LLMRequest) -> LLMResult:
+        """Send ``request`` to its model and return the answer.
 
-CallListener: TypeAlias = Callable[["LLMRequest", "LLMResult"], None]
-_listeners: list[CallListener] = []
+        Raises ``ModelError`` when the model cannot be resolved, the call fails with a
+        non-transient error, transient errors outlast ``retry_budget``, or the whole call exceeds
+        ``timeout``.
+        """
+        from opentelemetry import trace
+        from pydantic_ai import messages as pa
 
-
-def add_call_listener(listener: CallListener) -> Callable[[], None]:
-    """Be told about every successful memory-model call (the CLI's reports use it); returns
-    the function that removes the listener."""
-    _listeners.append(listener)
-
-    def remove() -> None:
-        if listener in _listeners:
-            _listeners.remove(listener)
-
-    return remove
-
-
-def _choose_model(request: LLMRequest) -> tuple[Model, int | None]:
-    """The pydantic-ai model for ``request`` and, when routed, the chosen tier's limit."""
-    spec, tier = request.model, None
-    if isinstance(spec, ModelByInputTokens):
-        tier, spec = spec.select(request.input_tokens)
-    if isinstance(spec, Model):
-        return spec, tier
-    model = _resolved.get(spec)
-    if model is None:
-        model = _resolved[spec] = resolve_model(spec)
-    return model, tier
-
-
-async def _retry_sleep(seconds: float) -> None:
-    await asyncio.sleep(seconds)
-
-
-async def _request(request: LLMRequest, model: Model) -> pa.ModelResponse:
-    what = f"the {request.role} call to model {model.model_name!r}"
-    messages: list[pa.ModelMessage] = [
-        pa.ModelRequest(
-            parts=[
-                pa.SystemPromptPart(content=request.system),
-                pa.UserPromptPart(content=[_content(item) for item in request.user]),
-            ]
-        )
-    ]
-    settings = cast(ModelSettings, dict(request.model_settings)) if request.model_settings else None
-
-    async def attempt() -> pa.ModelResponse:
-        return await model_request(model, messages, model_settings=settings)
-
-    deadline = asyncio.timeout(request.timeout)
-    try:
-        async with deadline:
-            return await call_with_retry(
-                attempt, max_total=request.retry_budget, sleep=_retry_sleep, what=what
+        started = time.perf_counter()
+        tracer = trace.get_tracer("obsmem")
+        with tracer.start_as_current_span(f"obsmem.{request.role}") as span:
+            span.set_attributes(
+                {
+                    "gen_ai.operation.name": "chat",
+                    "obsmem.operation": request.operation,
+                    "obsmem.cycle_id": request.cycle_id,
+                    "obsmem.input_tokens_estimate": request.input_tokens,
+                }
             )
-    except ObsmemError:
-        raise
-    except Exception as exc:
-        if isinstance(exc, TimeoutError) and deadline.expired():
+            model, tier = self._choose_model(request)
+            if tier is not None:
+                span.set_attribute("obsmem.model_tier", tier)
+            span.set_attribute("gen_ai.request.model", model.model_name)
+            provider = provider_of(model)
+            if provider is not None:
+                span.set_attribute("gen_ai.provider.name", provider)
+
+            response = await self._request(request, model)
+
+            model_name = response.model_name or model.model_name
+            usage = response.usage
+            cost = cost_usd(usage, model_name=model_name, provider=provider)
+            span.set_attributes(
+                {
+                    "gen_ai.response.model": model_name,
+                    "gen_ai.usage.input_tokens": usage.input_tokens,
+                    "gen_ai.usage.output_tokens": usage.output_tokens,
+                }
+            )
+            if cost is not None:
+                span.set_attribute("obsmem.cost_usd", cost)
+            result = LLMResult(
+                text="".join(p.content for p in response.parts if isinstance(p, pa.TextPart)),
+                model_name=model_name,
+                provider=provider,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=cost,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+            for listener in list(self._listeners):
+                listener(request, result)
+            return result
+
+    def add_listener(self, listener: CallListener) -> Callable[[], None]:
+        """Be told about every successful call made through this caller (the CLI's reports use
+        it); returns the function that removes the listener."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+    def resolve(self, spec: str | Model) -> Model:
+        """The pydantic-ai ``Model`` for ``spec``: a ``Model`` as it is, a string resolved on its
+        first use and the same instance after (see ``obsmem.models.resolve_model``)."""
+        if not isinstance(spec, str):
+            return resolve_model(spec)
+        model = self._resolved.get(spec)
+        if model is None:
+            model = self._resolved[spec] = resolve_model(spec)
+        return model
+
+    def _choose_model(self, request: LLMRequest) -> tuple[Model, int | None]:
+        """The pydantic-ai model for ``request`` and, when routed, the chosen tier's limit."""
+        spec, tier = request.model, None
+        if isinstance(spec, ModelByInputTokens):
+            tier, spec = spec.select(request.input_tokens)
+        return self.resolve(spec), tier
+
+    async def _request(self, request: LLMRequest, model: Model) -> pa.ModelResponse:
+        from pydantic_ai import messages as pa
+        from pydantic_ai.direct import model_request
+        from pydantic_ai.settings import ModelSettings
+
+        what = f"the {request.role} call to model {model.model_name!r}"
+        messages: list[pa.ModelMessage] = [
+            pa.ModelRequest(
+                parts=[
+                    pa.SystemPromptPart(content=request.system),
+                    pa.UserPromptPart(content=[_content(item) for item in request.user]),
+                ]
+            )
+        ]
+        settings = (
+            cast(ModelSettings, dict(request.model_settings)) if request.model_settings else None
+        )
+
+        async def attempt() -> pa.ModelResponse:
+            return await model_request(model, messages, model_settings=settings)
+
+        deadline = asyncio.timeout(request.timeout)
+        try:
+            async with deadline:
+                return await call_with_retry(
+                    attempt, max_total=request.retry_budget, sleep=self._sleep, what=what
+                )
+        except ObsmemError:
+            raise
+        except Exception as exc:
+            if isinstance(exc, TimeoutError) and deadline.expired():
+                raise ModelError(
+                    f"{what} timed out after {request.timeout:g} s (retries included); raise the "
+                    "timeout, or use a faster model or smaller inputs"
+                ) from exc
             raise ModelError(
-                f"{what} timed out after {request.timeout:g} s (retries included); raise the "
-                "timeout, or use a faster model or smaller inputs"
+                f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
+                "the model name, its settings and the provider account"
             ) from exc
-        raise ModelError(
-            f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check the "
-            "model name, its settings and the provider account"
-        ) from exc
 
 
 def _content(item: str | ImagePart | FilePart) -> pa.UserContent:
+    from pydantic_ai import messages as pa
+
     if isinstance(item, str):
         return item
     vendor = {"detail": item.detail} if isinstance(item, ImagePart) and item.detail else None

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, tzinfo
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 
 from .engine import ObservationalMemory
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
-from .messages import Message
+from .llm import CallListener
+from .messages import Message, utcnow
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .records import Thread
 from .stores import SQLiteStore, Store
+from .tokens import TokenEstimator
 from .working_memory import (
     WorkingMemory,
     read_working_memory,
@@ -66,7 +68,13 @@ class MemoryContext:
 
 
 class Memory:
-    """Threads, messages and observational memory on one store."""
+    """Threads, messages and observational memory on one store.
+
+    A thin facade over the engine (``memory.om``): the store, clock, estimator and hooks pass
+    through to it, and it assembles the context (observations, working memory, raw messages).
+    Memory owns its store: :meth:`aclose` finishes background work and closes it, exactly as
+    ``memory.om.aclose()`` does.
+    """
 
     def __init__(
         self,
@@ -81,6 +89,8 @@ class Memory:
         hooks: Hooks | None = None,
         tz: tzinfo = UTC,
         sync_timeout: float = 60.0,
+        clock: Callable[[], datetime] = utcnow,
+        estimator: TokenEstimator | None = None,
     ) -> None:
         self.store: Store = store if store is not None else SQLiteStore(DEFAULT_DB)
         self.options = resolve_options(observational_memory)
@@ -95,6 +105,8 @@ class Memory:
                 self.options,
                 hooks=hooks,
                 tz=tz,
+                clock=clock,
+                estimator=estimator,
                 sync_timeout=sync_timeout,
                 working_memory=self.working_memory,
             )
@@ -110,6 +122,13 @@ class Memory:
         """Receive every ``data-om-*`` event of every thread; returns the unsubscribe function."""
         return self._bus.subscribe(listener)
 
+    def add_call_listener(self, listener: CallListener) -> Callable[[], None]:
+        """Be told about every successful memory-model call (Observer, Reflector, extractors)
+        with its usage and cost; returns the function that removes the listener."""
+        if self.om is None:
+            return lambda: None
+        return self.om.add_call_listener(listener)
+
     # -- the turn --------------------------------------------------------------------------------
 
     async def context(
@@ -120,14 +139,14 @@ class Memory:
             prepared = await self.om.prepare(
                 ref.thread, ref.resource, new_messages, actor_model=actor_model
             )
-            messages, stored = prepared.messages, prepared.stored_input
-        else:
-            await self.store.create_thread(ref.thread, ref.resource)
-            stored = await self.store.append_messages(ref.thread, new_messages)
-            messages = await self.store.list_messages(ref.thread)
+            return MemoryContext(messages=prepared.messages, stored_input=prepared.stored_input)
+        # Without observational memory the whole thread is sent.
+        await self.store.create_thread(ref.thread, ref.resource)
+        stored = await self.store.append_messages(ref.thread, new_messages)
+        messages = await self.store.list_messages(ref.thread)
         if self.working_memory is not None:
             content = await self.get_working_memory(ref)
-            shown = working_memory_message(content, managed=self.manages_working_memory)
+            shown = working_memory_message(content, managed=False)
             at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
             messages = [*messages[:at], shown, *messages[at:]]
         return MemoryContext(messages=messages, stored_input=stored)
@@ -262,9 +281,9 @@ class Memory:
         if self.om is not None:
             await self.om.settle()
 
-    async def aclose(self) -> None:
-        """Finish background work and close the store."""
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """Finish background work (or, with ``cancel=True``, abandon it) and close the store."""
         if self.om is not None:
-            await self.om.settle()
-            await self.om.aclose()
-        await self.store.aclose()
+            await self.om.aclose(cancel=cancel)
+        else:
+            await self.store.aclose()

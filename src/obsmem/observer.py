@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, tzinfo
 from typing import Any, cast
 
 from obsmem.errors import ObserverOutputError
-from obsmem.llm import LLMRequest, LLMResult, call_model
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.messages import (
     FilePart,
     ImagePart,
@@ -304,6 +304,7 @@ class ObserverExchange:
 async def observe(
     inp: ObserverInput,
     *,
+    caller: ModelCaller,
     model: ModelSpec,
     model_settings: Mapping[str, Any] | None = None,
     estimator: TokenEstimator,
@@ -312,13 +313,14 @@ async def observe(
     cycle_id: str = "",
     operation: str = "observation",
 ) -> tuple[ParsedOutput, LLMResult]:
-    """Run the Observer over ``inp`` and parse its answer.
+    """Run the Observer over ``inp`` through ``caller`` and parse its answer.
 
     Empty or degenerate output is retried once, then raises ``ObserverOutputError``. Errors of
     the model call itself (``ModelError``) propagate unchanged.
     """
     exchange = await observe_exchange(
         inp,
+        caller=caller,
         model=model,
         model_settings=model_settings,
         estimator=estimator,
@@ -333,6 +335,7 @@ async def observe(
 async def observe_exchange(
     inp: ObserverInput,
     *,
+    caller: ModelCaller,
     model: ModelSpec,
     model_settings: Mapping[str, Any] | None = None,
     estimator: TokenEstimator,
@@ -370,7 +373,7 @@ async def observe_exchange(
     )
     problem = ""
     for _ in range(2):
-        result = await call_model(request)
+        result = await caller.call(request)
         if is_degenerate(result.text):
             problem = "degenerate (the same text repeated over and over)"
             continue

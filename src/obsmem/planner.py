@@ -1,30 +1,48 @@
-"""Every threshold decision, as pure functions of (numbers, options).
+"""Every decision of memory work, as pure functions of (numbers, options, time).
 
-Nothing here awaits, reads a clock or touches a store: the engine gathers the numbers, asks the
-planner what to do, and carries it out. Tests drive these functions with tables
-(tests/test_planner.py), including the worked example of the reference.
+Nothing here awaits, reads a clock or touches a store: the engine loads one snapshot, hands the
+planner the numbers (and the time it read), and carries out what the planner says. Which chunks
+activate, when a synchronous observation runs and what it takes, when buffering starts and how
+much a chunk covers, when a reflection starts, activates or runs, how long to wait after a
+failure, and when a reflection is not worth retrying: all of it is here, and tests drive it with
+tables (tests/test_planner.py), including the worked example of the reference.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Literal, TypeAlias
 
+from .messages import Message
 from .options import ResolvedOptions
+from .window import ThreadWindow, take_prefix
 
 __all__ = [
+    "BACKOFF_BASE_SECONDS",
+    "BACKOFF_MAX_SECONDS",
     "ActivationTrigger",
+    "Backoff",
+    "Batch",
     "ObservationPlan",
     "ReflectionPlan",
+    "ReplyPlan",
     "activation_count",
+    "backoff_after",
     "buffer_due",
     "buffer_interval",
+    "buffering_due",
+    "chunk_slice",
+    "may_retry",
     "message_threshold",
+    "plan_after_reply",
     "plan_observation",
     "plan_reflection",
     "reflection_slice",
+    "suppression_after",
+    "sync_batches",
 ]
 
 ActivationTrigger: TypeAlias = Literal["threshold", "ttl", "provider_change"]
@@ -138,6 +156,8 @@ def plan_observation(
     buffering_in_flight: bool,
     idle_expired: bool = False,
     provider_changed: bool = False,
+    observer_backoff: Backoff | None = None,
+    now: datetime | None = None,
 ) -> ObservationPlan:
     """Decide activation, synchronous observation and buffering for one step.
 
@@ -149,11 +169,16 @@ def plan_observation(
       provider change) activate chunks; past ``block_after`` activate the maximum, and if what
       stays is still past ``block_after`` observe the rest synchronously. Between the threshold
       and ``block_after`` nothing blocks: the unbuffered rest is buffered in the background.
+    - After an Observer failure (``observer_backoff``), nothing calls the Observer until the
+      back-off has passed at ``now``; activation needs no model and still happens.
     """
     obs = options.observation
     threshold = message_threshold(options, observation_tokens)
+    observer_ready = may_retry(observer_backoff, now)
     if not options.async_buffering or obs.buffer_tokens is None:
-        return ObservationPlan(threshold=threshold, observe_sync=pending_tokens >= threshold)
+        return ObservationPlan(
+            threshold=threshold, observe_sync=observer_ready and pending_tokens >= threshold
+        )
 
     floor = obs.retention_floor or 0
     block_after = obs.block_after if obs.block_after is not None else threshold
@@ -177,7 +202,7 @@ def plan_observation(
     remaining = pending_tokens - removed
     buffered_left = sum(chunk_message_tokens[count:])
     unbuffered = max(0, remaining - buffered_left)
-    if remaining >= block_after:
+    if remaining >= block_after and observer_ready:
         return ObservationPlan(
             threshold=threshold,
             activate=len(chunk_message_tokens),  # going synchronous: take every chunk first
@@ -185,13 +210,17 @@ def plan_observation(
             observe_sync=True,
         )
     past_threshold = remaining >= threshold
-    start = not buffering_in_flight and (
-        (past_threshold and unbuffered > 0)
-        or buffer_due(
-            unbuffered_tokens=unbuffered,
-            pending_tokens=remaining,
-            threshold=threshold,
-            buffer_tokens=obs.buffer_tokens,
+    start = (
+        observer_ready
+        and not buffering_in_flight
+        and (
+            (past_threshold and unbuffered > 0)
+            or buffer_due(
+                unbuffered_tokens=unbuffered,
+                pending_tokens=remaining,
+                threshold=threshold,
+                buffer_tokens=obs.buffer_tokens,
+            )
         )
     )
     return ObservationPlan(
@@ -218,6 +247,9 @@ def plan_reflection(
     reflection_in_flight: bool,
     idle_expired: bool = False,
     provider_changed: bool = False,
+    reflector_backoff: Backoff | None = None,
+    now: datetime | None = None,
+    suppressed_at: int | None = None,
 ) -> ReflectionPlan:
     """Decide the log's fate at this step (reference §4.9).
 
@@ -227,18 +259,27 @@ def plan_reflection(
     - Idle TTL or provider change may activate a finished reflection early, but only when the
       swap is worth it: the unreflected tail is at least as large as the reflection, and both
       together reach 75% of the span between the start point and the threshold.
+    - After a Reflector failure (``reflector_backoff``), nothing calls the Reflector until the
+      back-off has passed at ``now``. A synchronous reflection that left the log at
+      ``suppressed_at`` tokens is not tried again until the log changes size.
     """
     ref = options.reflection
     threshold = ref.observation_tokens
+    reflector_ready = may_retry(reflector_backoff, now)
+    worth_sync = reflector_ready and observation_tokens != suppressed_at
     if not options.async_buffering or ref.buffer_start_tokens is None:
-        return ReflectionPlan(threshold=threshold, reflect_sync=observation_tokens >= threshold)
+        return ReflectionPlan(
+            threshold=threshold, reflect_sync=worth_sync and observation_tokens >= threshold
+        )
     block_after = ref.block_after if ref.block_after is not None else threshold
     if observation_tokens >= threshold:
         if has_buffered_reflection:
             return ReflectionPlan(threshold=threshold, activate_buffered=True, trigger="threshold")
         if observation_tokens >= block_after:
-            return ReflectionPlan(threshold=threshold, reflect_sync=True, trigger="threshold")
-        return ReflectionPlan(threshold=threshold, start_buffering=not reflection_in_flight)
+            return ReflectionPlan(threshold=threshold, reflect_sync=worth_sync, trigger="threshold")
+        return ReflectionPlan(
+            threshold=threshold, start_buffering=reflector_ready and not reflection_in_flight
+        )
     if has_buffered_reflection and (idle_expired or provider_changed):
         span = threshold - ref.buffer_start_tokens
         worth_it = (
@@ -253,7 +294,8 @@ def plan_reflection(
             )
         return ReflectionPlan(threshold=threshold)
     start = (
-        observation_tokens >= ref.buffer_start_tokens
+        reflector_ready
+        and observation_tokens >= ref.buffer_start_tokens
         and not has_buffered_reflection
         and not reflection_in_flight
     )
@@ -275,3 +317,166 @@ def reflection_slice(
     lines = max(lines, 1)
     slice_tokens = lines * per_line
     return lines, round(0.75 * slice_tokens)
+
+
+def suppression_after(
+    before_tokens: int, after_tokens: int | None, *, threshold: int
+) -> int | None:
+    """What to remember after a synchronous reflection of a log of ``before_tokens``: that size
+    when the reflection failed (``after_tokens`` None) or left the log at or over the threshold
+    (retrying at the same size would not help), else nothing."""
+    if after_tokens is None or after_tokens >= threshold:
+        return before_tokens
+    return None
+
+
+# -- back-off after failures ----------------------------------------------------------------------
+
+BACKOFF_BASE_SECONDS = 5.0
+"""The wait after a first failure; it doubles with every failure in a row."""
+BACKOFF_MAX_SECONDS = 600.0
+"""The longest wait between two attempts, however many failed."""
+BACKOFF_JITTER = 0.25
+"""Each wait is spread by up to ±25%, so workers that failed together do not retry together."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Backoff:
+    """Failures in a row of one role's model calls for one log, and when to try again."""
+
+    failures: int
+    retry_at: datetime
+    error: str
+
+
+def backoff_after(previous: Backoff | None, *, now: datetime, error: str, spread: float) -> Backoff:
+    """The back-off after one more failure. ``spread`` in [0, 1) picks where in the jitter band
+    this wait falls (the caller draws it at random). The wait is bounded, so memory work always
+    resumes once the model answers again, whatever the window size by then."""
+    failures = (previous.failures if previous is not None else 0) + 1
+    wait = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 30))
+    wait *= 1 + BACKOFF_JITTER * (2 * spread - 1)
+    return Backoff(failures=failures, retry_at=now + timedelta(seconds=wait), error=error)
+
+
+def may_retry(backoff: Backoff | None, now: datetime | None) -> bool:
+    """Whether a model call may start at ``now`` (always, without a back-off)."""
+    return backoff is None or now is None or now >= backoff.retry_at
+
+
+# -- what a cycle covers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Batch:
+    """Leading unobserved (or unbuffered) messages of one thread for one Observer call."""
+
+    thread_id: str
+    messages: tuple[Message, ...]
+    tokens: int
+
+
+def chunk_slice(
+    options: ResolvedOptions, window: ThreadWindow, *, observation_tokens: int, idle: bool = False
+) -> Batch | None:
+    """The messages a new buffered chunk covers: the unbuffered messages up to about one
+    buffering interval (halved near the threshold), never more than ``message_tokens``, cut
+    only where no tool call is split from its result. An idle flush takes them all. None when
+    there is not at least half an interval to buffer (or nothing at all, for an idle flush)."""
+    buffer_tokens = options.observation.buffer_tokens
+    if buffer_tokens is None:
+        return None
+    messages, counts = window.unbuffered_pairs()
+    if not messages:
+        return None
+    threshold = message_threshold(options, observation_tokens)
+    interval = buffer_interval(window.total, threshold, buffer_tokens)
+    take = take_prefix(
+        messages,
+        counts,
+        at_least=sum(counts) if idle else interval,
+        at_most=options.observation.message_tokens,
+    )
+    tokens = sum(counts[:take])
+    if take == 0 or (not idle and tokens < buffer_tokens // 2):
+        return None
+    return Batch(thread_id=window.thread_id, messages=tuple(messages[:take]), tokens=tokens)
+
+
+def buffering_due(
+    options: ResolvedOptions, window: ThreadWindow, *, observation_tokens: int
+) -> bool:
+    """Whether the unbuffered messages make another chunk worth starting: an interval's worth,
+    or anything at all once the window is past the threshold."""
+    buffer_tokens = options.observation.buffer_tokens
+    if buffer_tokens is None or window.unbuffered_tokens == 0:
+        return False
+    threshold = message_threshold(options, observation_tokens)
+    return window.total >= threshold or buffer_due(
+        unbuffered_tokens=window.unbuffered_tokens,
+        pending_tokens=window.total,
+        threshold=threshold,
+        buffer_tokens=buffer_tokens,
+    )
+
+
+ReplyPlan: TypeAlias = Literal["idle", "due"] | None
+"""After a reply: flush everything unbuffered (``"idle"``), buffer one interval (``"due"``), or
+nothing."""
+
+
+def plan_after_reply(
+    options: ResolvedOptions,
+    window: ThreadWindow,
+    *,
+    observation_tokens: int,
+    buffering_in_flight: bool,
+    observer_backoff: Backoff | None = None,
+    now: datetime | None = None,
+) -> ReplyPlan:
+    """Whether storing a reply starts background buffering (``buffer_on_idle`` flushes what is
+    unbuffered at once; otherwise an interval's worth must be waiting)."""
+    if not options.async_buffering or options.observation.buffer_tokens is None:
+        return None
+    if buffering_in_flight or not may_retry(observer_backoff, now):
+        return None
+    if options.observation.buffer_on_idle and window.unbuffered_tokens > 0:
+        return "idle"
+    if buffering_due(options, window, observation_tokens=observation_tokens):
+        return "due"
+    return None
+
+
+def sync_batches(
+    windows: Sequence[ThreadWindow],
+    *,
+    keep_tokens: int,
+    protect: Mapping[str, int],
+    cap: int,
+) -> list[Batch]:
+    """What one step of a synchronous observation takes: per thread (largest window first), the
+    oldest messages, so that about ``keep_tokens`` stay raw. Each thread's batch takes at most
+    ``cap`` tokens (unless one message alone is larger) and is cut only where no tool call is
+    split from its result. ``protect`` gives, per thread, the first seq that must stay raw (the
+    turn's own input). Empty when nothing needs observing or nothing can be cut."""
+    excess = sum(w.total for w in windows) - keep_tokens
+    batches: list[Batch] = []
+    for w in sorted(windows, key=lambda w: w.total, reverse=True):
+        if excess <= 0:
+            break
+        limit = protect.get(w.thread_id)
+        pairs = [
+            (m, t)
+            for m, t in zip(w.messages, w.tokens, strict=True)
+            if limit is None or (m.seq or 0) < limit
+        ]
+        messages = [m for m, _ in pairs]
+        counts = [t for _, t in pairs]
+        take = take_prefix(messages, counts, at_least=min(excess, cap), at_most=cap)
+        if take:
+            tokens = sum(counts[:take])
+            batches.append(
+                Batch(thread_id=w.thread_id, messages=tuple(messages[:take]), tokens=tokens)
+            )
+            excess -= tokens
+    return batches

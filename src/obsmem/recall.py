@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from .embeddings import Embedder
 from .messages import (
     DataPart,
     FilePart,
@@ -31,7 +32,14 @@ from .records import ObservationGroup
 from .stores import Store
 from .tokens import HeuristicEstimator
 
-__all__ = ["RECALL_GUIDANCE", "RecallBoundary", "SearchHit", "recall", "recall_guidance"]
+__all__ = [
+    "RECALL_GUIDANCE",
+    "RecallBoundary",
+    "SearchHit",
+    "recall",
+    "recall_guidance",
+    "search_groups",
+]
 
 Mode = Literal["messages", "threads", "search"]
 SearchFn = Callable[
@@ -89,6 +97,31 @@ class RecallBoundary:
 class SearchHit:
     group: ObservationGroup
     score: float
+
+
+def search_groups(store: Store, embedder: Embedder, boundary: RecallBoundary) -> SearchFn:
+    """Semantic search over the observation groups inside ``boundary``'s resource."""
+
+    async def search(
+        query: str,
+        thread_id: str | None,
+        after: datetime | None,
+        before: datetime | None,
+        limit: int,
+    ) -> list[SearchHit]:
+        [vector] = await embedder.embed([query])
+        hits = await store.search_embeddings(
+            boundary.resource_id,
+            vector,
+            model=embedder.name,
+            thread_id=thread_id,
+            after=after,
+            before=before,
+            limit=limit,
+        )
+        return [SearchHit(group=g, score=score) for g, score in hits]
+
+    return search
 
 
 async def recall(

@@ -132,11 +132,10 @@ class OMRecord:
     cursor: Mapping[str, int] = field(default_factory=dict[str, int])
     chunks: tuple[BufferedChunk, ...] = ()
     buffered_reflection: BufferedReflection | None = None
-    pending_message_tokens: int = 0
-    last_buffered_at_tokens: int = 0
     total_tokens_observed: int = 0
+    """Message tokens this key's log has absorbed, over every generation (activations and
+    synchronous observations)."""
     superseded_by: str | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
     created_at: datetime
     updated_at: datetime
 

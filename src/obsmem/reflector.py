@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.errors import ConfigError, ObserverOutputError
-from obsmem.llm import LLMRequest, LLMResult, call_model
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.models import ModelSpec
 from obsmem.observations import ParsedOutput, is_degenerate, parse_output
 from obsmem.prompts import reflector_system_prompt
@@ -144,6 +144,7 @@ def _levels(start_level: int, max_level: int | None) -> range:
 async def reflect(
     observations: str,
     *,
+    caller: ModelCaller,
     model: ModelSpec,
     model_settings: Mapping[str, Any] | None = None,
     estimator: TokenEstimator,
@@ -161,9 +162,10 @@ async def reflect(
 ) -> ReflectionResult:
     """Condense ``observations`` to fewer than ``target_tokens`` tokens if the model can.
 
-    Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``). The
-    first valid candidate under target is returned; otherwise the smallest valid one. Raises
-    ``ObserverOutputError`` when no attempt produced a valid candidate. Cancellation propagates.
+    Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``), one
+    call through ``caller`` each. The first valid candidate under target is returned; otherwise
+    the smallest valid one. Raises ``ObserverOutputError`` when no attempt produced a valid
+    candidate. Cancellation propagates.
     ``extra_sections`` (``(slug, description)``) are inline extractor sections to ask for, and
     ``prior_values`` their earlier values, shown as hints.
     """
@@ -208,7 +210,7 @@ async def reflect(
             cycle_id=cycle_id,
         )
         try:
-            result = await call_model(request)
+            result = await caller.call(request)
         except Exception as exc:  # CancelledError is a BaseException and propagates
             failed(level, f"model call failed: {exc}")
             continue

@@ -21,7 +21,7 @@ from .convert import from_openai_chat
 from .engine import ObservationalMemory
 from .errors import ObsmemError
 from .events import BufferingEndEvent, Event, ObservationEndEvent
-from .llm import LLMRequest, LLMResult, add_call_listener
+from .llm import LLMRequest, LLMResult
 from .messages import Message, TextPart, message_from_dict
 from .tokens import HeuristicEstimator
 
@@ -326,7 +326,7 @@ async def replay(
         elif event.type.endswith("-failed"):
             report.failures.append(f"{event.type}: {getattr(event, 'error', '')}")
 
-    remove_listener = add_call_listener(on_call)
+    remove_listener = om.caller.add_listener(on_call)
     unsubscribe = om.subscribe(on_event)
     turns = list(turns_of(messages))
     try:

@@ -1,21 +1,24 @@
-"""The message window: which stored messages are unobserved, their tokens, and safe cut points.
+"""The message window: which messages are unobserved, their tokens, and safe cut points.
 
-Pure helpers plus one loader. A *window* is what the actor would see raw right now: every
+Pure functions over a snapshot. A *window* is what the actor would see raw right now: every
 message after the cursor (per thread), with its token estimate, split into the part already
 covered by buffered chunks and the unbuffered rest.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .messages import Message, ToolCallPart, ToolResultPart
-from .records import OMRecord
-from .stores import Store
+from .snapshot import Snapshot, Subject
 from .tokens import TokenEstimator
 
-__all__ = ["ThreadWindow", "load_window", "safe_prefix", "take_prefix"]
+__all__ = ["HeldMessages", "ThreadWindow", "safe_prefix", "take_prefix", "windows_of"]
+
+MAX_HELD_THREADS = 256
+"""Most threads whose unobserved messages one engine keeps between steps."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,24 +47,91 @@ class ThreadWindow:
             if (m.seq or 0) > self.covered_through
         )
 
+    def unbuffered_pairs(self) -> tuple[list[Message], list[int]]:
+        """The unbuffered messages and their token counts."""
+        pairs = [
+            (m, t)
+            for m, t in zip(self.messages, self.tokens, strict=True)
+            if (m.seq or 0) > self.covered_through
+        ]
+        return [m for m, _ in pairs], [t for _, t in pairs]
 
-async def load_window(
-    store: Store, record: OMRecord, thread_ids: Sequence[str], estimator: TokenEstimator
-) -> list[ThreadWindow]:
-    """The unobserved messages of each thread, after the record's cursor."""
-    windows: list[ThreadWindow] = []
-    for thread_id in thread_ids:
-        after = record.cursor.get(thread_id, 0)
-        messages = tuple(await store.list_messages(thread_id, after_seq=after))
-        windows.append(
-            ThreadWindow(
-                thread_id=thread_id,
-                messages=messages,
-                tokens=tuple(estimator.count_message(m) for m in messages),
-                covered_through=record.covered_through(thread_id),
-            )
+
+def windows_of(
+    snapshot: Snapshot, estimator: TokenEstimator, held: HeldMessages | None = None
+) -> tuple[ThreadWindow, ...]:
+    """The window of every covered thread in ``snapshot`` (the subject's own thread first);
+    ``held`` reuses counts made before."""
+    record = snapshot.record
+
+    def count(message: Message) -> int:
+        return (
+            held.tokens(message, estimator)
+            if held is not None
+            else estimator.count_message(message)
         )
-    return windows
+
+    return tuple(
+        ThreadWindow(
+            thread_id=state.id,
+            messages=state.unobserved,
+            tokens=tuple(count(m) for m in state.unobserved),
+            covered_through=record.covered_through(state.id),
+        )
+        for state in snapshot.threads
+    )
+
+
+class HeldMessages:
+    """The unobserved messages this process last read, per thread, with their token counts, so
+    the next load reads (and the next window counts) only what came after them: stored
+    messages are never rewritten. Bounded: the least recently used threads are forgotten
+    first, which only costs a fuller read."""
+
+    def __init__(self, max_threads: int = MAX_HELD_THREADS) -> None:
+        self._max = max_threads
+        self._messages: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
+        self._tokens: dict[str, dict[int, int]] = {}
+        self._covered: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+
+    def held(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
+        """What is held for the threads ``subject`` covers (as last loaded)."""
+        threads = self._covered.get(subject.key, subject.threads)
+        return {t: self._messages[t] for t in threads if t in self._messages}
+
+    def remember(self, snapshot: Snapshot) -> Snapshot:
+        """Hold ``snapshot``'s unobserved messages; returns the snapshot."""
+        key = snapshot.subject.key
+        self._covered[key] = snapshot.subject.threads
+        self._covered.move_to_end(key)
+        for state in snapshot.threads:
+            self._messages[state.id] = state.unobserved
+            self._messages.move_to_end(state.id)
+            counted = self._tokens.setdefault(state.id, {})
+            first = (state.unobserved[0].seq or 0) if state.unobserved else None
+            if first is None:
+                counted.clear()
+            elif counted and min(counted) < first:  # observed meanwhile: forget their counts
+                self._tokens[state.id] = {s: t for s, t in counted.items() if s >= first}
+        while len(self._messages) > self._max:
+            thread_id, _ = self._messages.popitem(last=False)
+            self._tokens.pop(thread_id, None)
+        while len(self._covered) > self._max:
+            self._covered.popitem(last=False)
+        return snapshot
+
+    def tokens(self, message: Message, estimator: TokenEstimator) -> int:
+        """``message``'s token estimate, counted once while its thread is held."""
+        counted = self._tokens.get(message.thread_id or "")
+        if counted is None or message.seq is None:
+            return estimator.count_message(message)
+        tokens = counted.get(message.seq)
+        if tokens is None:
+            tokens = counted[message.seq] = estimator.count_message(message)
+        return tokens
+
+    def __len__(self) -> int:
+        return len(self._messages)
 
 
 def safe_prefix(messages: Sequence[Message]) -> int:

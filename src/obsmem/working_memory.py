@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import ConfigError
 from .messages import Message, TextPart, ToolCallPart, ToolResultPart
-from .stores import Store
+from .stores import ResourcePatch, Store, ThreadPatch
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -27,8 +27,10 @@ __all__ = [
     "WorkingMemory",
     "read_working_memory",
     "resolve_working_memory",
+    "stored_working_memory",
     "strip_tool_traffic",
     "working_memory_message",
+    "working_memory_patch",
     "write_working_memory",
 ]
 
@@ -99,6 +101,24 @@ def resolve_working_memory(
 
 def _schema_skeleton(schema: type[BaseModel]) -> dict[str, Any]:
     return {name: None for name in schema.model_fields}
+
+
+def stored_working_memory(
+    wm: WorkingMemory, *, thread_metadata: Mapping[str, Any], resource_metadata: Mapping[str, Any]
+) -> str | None:
+    """The working memory a snapshot holds, or None when nothing was written yet."""
+    source = resource_metadata if wm.scope == "resource" else thread_metadata
+    value = source.get(STORAGE_KEY)
+    return value if isinstance(value, str) else None
+
+
+def working_memory_patch(
+    wm: WorkingMemory, text: str, *, thread_id: str, resource_id: str
+) -> ThreadPatch | ResourcePatch:
+    """The patch that stores ``text`` (already validated) as the working memory."""
+    if wm.scope == "resource":
+        return ResourcePatch(resource_id=resource_id, set=(((STORAGE_KEY,), text),))
+    return ThreadPatch(thread_id=thread_id, set=(((STORAGE_KEY,), text),))
 
 
 async def read_working_memory(

@@ -11,7 +11,16 @@ import sys
 from obsmem.errors import ConflictError
 from obsmem.messages import Message, utcnow
 from obsmem.records import BufferedChunk, MessageRange, OMRecord
-from obsmem.stores import PostgresStore, SQLiteStore, Store
+from obsmem.stores import (
+    ActivateChunks,
+    AddChunk,
+    Change,
+    Commit,
+    PostgresStore,
+    SQLiteStore,
+    StartGeneration,
+    Store,
+)
 
 KEY = "thread:shared"
 
@@ -25,6 +34,12 @@ async def _step(store: Store, name: str, i: int) -> None:
             return
         except ConflictError:
             continue  # lost the race: re-read and decide again
+
+
+async def _commit(store: Store, head: OMRecord, change: Change) -> None:
+    await store.commit(
+        Commit(key=KEY, record_id=head.id, expected_version=head.version, change=change)
+    )
 
 
 async def _act(store: Store, head: OMRecord, name: str, i: int) -> None:
@@ -44,19 +59,21 @@ async def _act(store: Store, head: OMRecord, name: str, i: int) -> None:
             message_ids=tuple(m.id for m in msgs),
             created_at=utcnow(),
         )
-        await store.add_chunk(head.id, head.version, chunk)
+        await _commit(store, head, AddChunk(chunk=chunk))
     elif head.chunks and i % 5 != 4:
         text = "\n".join(t for t in (head.observations, head.chunks[0].observations) if t)
-        await store.activate_chunks(
-            head.id, head.version, 1, observations=text, observation_tokens=text.count("\n") + 1
+        tokens = text.count("\n") + 1
+        await _commit(
+            store, head, ActivateChunks(count=1, observations=text, observation_tokens=tokens)
         )
     elif head.observations:
         # A "reflection" that keeps every line, so the final log can still be checked line by line.
-        await store.start_reflection_generation(
-            head.id,
-            head.version,
-            observations=head.observations,
-            observation_tokens=head.observation_tokens,
+        await _commit(
+            store,
+            head,
+            StartGeneration(
+                observations=head.observations, observation_tokens=head.observation_tokens
+            ),
         )
 
 

@@ -12,6 +12,7 @@ import pytest
 from obsmem.stores import PostgresStore, SQLiteStore, Store
 
 from .invariants import assert_record_invariants
+from .ops import open_record
 
 WORKER = Path(__file__).with_name("store_worker.py")
 ROUNDS = 150
@@ -26,10 +27,7 @@ async def test_two_processes_share_one_store_without_losing_work(
         str(tmp_path / "shared.db") if kind == "sqlite" else request.getfixturevalue("postgres_dsn")
     )
     store: Store = SQLiteStore(path) if kind == "sqlite" else PostgresStore(path)
-    await store.create_thread("shared", "r1")
-    await store.get_or_create_record(
-        "thread:shared", scope="thread", thread_id="shared", resource_id="r1"
-    )
+    await open_record(store, "shared", "r1")
     procs = [
         await asyncio.create_subprocess_exec(
             sys.executable,

@@ -6,6 +6,7 @@ Runs once per store kind (see the ``store`` fixture in tests/conftest.py).
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -32,6 +33,7 @@ from obsmem.records import (
 from obsmem.stores import Store
 
 from .invariants import assert_record_invariants
+from .ops import activate, add_chunk, new_generation, observe, open_record, set_reflection
 
 T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
 
@@ -63,9 +65,7 @@ async def _thread_with_messages(store: Store, n: int, thread: str = "t1", resour
     await store.create_thread(thread, resource)
     await store.append_messages(thread, [_msg(i) for i in range(1, n + 1)])
     key = record_key("thread", thread_id=thread, resource_id=resource)
-    record = await store.get_or_create_record(
-        key, scope="thread", thread_id=thread, resource_id=resource
-    )
+    record = await open_record(store, thread, resource)
     return key, record
 
 
@@ -199,41 +199,40 @@ async def test_append_rejects_foreign_ids_and_threads(store: Store) -> None:
 # -- records: creation and compare-and-set ----------------------------------------------------
 
 
-async def test_get_or_create_record_returns_one_head(store: Store) -> None:
+async def test_a_load_creates_one_head(store: Store) -> None:
     key, record = await _thread_with_messages(store, 0)
-    again = await store.get_or_create_record(key, scope="thread", thread_id="t1", resource_id="r1")
+    again = await open_record(store)
     assert again.id == record.id
+    assert record.key == key
     assert record.generation == 0
     assert record.cursor == {}
     assert await store.get_record("thread:other") is None
 
 
-async def test_concurrent_get_or_create_agree(store: Store) -> None:
-    await store.create_thread("t1", "r1")
-    records = await asyncio.gather(
-        *[
-            store.get_or_create_record(
-                "thread:t1", scope="thread", thread_id="t1", resource_id="r1"
-            )
-            for _ in range(8)
-        ]
-    )
+async def test_concurrent_first_loads_agree(store: Store) -> None:
+    records = await asyncio.gather(*[open_record(store) for _ in range(8)])
     assert len({r.id for r in records}) == 1
+    assert len(await store.list_threads("r1")) == 1
 
 
 async def test_a_stale_version_is_a_conflict(store: Store) -> None:
     _, record = await _thread_with_messages(store, 4)
-    await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2))
+    await add_chunk(store, record, _chunk(1, "t1", 1, 2))
     with pytest.raises(ConflictError) as info:
-        await store.add_chunk(record.id, record.version, _chunk(2, "t1", 3, 4))
+        await add_chunk(store, record, _chunk(2, "t1", 3, 4))
     assert info.value.expected_version == record.version
     assert info.value.actual_version == record.version + 1
+    # The conflict carries the current head, so the loser decides again without a read.
+    current = info.value.current
+    assert isinstance(current, OMRecord)
+    assert current == await store.get_record("thread:t1")
+    assert [c.id for c in current.chunks] == ["chunk-1"]
 
 
 async def test_only_one_of_many_racing_writers_wins(store: Store) -> None:
     key, record = await _thread_with_messages(store, 2)
     results = await asyncio.gather(
-        *[store.add_chunk(record.id, record.version, _chunk(n, "t1", 1, 2)) for n in range(10)],
+        *[add_chunk(store, record, _chunk(n, "t1", 1, 2)) for n in range(10)],
         return_exceptions=True,
     )
     wins = [r for r in results if isinstance(r, OMRecord)]
@@ -251,20 +250,17 @@ async def test_only_one_of_many_racing_writers_wins(store: Store) -> None:
 async def test_chunks_must_continue_right_after_what_is_covered(store: Store) -> None:
     key, record = await _thread_with_messages(store, 6)
     with pytest.raises(ConflictError, match="next unbuffered message is seq 1"):
-        await store.add_chunk(record.id, record.version, _chunk(1, "t1", 2, 3))
-    record = await store.add_chunk(
-        record.id, record.version, _chunk(1, "t1", 1, 3), last_buffered_at_tokens=300
-    )
-    assert record.last_buffered_at_tokens == 300
+        await add_chunk(store, record, _chunk(1, "t1", 2, 3))
+    record = await add_chunk(store, record, _chunk(1, "t1", 1, 3))
     with pytest.raises(ConflictError, match="seq 4"):
-        await store.add_chunk(record.id, record.version, _chunk(2, "t1", 3, 5))
+        await add_chunk(store, record, _chunk(2, "t1", 3, 5))
     with pytest.raises(StoreError, match="has 6 messages"):
-        await store.add_chunk(record.id, record.version, _chunk(2, "t1", 4, 9))
+        await add_chunk(store, record, _chunk(2, "t1", 4, 9))
     with pytest.raises(StoreError, match="covers thread t1"):
-        await store.add_chunk(record.id, record.version, _chunk(2, "t2", 1, 1))
-    record = await store.add_chunk(record.id, record.version, _chunk(2, "t1", 4, 6))
+        await add_chunk(store, record, _chunk(2, "t2", 1, 1))
+    record = await add_chunk(store, record, _chunk(2, "t1", 4, 6))
     with pytest.raises(ConflictError, match="already buffered"):
-        await store.add_chunk(record.id, record.version, _chunk(2, "t1", 7, 7))
+        await add_chunk(store, record, _chunk(2, "t1", 7, 7))
     assert [c.id for c in record.chunks] == ["chunk-1", "chunk-2"]
     head = await store.get_record(key)
     assert head == record
@@ -273,23 +269,18 @@ async def test_chunks_must_continue_right_after_what_is_covered(store: Store) ->
 
 async def test_activation_moves_the_cursor_and_keeps_the_rest(store: Store) -> None:
     key, record = await _thread_with_messages(store, 9)
-    record = await store.update_counters(record.id, record.version, pending_message_tokens=900)
     for n, (a, b) in enumerate([(1, 3), (4, 6), (7, 9)], start=1):
-        record = await store.add_chunk(record.id, record.version, _chunk(n, "t1", a, b, 300))
+        record = await add_chunk(store, record, _chunk(n, "t1", a, b, 300))
     log = "chunk 1\n\nchunk 2"
-    record = await store.activate_chunks(
-        record.id, record.version, 2, observations=log, observation_tokens=20
-    )
+    record = await activate(store, record, 2, observations=log, observation_tokens=20)
     assert record.cursor == {"t1": 6}
     assert record.observations == log
     assert record.observation_tokens == 20
-    assert record.pending_message_tokens == 300
+    assert record.total_tokens_observed == 600
     assert [c.id for c in record.chunks] == ["chunk-3"]
     assert record.chunks[0].current_task == "task 3"  # hints survive storage
     with pytest.raises(StoreError, match="cannot activate 2 of 1"):
-        await store.activate_chunks(
-            record.id, record.version, 2, observations="", observation_tokens=0
-        )
+        await activate(store, record, 2, observations="", observation_tokens=0)
     assert await store.get_record(key) == record
     await assert_record_invariants(store, key)
 
@@ -299,51 +290,46 @@ async def test_activation_moves_the_cursor_and_keeps_the_rest(store: Store) -> N
 
 async def test_commit_observation_never_moves_the_cursor_back(store: Store) -> None:
     key, record = await _thread_with_messages(store, 5)
-    record = await store.commit_observation(
-        record.id,
-        record.version,
+    record = await observe(
+        store,
+        record,
         observations="obs",
         observation_tokens=3,
         cursor={"t1": 4},
         observed_tokens=400,
     )
     assert record.cursor == {"t1": 4}
-    assert record.pending_message_tokens == 0
     assert record.total_tokens_observed == 400
     with pytest.raises(StoreError, match="backwards"):
-        await store.commit_observation(
-            record.id, record.version, observations="x", observation_tokens=1, cursor={"t1": 2}
-        )
+        await observe(store, record, observations="x", observation_tokens=1, cursor={"t1": 2})
     with pytest.raises(StoreError, match="has 5 messages"):
-        await store.commit_observation(
-            record.id, record.version, observations="x", observation_tokens=1, cursor={"t1": 7}
-        )
+        await observe(store, record, observations="x", observation_tokens=1, cursor={"t1": 7})
     await assert_record_invariants(store, key)
 
 
 async def test_commit_observation_checks_where_it_started(store: Store) -> None:
     key, record = await _thread_with_messages(store, 5)
     stale_from = dict(record.cursor)
-    record = await store.commit_observation(
-        record.id,
-        record.version,
+    record = await observe(
+        store,
+        record,
         observations="a",
         observation_tokens=1,
         cursor={"t1": 2},
         expected_cursor=stale_from,
     )
     with pytest.raises(ConflictError, match="stale"):
-        await store.commit_observation(
-            record.id,
-            record.version,
+        await observe(
+            store,
+            record,
             observations="a\nb",
             observation_tokens=2,
             cursor={"t1": 4},
             expected_cursor=stale_from,
         )
-    record = await store.commit_observation(
-        record.id,
-        record.version,
+    record = await observe(
+        store,
+        record,
         observations="a\nb",
         observation_tokens=2,
         cursor={"t1": 4},
@@ -356,14 +342,10 @@ async def test_commit_observation_checks_where_it_started(store: Store) -> None:
 async def test_commit_observation_drops_redundant_chunks_and_refuses_to_split(store: Store) -> None:
     key, record = await _thread_with_messages(store, 9)
     for n, (a, b) in enumerate([(1, 3), (4, 6), (7, 9)], start=1):
-        record = await store.add_chunk(record.id, record.version, _chunk(n, "t1", a, b))
+        record = await add_chunk(store, record, _chunk(n, "t1", a, b))
     with pytest.raises(StoreError, match="split buffered chunk chunk-2"):
-        await store.commit_observation(
-            record.id, record.version, observations="x", observation_tokens=1, cursor={"t1": 5}
-        )
-    record = await store.commit_observation(
-        record.id, record.version, observations="x", observation_tokens=1, cursor={"t1": 6}
-    )
+        await observe(store, record, observations="x", observation_tokens=1, cursor={"t1": 5})
+    record = await observe(store, record, observations="x", observation_tokens=1, cursor={"t1": 6})
     assert [c.id for c in record.chunks] == ["chunk-3"]
     await assert_record_invariants(store, key)
 
@@ -373,14 +355,14 @@ async def test_commit_observation_drops_redundant_chunks_and_refuses_to_split(st
 
 async def test_reflection_starts_a_generation_and_carries_chunks(store: Store) -> None:
     key, record = await _thread_with_messages(store, 6)
-    record = await store.commit_observation(
-        record.id,
-        record.version,
+    record = await observe(
+        store,
+        record,
         observations="line 1\nline 2\nline 3",
         observation_tokens=30,
         cursor={"t1": 3},
     )
-    record = await store.add_chunk(record.id, record.version, _chunk(1, "t1", 4, 6))
+    record = await add_chunk(store, record, _chunk(1, "t1", 4, 6))
     buffered = BufferedReflection(
         cycle_id="reflect-1",
         text="short",
@@ -389,12 +371,10 @@ async def test_reflection_starts_a_generation_and_carries_chunks(store: Store) -
         line_count=2,
         created_at=utcnow(),
     )
-    record = await store.set_buffered_reflection(record.id, record.version, buffered)
+    record = await set_reflection(store, record, buffered)
     assert record.buffered_reflection == buffered
     old = record
-    head = await store.start_reflection_generation(
-        record.id, record.version, observations="short\n\nline 3", observation_tokens=5
-    )
+    head = await new_generation(store, record, observations="short\n\nline 3", observation_tokens=5)
     assert head.id != old.id
     assert head.generation == 1
     assert head.origin == "reflection"
@@ -404,7 +384,7 @@ async def test_reflection_starts_a_generation_and_carries_chunks(store: Store) -
     assert await store.get_record(key) == head
     # The retired generation refuses every transition, even at its last version.
     with pytest.raises(ConflictError, match="retired"):
-        await store.add_chunk(old.id, old.version, _chunk(2, "t1", 4, 6))
+        await add_chunk(store, old, _chunk(2, "t1", 4, 6))
     history = await store.history(key)
     assert [(r.generation, r.observations) for r in history] == [
         (1, "short\n\nline 3"),
@@ -413,8 +393,8 @@ async def test_reflection_starts_a_generation_and_carries_chunks(store: Store) -
     assert history[1].superseded_by == head.id
     assert [r.generation for r in await store.history(key, limit=1, offset=1)] == [0]
     # The chunk activates on the new generation.
-    head = await store.activate_chunks(
-        head.id, head.version, 1, observations="short\n\nline 3\n\nchunk 1", observation_tokens=8
+    head = await activate(
+        store, head, 1, observations="short\n\nline 3\n\nchunk 1", observation_tokens=8
     )
     assert head.cursor == {"t1": 6}
     await assert_record_invariants(store, key)
@@ -426,27 +406,22 @@ async def test_buffered_reflection_cannot_cover_more_lines_than_the_log(store: S
         cycle_id="r", text="x", token_count=1, input_tokens=1, line_count=3, created_at=utcnow()
     )
     with pytest.raises(StoreError, match="covers 3 lines"):
-        await store.set_buffered_reflection(record.id, record.version, too_long)
+        await set_reflection(store, record, too_long)
 
 
 async def test_clear_removes_memory_but_not_messages_and_old_handles_conflict(store: Store) -> None:
     key, record = await _thread_with_messages(store, 3)
-    record = await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 3))
+    record = await add_chunk(store, record, _chunk(1, "t1", 1, 3))
     await store.clear(key)
     assert await store.get_record(key) is None
     assert await store.history(key) == []
     assert len(await store.list_messages("t1")) == 3
-    fresh = await store.get_or_create_record(key, scope="thread", thread_id="t1", resource_id="r1")
+    fresh = await open_record(store)
     assert fresh.chunks == ()
     # A worker still holding the cleared record cannot write into the new one.
-    with pytest.raises(ConflictError):
-        await store.update_counters(record.id, record.version, pending_message_tokens=1)
-
-
-async def test_negative_counters_are_rejected(store: Store) -> None:
-    _, record = await _thread_with_messages(store, 1)
-    with pytest.raises(StoreError, match="cannot be negative"):
-        await store.update_counters(record.id, record.version, pending_message_tokens=-1)
+    with pytest.raises(ConflictError) as info:
+        await add_chunk(store, record, _chunk(2, "t1", 1, 1))
+    assert info.value.current == fresh
 
 
 # -- resource scope and observation groups ----------------------------------------------------
@@ -457,9 +432,8 @@ async def test_resource_scope_cursor_is_per_thread(store: Store) -> None:
         await store.create_thread(t, "r1")
         await store.append_messages(t, [Message.user(f"{t}{i}", id=f"{t}{i}") for i in range(3)])
     key = record_key("resource", thread_id=None, resource_id="r1")
-    record = await store.get_or_create_record(
-        key, scope="resource", thread_id=None, resource_id="r1"
-    )
+    record = await open_record(store, "a", "r1", scope="resource")
+    assert record.key == key
     chunk = BufferedChunk(
         id="c1",
         cycle_id="cy1",
@@ -472,10 +446,8 @@ async def test_resource_scope_cursor_is_per_thread(store: Store) -> None:
         ),
         created_at=utcnow(),
     )
-    record = await store.add_chunk(record.id, record.version, chunk)
-    record = await store.activate_chunks(
-        record.id, record.version, 1, observations="x", observation_tokens=1
-    )
+    record = await add_chunk(store, record, chunk)
+    record = await activate(store, record, 1, observations="x", observation_tokens=1)
     assert record.cursor == {"a": 2, "b": 3}
     assert record.covered_through("a") == 2
     await assert_record_invariants(store, key)
@@ -495,16 +467,16 @@ async def test_observation_groups_are_written_with_their_transition(store: Store
         ranges=(MessageRange(thread_id="t1", first_seq=1, last_seq=2),),
         created_at=utcnow(),
     )
-    record = await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2), groups=[group])
+    record = await add_chunk(store, record, _chunk(1, "t1", 1, 2), groups=[group])
     assert await store.list_observation_groups("r1") == [group]
     assert await store.list_observation_groups("r1", thread_id="t1") == [group]
     assert await store.list_observation_groups("r1", thread_id="other") == []
     assert await store.list_observation_groups("r2") == []
     # a failed transition writes no group
     with pytest.raises(ConflictError):
-        await store.add_chunk(
-            record.id,
-            record.version - 1,
+        await add_chunk(
+            store,
+            replace(record, version=record.version - 1),
             _chunk(2, "t1", 3, 4),
             groups=[ObservationGroup(**{**_group_fields(group), "id": "g2"})],
         )
@@ -554,7 +526,7 @@ async def test_group_embeddings_are_searched_within_the_resource(store: Store) -
         )
         for i in range(4)
     ]
-    record = await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2), groups=groups)
+    record = await add_chunk(store, record, _chunk(1, "t1", 1, 2), groups=groups)
     vectors = {"g0": (1.0, 0.0), "g1": (0.8, 0.6), "g2": (0.0, 1.0), "g3": (1.0, 0.0)}
     await store.put_embeddings(
         [
@@ -616,7 +588,7 @@ async def test_postgres_ranks_in_sql_with_pgvector_when_the_server_has_it(
             )
             for i in range(3)
         ]
-        await store.add_chunk(record.id, record.version, _chunk(1, "t1", 1, 2), groups=groups)
+        await add_chunk(store, record, _chunk(1, "t1", 1, 2), groups=groups)
         await store.put_embeddings(
             [
                 GroupEmbedding(

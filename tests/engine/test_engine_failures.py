@@ -77,6 +77,7 @@ async def test_a_hanging_synchronous_observation_ends_at_its_budget(store: Store
 
 async def test_background_failures_are_reported_and_retried_later() -> None:
     failing = {"on": True}
+    conv = Conversation()  # five minutes a turn: longer than the first back-offs
     om = engine(
         InMemoryStore(),
         {
@@ -86,10 +87,10 @@ async def test_background_failures_are_reported_and_retried_later() -> None:
             },
             "reflection": {"model": scripted_reflector()},
         },
+        clock=conv.clock,
     )
     events = Recorder()
     om.subscribe(events)
-    conv = Conversation()
     for _ in range(4):
         await om.prepare("t1", "u1", [conv.user(200)])
         await om.record("t1", "u1", [conv.assistant(200)])

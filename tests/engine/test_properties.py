@@ -41,6 +41,7 @@ from obsmem.messages import Message
 from obsmem.stores import InMemoryStore, SQLiteStore, Store
 from obsmem.testing import Fault, scripted_observer, scripted_reflector
 
+from ..conformance.ops import observe, open_record
 from .helpers import engine
 from .property_helpers import (
     Actor,
@@ -376,12 +377,10 @@ def test_the_checks_catch_broken_states(log: str, cursor: int, stored: int, prob
         checker.sent_messages(checker.actor(), messages)
         await store.create_thread(THREAD, RESOURCE)
         await store.append_messages(THREAD, messages[:stored])
-        record = await store.get_or_create_record(
-            KEY, scope="thread", thread_id=THREAD, resource_id=RESOURCE
-        )
-        await store.commit_observation(
-            record.id,
-            record.version,
+        record = await open_record(store, THREAD, RESOURCE)
+        await observe(
+            store,
+            record,
             observations=log,
             observation_tokens=10,
             cursor={THREAD: cursor},

@@ -6,25 +6,21 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..longmemeval import (
-    QUESTION_TYPES,
-    DataError,
-    Question,
+from ..longmemeval.data import QUESTION_TYPES, DataError, Question, load_questions, select_questions
+from ..longmemeval.report import (
     QuestionResult,
-    RunConfig,
-    RunProgress,
     append_result,
     format_report,
-    load_questions,
     read_results,
-    run_benchmark,
-    select_questions,
     summarize,
 )
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
 from .common import Progress, check_model
+
+if TYPE_CHECKING:
+    from ..longmemeval.runner import RunConfig, RunProgress
 
 __all__ = ["add"]
 
@@ -119,6 +115,8 @@ def _run_longmemeval(args: argparse.Namespace, out: TextIO) -> int:
     )
     failed: list[str] = []
     if todo and reader is not None:
+        from ..longmemeval.runner import RunConfig
+
         judge: str = args.judge or reader
         observer: str = args.observer or reader
         print(f"reader {reader}, judge {judge}, observer {observer}", file=out)
@@ -150,6 +148,8 @@ async def _run(
         if problem is not None:
             print(f"obsmem: {problem}", file=sys.stderr)
             return 2, [], []
+    from ..longmemeval.runner import run_benchmark
+
     bar = Progress("longmemeval")
 
     def progress(p: RunProgress) -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..agent import Agent
-from ..memory import Memory
-from ..stores import SQLiteStore
 from .common import add_memory_options, check_model, memory_options, pick_model
+
+if TYPE_CHECKING:
+    from ..memory import Memory
 
 __all__ = ["add"]
 
@@ -48,6 +48,10 @@ async def _chat(args: argparse.Namespace, out: TextIO, model: str) -> int:
     if problem is not None:
         print(f"obsmem: {problem}", file=sys.stderr)
         return 2
+    from ..agent import Agent  # pydantic-ai's agent machinery loads only for a chat
+    from ..memory import Memory
+    from ..stores import SQLiteStore
+
     memory = Memory(SQLiteStore(args.db), observational_memory=memory_options(args, model))
     agent = Agent(id="obsmem-chat", instructions=args.instructions, model=model, memory=memory)
     ref = {"resource": args.resource, "thread": args.thread}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import MissingExtraError, ModelError
-from ..llm import LLMRequest, call_model
+from ..llm import LLMRequest, ModelCaller
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
 
 __all__ = [
@@ -79,7 +79,7 @@ def pick_model(args: argparse.Namespace) -> str | None:
 async def check_model(model: str) -> str | None:
     """One tiny call, no retries: an error message when the model cannot be reached."""
     try:
-        await call_model(
+        await ModelCaller().call(
             LLMRequest(
                 role="observer",
                 model=model,

@@ -7,13 +7,15 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
 from ..messages import message_to_dict, utcnow
 from ..records import OMRecord, record_key
-from ..stores import SQLiteStore
 from .common import DEFAULT_DB
+
+if TYPE_CHECKING:
+    from ..stores import SQLiteStore
 
 __all__ = ["add"]
 
@@ -60,6 +62,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 
 async def _inspect(args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None) -> int:
+    from ..stores import SQLiteStore
+
     store = SQLiteStore(args.db)
     try:
         if args.thread:
@@ -110,7 +114,8 @@ async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -
             if m:
                 print(
                     f"    memory: generation {m['generation']}, log {m['log_tokens']} tokens, "
-                    f"observed through message {m['cursor']}, {m['chunks']} buffered chunks",
+                    f"observed through message {m['cursor']}, {m['chunks']} buffered chunks, "
+                    f"{m['tokens_observed']} message tokens observed in all",
                     file=out,
                 )
         m = entry["resource_memory"]
@@ -131,6 +136,7 @@ def _record_summary(record: OMRecord | None, thread_id: str | None) -> dict[str,
         "log_tokens": record.observation_tokens,
         "cursor": record.cursor.get(thread_id, 0) if thread_id else dict(record.cursor),
         "chunks": len(record.chunks),
+        "tokens_observed": record.total_tokens_observed,
     }
 
 

@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from ..engine import ObservationalMemory
-from ..messages import Message
-from ..replay import DEMO_CONVERSATION, ReplayError, ReplayReport, load_conversation, replay
-from ..stores import SQLiteStore
 from .common import Progress, add_memory_options, check_model, memory_options, pick_model
+
+if TYPE_CHECKING:
+    from ..messages import Message
+    from ..replay import ReplayReport
 
 __all__ = ["add_demo", "add_replay"]
 
@@ -53,6 +53,8 @@ def add_replay(sub: Any) -> None:
 
 
 def _run_demo(args: argparse.Namespace, out: TextIO) -> int:
+    from ..replay import DEMO_CONVERSATION, load_conversation
+
     model = pick_model(args)
     if model is None:
         return 2
@@ -66,6 +68,8 @@ def _run_demo(args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _run_replay(args: argparse.Namespace, out: TextIO) -> int:
+    from ..replay import ReplayError, load_conversation
+
     try:
         messages = load_conversation(args.file, question=args.question)
     except ReplayError as exc:
@@ -88,6 +92,10 @@ async def _replay(
     title: str,
 ) -> int:
     import sys
+
+    from ..engine import ObservationalMemory
+    from ..replay import replay
+    from ..stores import SQLiteStore
 
     problem = await check_model(model)
     if problem is not None:

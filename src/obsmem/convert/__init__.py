@@ -12,7 +12,22 @@ item of its own format that obsmem has no type for (named ``"pydantic-ai:..."`` 
 
 from __future__ import annotations
 
-from obsmem.convert.openai_chat import from_openai_chat, to_openai_chat
-from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
+from typing import TYPE_CHECKING
+
+from obsmem._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from obsmem.convert.openai_chat import from_openai_chat, to_openai_chat
+    from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
 
 __all__ = ["from_openai_chat", "from_pydantic_ai", "to_openai_chat", "to_pydantic_ai"]
+
+_LAZY = {  # the pydantic-ai conversions load pydantic-ai: only when used
+    "from_openai_chat": "openai_chat",
+    "to_openai_chat": "openai_chat",
+    "from_pydantic_ai": "pydantic_ai",
+    "to_pydantic_ai": "pydantic_ai",
+}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)

@@ -1,25 +1,27 @@
 """The memory cycles: buffering, activation, synchronous observation and reflection.
 
-Each cycle reads the head record, does its (possibly slow) model work without holding anything,
-then commits through one store transition against the head it re-reads at commit time. The store
+Each cycle starts from the snapshot it was handed, does its (possibly slow) model work without
+holding anything, then commits one change through the store against the head it read. The store
 checks the real invariants inside the transaction (chunks contiguous, observation starting where
-the cursor still is, cursor monotonic), so a cycle that lost a race gets a ConflictError and
-either retries the cheap commit or drops its now-redundant result. Nothing is held in process
+the cursor still is, cursor monotonic); a cycle that lost a race gets the current head with the
+conflict and either retries the cheap commit or drops its now-redundant result. Every cycle
+reports through one lifecycle (:mod:`obsmem.cycles.lifecycle`). Nothing is held in process
 memory as the source of truth.
 """
 
-from .buffering import activate_chunks, buffer_once
+from .buffering import Activation, activate_chunks, buffer_chunk
 from .common import (
     META_CURRENT_TASK,
     META_EXTRACTED,
     META_LAST_MODEL,
     META_SUGGESTED_RESPONSE,
     Deps,
-    apply_hints,
     attachment_filter,
     join_log,
+    load,
 )
-from .observation import observe_sync
+from .lifecycle import Cycle, Failure, Outcome, run_cycle
+from .observation import SyncObservation, observe_sync
 from .reflection import activate_reflection, buffer_reflection, reflect_now
 
 __all__ = [
@@ -27,14 +29,20 @@ __all__ = [
     "META_EXTRACTED",
     "META_LAST_MODEL",
     "META_SUGGESTED_RESPONSE",
+    "Activation",
+    "Cycle",
     "Deps",
+    "Failure",
+    "Outcome",
+    "SyncObservation",
     "activate_chunks",
     "activate_reflection",
-    "apply_hints",
     "attachment_filter",
-    "buffer_once",
+    "buffer_chunk",
     "buffer_reflection",
     "join_log",
+    "load",
     "observe_sync",
     "reflect_now",
+    "run_cycle",
 ]

@@ -1,4 +1,4 @@
-"""Shared pieces of the memory cycles: dependencies, thread hints, the Observer call."""
+"""Shared pieces of the memory cycles: dependencies, the commit loop, the Observer call."""
 
 from __future__ import annotations
 
@@ -7,33 +7,36 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..context import with_temporal_markers
 from ..embeddings import Embedder
-from ..errors import ModelError, StoreError
-from ..events import (
-    EventBus,
-    HookContext,
-    Hooks,
-    ThreadUpdateEvent,
-    call_hook,
-)
+from ..errors import ConflictError, ModelError, StoreError
+from ..events import EventBus, Hooks, ThreadUpdateEvent, call_hook
 from ..extractors import Exchange
+from ..llm import ModelCaller
 from ..messages import Message
 from ..models import model_input_capabilities
 from ..observations import ParsedOutput, boundary_line
 from ..observer import ObserverInput, observe_exchange
 from ..options import ResolvedOptions
-from ..records import OMRecord
-from ..stores import Store
+from ..records import ObservationGroup, OMRecord
+from ..snapshot import Snapshot, Subject
+from ..stores import (
+    Change,
+    Commit,
+    CommitResult,
+    LoadRequest,
+    ResourcePatch,
+    Store,
+    ThreadChange,
+    ThreadPatch,
+)
 from ..tokens import TokenEstimator
+from ..window import HeldMessages
 from ..working_memory import WorkingMemory, strip_tool_traffic
-
-if TYPE_CHECKING:
-    from .extraction import ExtractionPlan
 
 log = logging.getLogger("obsmem")
 
@@ -51,6 +54,7 @@ class Deps:
     store: Store
     options: ResolvedOptions
     estimator: TokenEstimator
+    caller: ModelCaller
     bus: EventBus
     hooks: Hooks
     tz: tzinfo
@@ -62,6 +66,10 @@ class Deps:
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
     embedder: Embedder | None = None
     """Set when retrieval has vector search: every new observation group is embedded."""
+    held: HeldMessages = field(default_factory=HeldMessages)
+    """Unobserved messages read before: loads read only what came after them."""
+    reads_resource: bool = True
+    """Snapshots need the resource's metadata (working memory in resource scope)."""
 
     def now(self) -> datetime:
         return self.clock()
@@ -97,56 +105,100 @@ def ms_since(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 1)
 
 
-# -- thread metadata -------------------------------------------------------------------------
+# -- commits ------------------------------------------------------------------------------------
 
 
-async def apply_hints(
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Write:
+    """What one cycle commits: a change of the head and what comes with it."""
+
+    change: Change
+    groups: Sequence[ObservationGroup] = ()
+    threads: Sequence[ThreadPatch] = ()
+    resource: ResourcePatch | None = None
+
+
+async def commit(
     deps: Deps,
-    thread_id: str,
-    *,
-    current_task: str | None,
-    suggested_response: str | None,
-    thread_title: str | None,
-    cycle_id: str,
-) -> None:
-    """Store the hints a cycle produced. Missing hints never blank stored ones (invariant 9)."""
-    patch: dict[str, Any] = {}
-    if current_task:
-        patch[META_CURRENT_TASK] = current_task
-    if suggested_response:
-        patch[META_SUGGESTED_RESPONSE] = suggested_response
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
-        return
-    new_title: str | None = None
-    title = (thread_title or "").strip()
-    if (
-        deps.options.observation.thread_title
-        and len(title) >= 3
-        and title != thread.title
-        and not thread.metadata.get("title_pinned")
-    ):
-        new_title = title
-    if patch or new_title:
-        await deps.store.update_thread(thread_id, title=new_title, metadata=patch)
-    if new_title:
-        deps.bus.emit(
-            ThreadUpdateEvent(
-                cycle_id=cycle_id,
-                thread_id=thread_id,
-                old_title=thread.title,
-                new_title=new_title,
-                timestamp=deps.now(),
+    subject: Subject,
+    head: OMRecord,
+    decide: Callable[[OMRecord], Write | None],
+) -> CommitResult | None:
+    """Commit ``decide(head)`` against the head the cycle read, and read the snapshot after it.
+
+    A lost race carries the current head; the cycle decides again from it (``decide`` returns
+    None when its work became redundant, which drops it). None when dropped or when the memory
+    was cleared meanwhile.
+    """
+    for _ in range(COMMIT_ATTEMPTS):
+        write = decide(head)
+        if write is None:
+            return None
+        try:
+            result = await deps.store.commit(
+                Commit(
+                    key=subject.key,
+                    record_id=head.id,
+                    expected_version=head.version,
+                    change=write.change,
+                    groups=write.groups,
+                    threads=write.threads,
+                    resource=write.resource,
+                    reload=subject,
+                    held=deps.held.held(subject),
+                    resource_metadata=deps.reads_resource,
+                )
             )
-        )
+        except ConflictError as exc:
+            if not isinstance(exc.current, OMRecord):
+                return None  # the memory was cleared meanwhile
+            head = exc.current
+            continue
+        if result.snapshot is not None:
+            deps.held.remember(result.snapshot)
+        return result
+    raise StoreError(f"memory work on {subject.key} kept losing races; giving up for this step")
 
 
-async def prior_hints(deps: Deps, thread_id: str) -> tuple[str | None, str | None, str | None]:
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
-        return None, None, None
-    meta = thread.metadata
-    return meta.get(META_CURRENT_TASK), meta.get(META_SUGGESTED_RESPONSE), thread.title
+async def load(deps: Deps, request: LoadRequest) -> Snapshot:
+    """A snapshot, reading only the messages not held from before (and holding them after)."""
+    request = replace(
+        request,
+        held=request.held or deps.held.held(request.subject),
+        resource_metadata=deps.reads_resource,
+    )
+    return deps.held.remember(await deps.store.load(request))
+
+
+async def reload(deps: Deps, subject: Subject) -> Snapshot:
+    """A fresh snapshot (when a dropped commit brought none)."""
+    return await load(deps, LoadRequest(subject=subject))
+
+
+def report_titles(deps: Deps, changes: Sequence[ThreadChange], *, cycle_id: str) -> None:
+    """A ``data-om-thread-update`` for every thread whose title a commit changed."""
+    for change in changes:
+        new = change.after.title
+        if new is not None and new != change.before.title:
+            deps.bus.emit(
+                ThreadUpdateEvent(
+                    cycle_id=cycle_id,
+                    thread_id=change.after.id,
+                    old_title=change.before.title,
+                    new_title=new,
+                    timestamp=deps.now(),
+                )
+            )
+
+
+def join_log(log: str, addition: str, *, at: datetime) -> str:
+    """Append ``addition`` to the log after a message-boundary line (or start the log)."""
+    addition = addition.strip()
+    if not addition:
+        return log
+    if not log.strip():
+        return addition
+    return log.rstrip() + boundary_line(at) + addition
 
 
 # -- observer calls ----------------------------------------------------------------------------
@@ -162,6 +214,7 @@ class ObserverRun:
 
 async def run_observer(
     deps: Deps,
+    snapshot: Snapshot,
     *,
     thread_id: str,
     messages: Sequence[Message] = (),
@@ -170,10 +223,12 @@ async def run_observer(
     cycle_id: str,
     operation: str,
     budget: float,
-    plan: ExtractionPlan | None = None,
+    sections: Sequence[tuple[str, str]] = (),
+    prior_values: Mapping[str, Any] | None = None,
 ) -> ObserverRun | None:
-    """One Observer call with the transform hooks, asking for ``plan``'s inline sections. None
-    means "nothing to observe" (a ``before_observation`` hook returned no messages)."""
+    """One Observer call with the transform hooks, asking for the extractors' inline
+    ``sections``. None means "nothing to observe" (a ``before_observation`` hook returned no
+    messages)."""
     obs = deps.options.observation
     if deps.hooks.before_observation is not None and not threads:
         changed = await call_hook(deps.hooks.before_observation, list(messages))
@@ -187,23 +242,25 @@ async def run_observer(
         # The Observer sees the same "N hours later" lines the actor saw.
         messages = with_temporal_markers(messages, deps.tz)
         threads = [(t, with_temporal_markers(m, deps.tz)) for t, m in threads]
-    current_task, suggested, title = await prior_hints(deps, thread_id)
+    state = snapshot.thread(thread_id)
+    meta = state.thread.metadata if state is not None else {}
     exchange = await observe_exchange(
         ObserverInput(
             messages=messages,
             threads=threads,
             previous_observations=previous,
             previous_observer_tokens=obs.previous_observer_tokens,
-            prior_current_task=current_task,
-            prior_suggested_response=suggested,
-            prior_thread_title=title,
+            prior_current_task=meta.get(META_CURRENT_TASK),
+            prior_suggested_response=meta.get(META_SUGGESTED_RESPONSE),
+            prior_thread_title=state.thread.title if state is not None else None,
             ask_thread_title=obs.thread_title,
             continuation_hints=obs.continuation_hints.any,
             instruction=obs.instruction,
-            extra_sections=plan.inline_sections if plan is not None else (),
-            prior_values=plan.prompt_values if plan is not None else {},
+            extra_sections=sections,
+            prior_values=prior_values or {},
             tz=deps.tz,
         ),
+        caller=deps.caller,
         model=obs.model,
         model_settings=obs.model_settings,
         estimator=deps.estimator,
@@ -214,9 +271,8 @@ async def run_observer(
     )
     parsed = exchange.parsed
     if deps.hooks.after_observation is not None:
-        changed_text = await call_hook(deps.hooks.after_observation, parsed.observations)
-        if isinstance(changed_text, str):
-            parsed = _with_observations(parsed, changed_text)
+        text = await call_transform(deps.hooks.after_observation, parsed.observations)
+        parsed = replace(parsed, observations=text)
     return ObserverRun(
         parsed=parsed,
         exchange=Exchange(
@@ -228,10 +284,10 @@ async def run_observer(
     )
 
 
-def _with_observations(parsed: ParsedOutput, text: str) -> ParsedOutput:
-    from dataclasses import replace
-
-    return replace(parsed, observations=text)
+async def call_transform(hook: Callable[[str], Any] | None, text: str) -> str:
+    """A transform hook's replacement for ``text`` (``text`` itself when it returns no text)."""
+    changed = await call_hook(hook, text)
+    return changed if isinstance(changed, str) else text
 
 
 def previous_for_observer(record: OMRecord) -> str:
@@ -241,34 +297,9 @@ def previous_for_observer(record: OMRecord) -> str:
     return f"{record.observations}\n\n--- BUFFERED (pending activation) ---\n\n{pending}".strip()
 
 
-# -- helpers -------------------------------------------------------------------------------------
-
-
 def describe_error(exc: BaseException) -> str:
     if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, ModelError | StoreError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"
-
-
-def hook_failed(ctx: HookContext, exc: BaseException) -> HookContext:
-    from dataclasses import replace
-
-    return replace(ctx, error=describe_error(exc))
-
-
-def hook_done(ctx: HookContext, observations: str) -> HookContext:
-    from dataclasses import replace
-
-    return replace(ctx, observations=observations)
-
-
-def join_log(log: str, addition: str, *, at: datetime) -> str:
-    """Append ``addition`` to the log after a message-boundary line (or start the log)."""
-    addition = addition.strip()
-    if not addition:
-        return log
-    if not log.strip():
-        return addition
-    return log.rstrip() + boundary_line(at) + addition

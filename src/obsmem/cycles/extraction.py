@@ -1,16 +1,15 @@
 """Extraction inside the cycles: which slots a cycle runs, what they saw before, where values go.
 
-A cycle builds an :class:`ExtractionPlan` before its Observer or Reflector call (the inline
-sections to ask for and the previous values to show), runs :func:`extract` on the answer, and
-:func:`store_values` writes the results to thread metadata: built-in hints through
-:func:`~obsmem.cycles.common.apply_hints` (never blanking stored ones), working memory through
-:func:`~obsmem.working_memory.write_working_memory`, user values merged under ``"om:extracted"``
-by slug (and at their ``metadata_key_path``).
+A cycle builds an :class:`ExtractionPlan` from its snapshot before its Observer or Reflector call
+(the inline sections to ask for and the previous values to show), runs :func:`extract` on the
+answer, and turns the results into metadata patches (:func:`value_patches`) that its commit
+merges inside the store's transaction: built-in hints (never blanking stored ones), the
+suggested title, working memory, and user values under ``"om:extracted"`` by slug (and at their
+``metadata_key_path``).
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -27,17 +26,29 @@ from ..extractors import (
     run_extractors,
 )
 from ..observations import ParsedOutput
+from ..snapshot import Snapshot
+from ..stores import ResourcePatch, ThreadPatch
+from ..stores.changes import MetadataPath
 from ..working_memory import SECTION as WM_SECTION
-from ..working_memory import WorkingMemory, read_working_memory, write_working_memory
+from ..working_memory import (
+    WorkingMemory,
+    stored_working_memory,
+    working_memory_patch,
+)
 from .common import (
     META_CURRENT_TASK,
     META_EXTRACTED,
     META_SUGGESTED_RESPONSE,
     Deps,
-    apply_hints,
 )
 
-__all__ = ["ExtractionPlan", "extract", "observation_plan", "reflection_plan", "store_values"]
+__all__ = [
+    "ExtractionPlan",
+    "extract",
+    "observation_plan",
+    "reflection_plan",
+    "value_patches",
+]
 
 _HINT_TEXT = {
     "current-task": "what the assistant is working on right now",
@@ -105,10 +116,13 @@ def _working_memory_slot(wm: WorkingMemory) -> Slot:
     return Slot(slug=WM_SECTION, instructions=description, kind="internal", check=check)
 
 
-async def _stored(deps: Deps, thread_id: str, slots: Sequence[Slot]) -> dict[str, Any]:
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
+def _stored(
+    deps: Deps, snapshot: Snapshot, thread_id: str, slots: Sequence[Slot]
+) -> dict[str, Any]:
+    state = snapshot.thread(thread_id)
+    if state is None:
         return {}
+    thread = state.thread
     meta = thread.metadata
     extracted = meta.get(META_EXTRACTED)
     user = cast(Mapping[str, Any], extracted) if isinstance(extracted, Mapping) else {}
@@ -122,8 +136,8 @@ async def _stored(deps: Deps, thread_id: str, slots: Sequence[Slot]) -> dict[str
             out[slot.slug] = thread.title
         elif slot.slug == WM_SECTION and deps.working_memory is not None:
             wm = deps.working_memory
-            current = await read_working_memory(
-                deps.store, wm, thread_id=thread_id, resource_id=thread.resource_id
+            current = stored_working_memory(
+                wm, thread_metadata=meta, resource_metadata=snapshot.resource_metadata
             )
             out[slot.slug] = current or wm.blank()
         elif slot.kind == "user":
@@ -135,7 +149,7 @@ def _user_slots(extractors: Sequence[Extractor]) -> list[Slot]:
     return [Slot.of(e) for e in extractors]
 
 
-async def observation_plan(deps: Deps, thread_id: str) -> ExtractionPlan:
+def observation_plan(deps: Deps, snapshot: Snapshot, thread_id: str) -> ExtractionPlan:
     """Built-in hints, the thread title, working memory (when the Observer keeps it) and the
     ``observation.extract`` extractors, in that order."""
     obs = deps.options.observation
@@ -147,17 +161,17 @@ async def observation_plan(deps: Deps, thread_id: str) -> ExtractionPlan:
     if deps.working_memory is not None:
         slots.append(_working_memory_slot(deps.working_memory))
     slots += _user_slots(obs.extract)
-    return ExtractionPlan(slots=tuple(slots), previous=await _stored(deps, thread_id, slots))
+    return ExtractionPlan(slots=tuple(slots), previous=_stored(deps, snapshot, thread_id, slots))
 
 
-async def reflection_plan(deps: Deps, thread_id: str) -> ExtractionPlan:
+def reflection_plan(deps: Deps, snapshot: Snapshot, thread_id: str) -> ExtractionPlan:
     """Built-in hints and the ``reflection.extract`` extractors."""
     ref = deps.options.reflection
     slots: list[Slot] = []
     if ref.continuation_hints.any:
         slots += [_builtin("current-task"), _builtin("suggested-response")]
     slots += _user_slots(ref.extract)
-    return ExtractionPlan(slots=tuple(slots), previous=await _stored(deps, thread_id, slots))
+    return ExtractionPlan(slots=tuple(slots), previous=_stored(deps, snapshot, thread_id, slots))
 
 
 async def extract(
@@ -179,6 +193,7 @@ async def extract(
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     return await run_extractors(
         slots,
+        caller=deps.caller,
         parsed=parsed,
         previous=plan.previous,
         exchange=exchange,
@@ -199,63 +214,52 @@ def with_thread_sections(part: ParsedOutput, whole: ParsedOutput) -> ParsedOutpu
     )
 
 
-async def store_values(
+def value_patches(
     deps: Deps,
+    snapshot: Snapshot,
     thread_id: str,
     plan: ExtractionPlan,
     result: ExtractionResult,
     *,
-    cycle_id: str,
     hints: bool = True,
     title: bool = True,
-) -> None:
-    """Write a cycle's values to the thread. ``hints``/``title`` say whether the built-in hints
-    and the title are stored now (buffered chunks keep their hints until activation)."""
+) -> tuple[ThreadPatch, ResourcePatch | None]:
+    """The metadata a cycle's values write to ``thread_id``. ``hints``/``title`` say whether the
+    built-in hints and the suggested title are stored now (buffered chunks keep their hints
+    until activation). Missing hints never blank stored ones (invariant 9)."""
     values = result.values
-    if hints or title:
-        await apply_hints(
-            deps,
-            thread_id,
-            current_task=values.get("current-task") if hints else None,
-            suggested_response=values.get("suggested-response") if hints else None,
-            thread_title=values.get("thread-title") if title else None,
-            cycle_id=cycle_id,
-        )
-    thread = await deps.store.get_thread(thread_id)
-    if thread is None:
-        return
+    paths: list[tuple[MetadataPath, Any]] = []
+    resource: ResourcePatch | None = None
+    if hints:
+        for slug, key in (
+            ("current-task", META_CURRENT_TASK),
+            ("suggested-response", META_SUGGESTED_RESPONSE),
+        ):
+            if values.get(slug):
+                paths.append(((key,), values[slug]))
+    suggested = (
+        values.get("thread-title") if title and deps.options.observation.thread_title else None
+    )
     wm = deps.working_memory
     if wm is not None and isinstance(values.get(WM_SECTION), str):
-        await write_working_memory(
-            deps.store, wm, values[WM_SECTION], thread_id=thread_id, resource_id=thread.resource_id
+        patch = working_memory_patch(
+            wm,
+            values[WM_SECTION],
+            thread_id=thread_id,
+            resource_id=snapshot.subject.resource_id,
         )
-    user = [s for s in plan.slots if s.kind == "user" and s.slug in values]
-    if not user:
-        return
-    meta = thread.metadata
-    old = meta.get(META_EXTRACTED)
-    merged = dict(cast(Mapping[str, Any], old)) if isinstance(old, Mapping) else {}
-    patch: dict[str, Any] = {}
-    for slot in user:
-        merged[slot.slug] = values[slot.slug]
-        if slot.metadata_key_path:
-            _set_path(patch, meta, slot.metadata_key_path.split("."), values[slot.slug])
-    patch[META_EXTRACTED] = merged
-    await deps.store.update_thread(thread_id, metadata=patch)
-
-
-def _set_path(patch: dict[str, Any], meta: Mapping[str, Any], path: list[str], value: Any) -> None:
-    """Put ``value`` at ``path`` in ``patch`` (top-level keys of the thread metadata), keeping
-    what already sits beside it in the stored metadata."""
-    top = path[0]
-    if len(path) == 1:
-        patch[top] = value
-        return
-    base = patch.get(top, meta.get(top))
-    node: dict[str, Any] = copy.deepcopy(dict(base)) if isinstance(base, Mapping) else {}
-    patch[top] = node
-    for key in path[1:-1]:
-        child = node.get(key)
-        node[key] = dict(cast(Mapping[str, Any], child)) if isinstance(child, Mapping) else {}
-        node = node[key]
-    node[path[-1]] = value
+        if isinstance(patch, ResourcePatch):
+            resource = patch
+        else:
+            paths += patch.set
+    for slot in plan.slots:
+        if slot.kind == "user" and slot.slug in values:
+            paths.append(((META_EXTRACTED, slot.slug), values[slot.slug]))
+            if slot.metadata_key_path:
+                paths.append((tuple(slot.metadata_key_path.split(".")), values[slot.slug]))
+    thread = ThreadPatch(
+        thread_id=thread_id,
+        set=tuple(paths),
+        suggested_title=suggested if isinstance(suggested, str) else None,
+    )
+    return thread, resource

@@ -1,297 +1,238 @@
-"""Synchronous observation: past ``block_after``, at the threshold with buffering off, or
-on demand.
-"""
+"""Synchronous observation: past ``block_after``, at the threshold with buffering off, or on
+demand."""
 
 from __future__ import annotations
 
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from dataclasses import dataclass
 
-from ..errors import ConflictError, StoreError
-from ..events import (
-    HookContext,
-    ObservationEndEvent,
-    ObservationFailedEvent,
-    ObservationStartEvent,
-    Trigger,
-    notify,
-)
+from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
 from ..observations import ParsedOutput
+from ..planner import Batch, sync_batches
 from ..records import ObservationGroup, OMRecord
-from ..window import ThreadWindow, load_window, take_prefix
-from .buffering import activate_chunks
+from ..snapshot import Snapshot
+from ..stores import CommitObservation, ResourcePatch, ThreadPatch
+from ..window import windows_of
+from .buffering import Activation, activate_chunks
 from .common import (
-    COMMIT_ATTEMPTS,
     Deps,
     ObserverRun,
-    describe_error,
-    hook_done,
-    hook_failed,
+    Write,
+    commit,
     join_log,
-    ms_since,
     new_cycle_id,
+    reload,
+    report_titles,
     run_observer,
 )
-from .extraction import (
-    ExtractionPlan,
-    extract,
-    observation_plan,
-    store_values,
-    with_thread_sections,
-)
+from .extraction import ExtractionPlan, extract, observation_plan, value_patches
+from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .retrieval import group_for, index_groups, label, retrieval_on
 
-# -- synchronous observation ---------------------------------------------------------------------
+__all__ = ["SyncObservation", "observe_sync"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SyncObservation:
+    """How a synchronous observation ended: the snapshot after it, and the error that stopped
+    it (None when it observed all it should)."""
+
+    snapshot: Snapshot
+    error: str | None = None
 
 
 async def observe_sync(
     deps: Deps,
-    key: str,
-    thread_id: str,
-    resource_id: str | None,
+    snapshot: Snapshot,
     *,
-    thread_ids: Sequence[str],
     keep_tokens: int,
     protect: Mapping[str, int] | None = None,
     trigger: Trigger,
     deadline: float | None = None,
-) -> bool:
-    """Observe unobserved messages now, oldest first, until at most ``keep_tokens`` stay raw.
+) -> SyncObservation:
+    """Observe unobserved messages now, oldest first, until about ``keep_tokens`` stay raw.
 
-    Buffered chunks are activated first. Each Observer call takes at most ``message_tokens`` of
-    messages; the loop ends at the deadline. ``protect`` gives, per thread, the first seq that
-    must stay raw (the current turn's input). Returns False if a failure stopped it; the turn
-    then goes on with raw history and a ``data-om-observation-failed`` event (invariant 7).
+    Buffered chunks are activated first. Each step observes what the planner's
+    :func:`~obsmem.planner.sync_batches` takes; the loop ends at the deadline. ``protect``
+    gives, per thread, the first seq that must stay raw (the current turn's input). On failure
+    the turn goes on with raw history and a ``data-om-observation-failed`` event (invariant 7).
     """
-    obs = deps.options.observation
     deadline = deadline if deadline is not None else time.monotonic() + deps.sync_timeout
     while True:
-        head = await activate_chunks(
-            deps, key, thread_id, choose=lambda r: len(r.chunks), trigger="threshold"
+        if snapshot.record.chunks:
+            activated = await activate_chunks(
+                deps, snapshot, count=None, why=Activation(trigger="threshold")
+            )
+            snapshot = activated or await reload(deps, snapshot.subject)
+            continue
+        batches = sync_batches(
+            windows_of(snapshot, deps.estimator, deps.held),
+            keep_tokens=keep_tokens,
+            protect=protect or {},
+            cap=deps.options.observation.message_tokens,
         )
-        if head is None:
-            return True
-        windows = await load_window(deps.store, head, thread_ids, deps.estimator)
-        batch = _select_for_observation(
-            windows, keep_tokens=keep_tokens, protect=protect or {}, cap=obs.message_tokens
-        )
-        if not batch:
-            return True
+        if not batches:
+            return SyncObservation(snapshot=snapshot)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            return False
-        ok = await _observe_batch(
-            deps,
-            key,
-            thread_id,
-            resource_id,
-            head=head,
-            batch=batch,
-            trigger=trigger,
-            budget=remaining,
-        )
-        if not ok:
-            return False
+            return SyncObservation(snapshot=snapshot, error="out of time (sync_timeout)")
+        outcome = await observe_batches(deps, snapshot, batches, trigger=trigger, budget=remaining)
+        if isinstance(outcome, Failure):
+            return SyncObservation(snapshot=snapshot, error=outcome.error)
+        snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
 
 
-def _select_for_observation(
-    windows: Sequence[ThreadWindow], *, keep_tokens: int, protect: Mapping[str, int], cap: int
-) -> list[tuple[str, list[Message], int]]:
-    """Per thread, the oldest messages to observe so that about ``keep_tokens`` stay raw."""
-    total = sum(w.total for w in windows)
-    excess = total - keep_tokens
-    if excess <= 0:
-        return []
-    batch: list[tuple[str, list[Message], int]] = []
-    for w in sorted(windows, key=lambda w: w.total, reverse=True):
-        if excess <= 0:
-            break
-        limit = protect.get(w.thread_id)
-        pairs = [
-            (m, t)
-            for m, t in zip(w.messages, w.tokens, strict=True)
-            if limit is None or (m.seq or 0) < limit
-        ]
-        msgs = [m for m, _ in pairs]
-        counts = [t for _, t in pairs]
-        take = take_prefix(msgs, counts, at_least=min(excess, cap), at_most=cap)
-        if take:
-            tokens = sum(counts[:take])
-            batch.append((w.thread_id, msgs[:take], tokens))
-            excess -= tokens
-    return batch
-
-
-async def _observe_batch(
+async def observe_batches(
     deps: Deps,
-    key: str,
-    thread_id: str,
-    resource_id: str | None,
+    snapshot: Snapshot,
+    batches: Sequence[Batch],
     *,
-    head: OMRecord,
-    batch: list[tuple[str, list[Message], int]],
     trigger: Trigger,
     budget: float,
-) -> bool:
-    cycle_id = new_cycle_id("obs")
-    tokens = sum(t for _, _, t in batch)
-    started = time.monotonic()
-    deps.bus.emit(
-        ObservationStartEvent(
-            cycle_id=cycle_id,
-            operation_type="observation",
-            started_at=deps.now(),
-            tokens_to_observe=tokens,
-            record_id=head.id,
-            thread_id=thread_id,
-            thread_ids=tuple(t for t, _, _ in batch),
-            config=deps.config,
-        )
-    )
-    ctx = HookContext(
-        thread_id=thread_id,
-        resource_id=resource_id,
-        cycle_id=cycle_id,
-        operation_type="observation",
+) -> Outcome | Failure:
+    """One synchronous observation cycle over ``batches`` (one per thread)."""
+    subject = snapshot.subject
+    head = snapshot.record
+    main_thread = subject.thread_id
+    cycle = Cycle(
+        cycle_id=new_cycle_id("obs"),
+        background=False,
+        operation="observation",
         trigger=trigger,
+        subject=subject,
+        record_id=head.id,
+        tokens=sum(b.tokens for b in batches),
+        thread_ids=tuple(b.thread_id for b in batches),
     )
-    await notify(deps.hooks.on_observation_start, ctx)
-    expected = {t: head.cursor.get(t, 0) for t, _, _ in batch}
-    cursor = {t: msgs[-1].seq or 0 for t, msgs, _ in batch}
-    deadline = time.monotonic() + budget
-    try:
-        plan = await observation_plan(deps, thread_id)
+    expected = {b.thread_id: head.cursor.get(b.thread_id, 0) for b in batches}
+    cursor = {b.thread_id: b.messages[-1].seq or 0 for b in batches}
+
+    async def work() -> Outcome:
+        deadline = time.monotonic() + budget
+        plan = observation_plan(deps, snapshot, main_thread)
         async with asyncio.timeout(budget):
             text, per_thread, main_run = await _observe_texts(
-                deps, head, batch, thread_id=thread_id, plan=plan, cycle_id=cycle_id, budget=budget
+                deps, snapshot, batches, plan=plan, cycle_id=cycle.cycle_id, budget=budget
             )
-        last_at = max(msgs[-1].created_at for _, msgs, _ in batch)
         groups: list[ObservationGroup] = []
         if retrieval_on(deps):
-            text, groups = _with_groups(deps, key, cycle_id, resource_id, batch, per_thread, text)
-        record = await _commit_observation(
-            deps,
-            key,
-            text,
-            at=last_at,
-            cursor=cursor,
-            expected=expected,
-            observed_tokens=tokens,
-            groups=groups,
-        )
-        if record is not None:
-            await index_groups(deps, groups)
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        deps.bus.emit(
-            ObservationFailedEvent(
-                cycle_id=cycle_id,
-                operation_type="observation",
-                failed_at=deps.now(),
-                duration_ms=ms_since(started),
-                tokens_attempted=tokens,
-                error=describe_error(exc),
-                record_id=head.id,
+            text, groups = _with_groups(deps, snapshot, cycle.cycle_id, batches, per_thread, text)
+        main = ExtractionResult()
+        threads: list[ThreadPatch] = []
+        resource: ResourcePatch | None = None
+        for thread_id, parsed in per_thread.items():
+            # The cycle's own thread runs every extractor; other threads of a resource-scope
+            # batch get their built-in hints.
+            is_main = thread_id == main_thread
+            t_plan = plan if is_main else plan.builtins_only()
+            result = await extract(
+                deps,
+                t_plan,
+                parsed=parsed,
+                exchange=main_run.exchange if is_main and main_run is not None else None,
                 thread_id=thread_id,
+                resource_id=subject.resource_id,
+                operation_type="observation",
+                cycle_id=cycle.cycle_id,
+                deadline=deadline,
             )
-        )
-        await notify(deps.hooks.on_observation_end, hook_failed(ctx, exc))
-        return False
-    main = ExtractionResult()
-    for t, parsed in per_thread.items():
-        # The cycle's own thread runs every extractor; other threads of a resource-scope batch
-        # get their built-in hints.
-        is_main = t == thread_id
-        t_plan = plan if is_main else plan.builtins_only()
-        result = await extract(
-            deps,
-            t_plan,
-            parsed=parsed,
-            exchange=main_run.exchange if is_main and main_run is not None else None,
-            thread_id=t,
-            resource_id=resource_id,
-            operation_type="observation",
-            cycle_id=cycle_id,
-            deadline=deadline,
-        )
-        await store_values(deps, t, t_plan, result, cycle_id=cycle_id)
-        if is_main:
-            main = result
-    deps.bus.emit(
-        ObservationEndEvent(
-            cycle_id=cycle_id,
-            operation_type="observation",
-            completed_at=deps.now(),
-            duration_ms=ms_since(started),
-            tokens_observed=tokens,
-            observation_tokens=deps.estimator.count_text(text),
-            record_id=record.id if record else head.id,
-            thread_id=thread_id,
+            thread_patch, resource_patch = value_patches(deps, snapshot, thread_id, t_plan, result)
+            threads.append(thread_patch)
+            resource = resource_patch or resource
+            if is_main:
+                main = result
+        last_at = max(b.messages[-1].created_at for b in batches)
+        observed = sum(b.tokens for b in batches)
+
+        def decide(current: OMRecord) -> Write | None:
+            if any(current.cursor.get(t, 0) != s for t, s in expected.items()):
+                return None  # another worker observed these messages first
+            new_log = join_log(current.observations, text, at=last_at)
+            return Write(
+                change=CommitObservation(
+                    observations=new_log,
+                    observation_tokens=deps.estimator.count_text(new_log),
+                    cursor=tuple(cursor.items()),
+                    expected_cursor=tuple(expected.items()),
+                    observed_tokens=observed,
+                ),
+                groups=groups,
+                threads=threads,
+                resource=resource,
+            )
+
+        committed = await commit(deps, subject, head, decide)
+        if committed is not None:
+            await index_groups(deps, groups)
+            report_titles(deps, committed.threads, cycle_id=cycle.cycle_id)
+        return Outcome.after(
+            committed,
             observations=text,
-            current_task=main.values.get("current-task"),
-            suggested_response=main.values.get("suggested-response"),
-            extracted_values=main.public_values,
-            extraction_failures=main.failures,
+            output_tokens=deps.estimator.count_text(text),
+            extracted=main,
         )
-    )
-    await notify(deps.hooks.on_observation_end, hook_done(ctx, text))
-    return record is not None
+
+    return await run_cycle(deps, cycle, work)
 
 
 async def _observe_texts(
     deps: Deps,
-    head: OMRecord,
-    batch: list[tuple[str, list[Message], int]],
+    snapshot: Snapshot,
+    batches: Sequence[Batch],
     *,
-    thread_id: str,
     plan: ExtractionPlan,
     cycle_id: str,
     budget: float,
 ) -> tuple[str, dict[str, ParsedOutput], ObserverRun | None]:
-    """Run the Observer over a batch: one call in thread scope; in resource scope, threads are
-    grouped up to ``max_tokens_per_batch`` and the groups observed in parallel. Also returns
-    the call that saw ``thread_id`` (its extractors' follow-ups look at it); only that call is
-    asked for the extractors' inline sections."""
+    """Run the Observer over the batches: one call in thread scope; in resource scope, threads
+    are grouped up to ``max_tokens_per_batch`` and the groups observed in parallel. Also
+    returns the call that saw the subject's thread (its extractors' follow-ups look at it);
+    only that call is asked for the extractors' inline sections."""
+    main_thread = snapshot.subject.thread_id
+    previous = snapshot.record.observations
     if deps.options.scope == "thread":
-        [(t, msgs, _)] = batch
+        [batch] = batches
         run = await run_observer(
             deps,
-            thread_id=t,
-            messages=msgs,
-            previous=head.observations,
+            snapshot,
+            thread_id=batch.thread_id,
+            messages=batch.messages,
+            previous=previous,
             cycle_id=cycle_id,
             operation="observation",
             budget=budget,
-            plan=plan,
+            sections=plan.inline_sections,
+            prior_values=plan.prompt_values,
         )
         if run is None:
             return "", {}, None
-        return run.parsed.observations, {t: run.parsed}, run
-    groups: list[list[tuple[str, list[Message]]]] = [[]]
+        return run.parsed.observations, {batch.thread_id: run.parsed}, run
+    groups: list[list[tuple[str, Sequence[Message]]]] = [[]]
     size = 0
-    for t, msgs, tokens in batch:
-        if groups[-1] and size + tokens > deps.options.observation.max_tokens_per_batch:
+    for batch in batches:
+        if groups[-1] and size + batch.tokens > deps.options.observation.max_tokens_per_batch:
             groups.append([])
             size = 0
-        groups[-1].append((t, msgs))
-        size += tokens
-    mains = [any(t == thread_id for t, _ in group) for group in groups]
+        groups[-1].append((batch.thread_id, batch.messages))
+        size += batch.tokens
+    mains = [any(t == main_thread for t, _ in group) for group in groups]
     results = await asyncio.gather(
         *[
             run_observer(
                 deps,
+                snapshot,
                 thread_id=group[0][0],
                 threads=group,
-                previous=head.observations,
+                previous=previous,
                 cycle_id=cycle_id,
                 operation="observation",
                 budget=budget,
-                plan=plan if is_main else plan.builtins_only(),
+                sections=plan.inline_sections if is_main else (),
+                prior_values=plan.prompt_values if is_main else None,
             )
             for group, is_main in zip(groups, mains, strict=True)
         ]
@@ -311,72 +252,50 @@ async def _observe_texts(
                 part = parsed
             if part is not None and part.observations.strip():
                 sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
-                per_thread[t] = with_thread_sections(part, parsed) if is_main else part
+                per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
     return "\n".join(sections), per_thread, main_run
+
+
+def _with_thread_sections(part: ParsedOutput, whole: ParsedOutput) -> ParsedOutput:
+    """A thread block's answer with the answer's top-level sections where it has none."""
+    from dataclasses import replace
+
+    return replace(
+        part,
+        sections={**whole.sections, **part.sections},
+        extracted_values={**whole.extracted_values, **part.extracted_values},
+    )
 
 
 def _with_groups(
     deps: Deps,
-    key: str,
+    snapshot: Snapshot,
     cycle_id: str,
-    resource_id: str | None,
-    batch: list[tuple[str, list[Message], int]],
+    batches: Sequence[Batch],
     per_thread: Mapping[str, ParsedOutput],
     text: str,
 ) -> tuple[str, list[ObservationGroup]]:
     """One observation group per observed thread, and the log text with their recall ranges."""
     groups: list[ObservationGroup] = []
-    for t, msgs, _ in batch:
-        parsed = per_thread.get(t)
+    for batch in batches:
+        parsed = per_thread.get(batch.thread_id)
         if parsed is None or not parsed.observations.strip():
             continue
         group = group_for(
             deps,
-            key,
+            snapshot.subject.key,
             cycle_id=cycle_id,
-            resource_id=resource_id,
-            thread_id=t,
-            messages=msgs,
+            resource_id=snapshot.subject.resource_id,
+            thread_id=batch.thread_id,
+            messages=batch.messages,
             observations=parsed.observations,
         )
         groups.append(group)
         if deps.options.scope == "thread":
             text = label(text, group)
         else:
-            opening = f'<thread id="{t}">\n'
+            opening = f'<thread id="{batch.thread_id}">\n'
             text = text.replace(
                 opening, f"{opening}[recall range {group.start_id}:{group.end_id}]\n", 1
             )
     return text, groups
-
-
-async def _commit_observation(
-    deps: Deps,
-    key: str,
-    text: str,
-    *,
-    at: datetime,
-    cursor: Mapping[str, int],
-    expected: Mapping[str, int],
-    observed_tokens: int,
-    groups: Sequence[ObservationGroup] = (),
-) -> OMRecord | None:
-    for _ in range(COMMIT_ATTEMPTS):
-        head = await deps.store.get_record(key)
-        if head is None or any(head.cursor.get(t, 0) != s for t, s in expected.items()):
-            return None  # another worker observed these messages first
-        new_log = join_log(head.observations, text, at=at)
-        try:
-            return await deps.store.commit_observation(
-                head.id,
-                head.version,
-                observations=new_log,
-                observation_tokens=deps.estimator.count_text(new_log),
-                cursor=cursor,
-                expected_cursor=expected,
-                observed_tokens=observed_tokens,
-                groups=groups,
-            )
-        except ConflictError:
-            continue
-    raise StoreError(f"observation of {key} kept losing races")

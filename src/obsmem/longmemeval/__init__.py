@@ -11,6 +11,9 @@ memory, ask the question through :class:`obsmem.Agent`, grade with an LLM judge,
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from .._lazy import lazy_names
 from .data import (
     ABSTENTION,
     QUESTION_TYPES,
@@ -33,15 +36,36 @@ from .report import (
     read_results,
     summarize,
 )
-from .runner import (
-    READER_INSTRUCTIONS,
-    RunConfig,
-    RunOutcome,
-    RunProgress,
-    haystack_messages,
-    run_benchmark,
-    run_question,
-)
+
+if TYPE_CHECKING:
+    from .runner import (
+        READER_INSTRUCTIONS,
+        RunConfig,
+        RunOutcome,
+        RunProgress,
+        haystack_messages,
+        run_benchmark,
+        run_question,
+    )
+
+_LAZY = {  # the runner loads the engine and the agent: only when used
+    **dict.fromkeys(
+        (
+            "READER_INSTRUCTIONS",
+            "RunConfig",
+            "RunOutcome",
+            "RunProgress",
+            "haystack_messages",
+            "run_benchmark",
+            "run_question",
+        ),
+        "runner",
+    ),
+}
+
+
+__getattr__ = lazy_names(__name__, _LAZY)
+
 
 __all__ = [
     "ABSTENTION",

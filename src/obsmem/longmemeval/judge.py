@@ -15,15 +15,14 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, cast
-
-from pydantic_ai import messages as pa
-from pydantic_ai.direct import model_request
-from pydantic_ai.settings import ModelSettings
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import ModelError, ObsmemError
 from ..models import ModelByInputTokens, ModelSpec, call_with_retry, resolve_model
 from .data import Question
+
+if TYPE_CHECKING:
+    from ..llm import ModelCaller
 
 __all__ = ["Verdict", "judge", "judge_prompt", "parse_verdict"]
 
@@ -113,11 +112,21 @@ async def judge(
     *,
     model_settings: Mapping[str, Any] | None = None,
     retry_budget: float = 60.0,
+    caller: ModelCaller | None = None,
 ) -> Verdict:
-    """Ask ``model`` whether ``hypothesis`` answers ``question`` (one user message)."""
+    """Ask ``model`` whether ``hypothesis`` answers ``question`` (one user message).
+
+    With ``caller``, a string ``model`` is resolved through it (one SDK client for every
+    question); the call itself is not reported to the caller's listeners, which count the memory
+    models' calls.
+    """
+    from pydantic_ai import messages as pa
+    from pydantic_ai.direct import model_request
+    from pydantic_ai.settings import ModelSettings
+
     prompt = judge_prompt(question, hypothesis)
     spec = model.resolve(len(prompt) // 4) if isinstance(model, ModelByInputTokens) else model
-    resolved = resolve_model(spec)
+    resolved = resolve_model(spec) if caller is None else caller.resolve(spec)
     messages: list[pa.ModelMessage] = [pa.ModelRequest(parts=[pa.UserPromptPart(content=prompt)])]
     settings = cast(ModelSettings, dict(model_settings)) if model_settings else None
     what = f"the judge call to model {resolved.model_name!r}"

@@ -3,8 +3,8 @@
 For each question: a fresh store; the haystack sessions replayed turn by turn through the engine
 with the haystack dates as the messages' times (and as the engine's clock); the question asked
 through :class:`obsmem.Agent` with the question date as "now"; the answer graded by the judge.
-Memory-side model calls are counted per question through ``llm.add_call_listener`` and a
-context variable, so questions running side by side keep separate accounts.
+Each question has its own :class:`~obsmem.Memory`, whose memory-model calls are counted through
+``memory.add_call_listener``, so questions running side by side keep separate accounts.
 """
 
 from __future__ import annotations
@@ -12,20 +12,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from ..agent import Agent
-from ..engine import ObservationalMemory
 from ..errors import ConfigError
 from ..events import Event
-from ..llm import LLMRequest, LLMResult, add_call_listener
+from ..llm import LLMRequest, LLMResult, ModelCaller
 from ..memory import Memory, ThreadRef
 from ..messages import Message, TextPart
 from ..models import ModelSpec
-from ..options import resolve_options
 from ..replay import turns_of
 from ..stores import InMemoryStore, Store
 from ..tokens import HeuristicEstimator
@@ -128,22 +124,6 @@ class _Tally:
             self.cost_usd += result.cost_usd
 
 
-_tally: ContextVar[_Tally | None] = ContextVar("obsmem_longmemeval_tally", default=None)
-
-
-class _ClockedMemory(Memory):
-    """A Memory whose engine tells time by ``clock`` (the replayed conversation's time)."""
-
-    def __init__(self, store: Store, options: Mapping[str, Any], clock: Callable[[], datetime]):
-        super().__init__(store, observational_memory=False)
-        resolved = resolve_options(dict(options))
-        if resolved is None:
-            raise ConfigError("observational_memory", options, "the benchmark needs memory on")
-        self.options = resolved
-        self.om = ObservationalMemory(store, resolved, clock=clock)
-        self._bus = self.om.bus
-
-
 # -- one question --------------------------------------------------------------------------------
 
 
@@ -163,24 +143,28 @@ def haystack_messages(question: Question) -> list[Message]:
 
 
 async def run_question(
-    question: Question, config: RunConfig, *, on_turn: Callable[[], None] | None = None
+    question: Question,
+    config: RunConfig,
+    *,
+    on_turn: Callable[[], None] | None = None,
+    judge_caller: ModelCaller | None = None,
 ) -> QuestionResult:
     """Replay the haystack, ask, grade; ``on_turn`` is called after every replayed turn and
-    once more when the question is answered."""
+    once more when the question is answered. The engine tells time by the replayed
+    conversation's dates."""
     tally = _Tally()
-    token = _tally.set(tally)
 
     def count(request: LLMRequest, result: LLMResult) -> None:
-        if _tally.get() is tally:
-            tally.add(result)
+        tally.add(result)
 
-    remove_listener = add_call_listener(count)
     messages = haystack_messages(question)
     now = [messages[0].created_at if messages else question.asked_at]
-    store = config.store()
-    memory = _ClockedMemory(store, config.memory_options(), lambda: now[0])
+    memory = Memory(
+        config.store(), observational_memory=config.memory_options(), clock=lambda: now[0]
+    )
     om = memory.om
     assert om is not None
+    memory.add_call_listener(count)
     failures: list[str] = []
 
     def on_event(event: Event) -> None:
@@ -208,6 +192,8 @@ async def run_question(
             f"Current date: {question.question_date}\nQuestion: {question.question}",
             created_at=question.asked_at,
         )
+        from ..agent import Agent  # the reader runs through pydantic-ai: load it only now
+
         agent = Agent("longmemeval-reader", config.instructions, config.reader, memory=memory)
         started = time.perf_counter()
         answer = await agent.generate(ask, memory=ThreadRef(thread=THREAD, resource=RESOURCE))
@@ -216,11 +202,14 @@ async def run_question(
         generations = len(await om.history(THREAD, RESOURCE))
     finally:
         unsubscribe()
-        await om.aclose()  # background work started by the answer is not needed
-        await store.aclose()
-        remove_listener()
-        _tally.reset(token)
-    verdict = await judge(question, answer.text, config.judge, model_settings=config.judge_settings)
+        await memory.aclose(cancel=True)  # background work started by the answer is not needed
+    verdict = await judge(
+        question,
+        answer.text,
+        config.judge,
+        model_settings=config.judge_settings,
+        caller=judge_caller,
+    )
     if on_turn is not None:
         on_turn()
     return QuestionResult(
@@ -271,6 +260,7 @@ async def run_benchmark(
     state = {"turns": 0, "questions": 0}
     outcome = RunOutcome(results=[])
     gate = asyncio.Semaphore(config.concurrency)
+    judge_caller = ModelCaller()  # the judge model is built once for the whole run
 
     def tell() -> None:
         if progress is not None:
@@ -294,7 +284,9 @@ async def run_benchmark(
                 tell()
 
             try:
-                result = await run_question(question, config, on_turn=on_turn)
+                result = await run_question(
+                    question, config, on_turn=on_turn, judge_caller=judge_caller
+                )
             except Exception as exc:  # one bad question must not end a long run
                 outcome.failed.append(f"{question.question_id}: {type(exc).__name__}: {exc}")
                 state["turns"] += _turn_count(question) + 1 - counted

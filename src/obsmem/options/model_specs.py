@@ -7,6 +7,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from obsmem.errors import ConfigError
+from obsmem.models.specs import is_model
 from obsmem.options.checks import is_number
 
 if TYPE_CHECKING:
@@ -52,8 +53,6 @@ def resolve_model_spec(option: str, value: object) -> ModelSpec:
 
 
 def model_or_none(option: str, value: object) -> ModelSpec | None:
-    from pydantic_ai.models import Model
-
     if value is None:
         return None
     if isinstance(value, str):
@@ -63,7 +62,7 @@ def model_or_none(option: str, value: object) -> ModelSpec | None:
                 option, value, 'must not be empty: give a model name such as "openai/gpt-5-mini"'
             )
         return None if name == "default" else name
-    if isinstance(value, Model):
+    if is_model(value):
         return value
     if callable(getattr(value, "resolve", None)):
         return cast("ModelSpec", value)

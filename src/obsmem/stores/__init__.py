@@ -1,13 +1,45 @@
 """Stores: where threads, messages and memory state live.
 
 ``InMemoryStore`` defines the semantics; ``SQLiteStore`` is the embedded default;
-``PostgresStore`` serves several workers. Every store
-passes the same conformance suite (tests/conformance).
+``PostgresStore`` serves several workers. The two SQL stores run the same flows
+(:mod:`obsmem.stores.flows`) through a small driver each. Every store passes the same
+conformance suite (tests/conformance).
 """
 
 from .base import Store
+from .changes import (
+    ActivateChunks,
+    AddChunk,
+    Change,
+    Commit,
+    CommitObservation,
+    CommitResult,
+    LoadRequest,
+    ResourcePatch,
+    SetBufferedReflection,
+    StartGeneration,
+    ThreadChange,
+    ThreadPatch,
+)
 from .memory import InMemoryStore
 from .postgres import PostgresStore
 from .sqlite import SQLiteStore
 
-__all__ = ["InMemoryStore", "PostgresStore", "SQLiteStore", "Store"]
+__all__ = [
+    "ActivateChunks",
+    "AddChunk",
+    "Change",
+    "Commit",
+    "CommitObservation",
+    "CommitResult",
+    "InMemoryStore",
+    "LoadRequest",
+    "PostgresStore",
+    "ResourcePatch",
+    "SQLiteStore",
+    "SetBufferedReflection",
+    "StartGeneration",
+    "Store",
+    "ThreadChange",
+    "ThreadPatch",
+]

@@ -1,13 +1,16 @@
-"""The Store protocol: storage as a small set of whole state transitions.
+"""The Store protocol: storage as a few whole operations, each one transaction.
 
-Every method that changes an observational-memory record names the record it read
-(``record_id``) and the version it saw (``expected_version``). The store applies the change in one
-transaction only if the record is still the head at that version, and raises
-:class:`~obsmem.errors.ConflictError` otherwise. There are no "is busy" flags and no
-read-then-write swaps: a worker that loses a race re-reads and decides again.
+Memory work needs two: :meth:`Store.load` reads everything a turn or a cycle decides from (the
+head record, the covered threads with their unobserved messages, the resource's metadata), after
+storing the turn's messages; :meth:`Store.commit` applies one change of the head record, checked
+against the version the caller read, together with the groups and metadata the cycle produced.
+The rest serves people and tools: threads, messages, history, recall.
 
-The rules each transition enforces (cursor monotonic, chunks contiguous, nothing stranded) are
-written once, as pure functions, in :mod:`obsmem.stores.transitions`; every store applies them.
+There are no "is busy" flags and no read-then-write swaps: a change names the version it read,
+and a worker that loses a race gets a ConflictError carrying the current head and decides again.
+Metadata is merged into what is stored inside the transaction. The rules each change enforces
+(cursor monotonic, chunks contiguous, nothing stranded) are written once, as pure functions, in
+:mod:`obsmem.stores.transitions`; every store applies them.
 """
 
 from __future__ import annotations
@@ -17,15 +20,9 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Message
-from ..records import (
-    BufferedChunk,
-    BufferedReflection,
-    GroupEmbedding,
-    ObservationGroup,
-    OMRecord,
-    Scope,
-    Thread,
-)
+from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..snapshot import Snapshot
+from .changes import Commit, CommitResult, LoadRequest
 
 __all__ = ["Store"]
 
@@ -34,10 +31,37 @@ __all__ = ["Store"]
 class Store(Protocol):
     """Where obsmem keeps threads, messages and memory state."""
 
-    # -- lifecycle -----------------------------------------------------------------------------
-
     async def aclose(self) -> None:
-        """Release connections. The store is unusable afterwards."""
+        """Release connections. The store is unusable afterwards; closing twice is harmless."""
+        ...
+
+    # -- memory work ---------------------------------------------------------------------------
+
+    async def load(self, request: LoadRequest) -> Snapshot:
+        """In one transaction: create the thread (and the key's head record) when missing,
+        append ``request.append``, apply ``request.patches``, and read the snapshot. A thread
+        that exists under another resource is a StoreError."""
+        ...
+
+    async def commit(self, change: Commit) -> CommitResult:
+        """In one transaction: apply ``change.change`` to the head if it is still at
+        ``change.expected_version`` (ConflictError with the current head otherwise), store the
+        groups, merge the thread and resource patches, and read ``change.reload`` if asked."""
+        ...
+
+    async def get_record(self, key: str) -> OMRecord | None:
+        """The head record of ``key`` (with its buffered chunks), or None."""
+        ...
+
+    async def history(
+        self, key: str, *, limit: int | None = None, offset: int = 0
+    ) -> list[OMRecord]:
+        """Every generation of ``key``, newest first."""
+        ...
+
+    async def clear(self, key: str) -> None:
+        """Delete every generation, chunk, observation group and embedding of ``key`` (messages
+        stay)."""
         ...
 
     # -- threads -------------------------------------------------------------------------------
@@ -70,8 +94,8 @@ class Store(Protocol):
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
-        """Set the title (when given) and shallow-merge ``metadata`` into the thread's metadata,
-        atomically."""
+        """Set the title (when given) and merge ``metadata``'s top-level keys into the stored
+        metadata, atomically."""
         ...
 
     async def get_resource(self, resource_id: str) -> dict[str, Any]:
@@ -81,7 +105,8 @@ class Store(Protocol):
     async def update_resource(
         self, resource_id: str, metadata: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """Shallow-merge ``metadata`` into the resource's metadata, atomically; returns it."""
+        """Merge ``metadata``'s top-level keys into the resource's metadata, atomically;
+        returns the result."""
         ...
 
     # -- messages (append-only) ----------------------------------------------------------------
@@ -109,99 +134,6 @@ class Store(Protocol):
 
     async def get_messages(self, ids: Sequence[str], *, resource_id: str) -> list[Message]:
         """The messages with these ids that belong to ``resource_id``; others are left out."""
-        ...
-
-    # -- observational-memory records ----------------------------------------------------------
-
-    async def get_record(self, key: str) -> OMRecord | None:
-        """The head record of ``key`` (with its buffered chunks), or None."""
-        ...
-
-    async def get_or_create_record(
-        self, key: str, *, scope: Scope, thread_id: str | None, resource_id: str | None
-    ) -> OMRecord:
-        """The head record, creating generation 0 when there is none (safe under races)."""
-        ...
-
-    async def add_chunk(
-        self,
-        record_id: str,
-        expected_version: int,
-        chunk: BufferedChunk,
-        *,
-        last_buffered_at_tokens: int | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        """Append a buffered chunk. Its ranges must start right after what is already covered."""
-        ...
-
-    async def activate_chunks(
-        self,
-        record_id: str,
-        expected_version: int,
-        count: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-    ) -> OMRecord:
-        """Move the first ``count`` chunks into the log: ``observations`` is the new log, the
-        cursor moves to the chunks' ends, their message tokens leave the pending count."""
-        ...
-
-    async def commit_observation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        cursor: Mapping[str, int],
-        pending_message_tokens: int | None = None,
-        observed_tokens: int = 0,
-        expected_cursor: Mapping[str, int] | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        """A synchronous observation: the new log and the cursor it reaches (never backwards).
-        Chunks made redundant by the new cursor are dropped; a chunk it would split is an error.
-        With ``expected_cursor`` the observation only applies if it starts where the record's
-        cursor still is (ConflictError otherwise): nothing is observed twice."""
-        ...
-
-    async def set_buffered_reflection(
-        self, record_id: str, expected_version: int, reflection: BufferedReflection | None
-    ) -> OMRecord: ...
-
-    async def start_reflection_generation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        """Retire the head and start the next generation with ``observations`` as its log. The
-        cursor, the counters and the pending chunks carry over. Returns the new head."""
-        ...
-
-    async def update_counters(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        pending_message_tokens: int | None = None,
-        last_buffered_at_tokens: int | None = None,
-    ) -> OMRecord: ...
-
-    async def history(
-        self, key: str, *, limit: int | None = None, offset: int = 0
-    ) -> list[OMRecord]:
-        """Every generation of ``key``, newest first."""
-        ...
-
-    async def clear(self, key: str) -> None:
-        """Delete every generation, chunk, observation group and embedding of ``key`` (messages
-        stay)."""
         ...
 
     # -- observation groups --------------------------------------------------------------------

@@ -10,8 +10,10 @@ from typing import Any, cast
 from ..records import BufferedChunk, BufferedReflection, MessageRange, ObservationGroup
 
 __all__ = [
-    "chunk_from_json",
-    "chunk_to_json",
+    "chunk_from_dict",
+    "chunk_to_dict",
+    "chunks_from_json",
+    "chunks_to_json",
     "dt_from_text",
     "dt_to_text",
     "dumps",
@@ -52,31 +54,28 @@ def group_ranges_from_json(raw: list[list[Any]]) -> tuple[MessageRange, ...]:
     return tuple(MessageRange(thread_id=t, first_seq=a, last_seq=b) for t, a, b in raw)
 
 
-def chunk_to_json(chunk: BufferedChunk) -> str:
-    return dumps(
-        {
-            "id": chunk.id,
-            "cycle_id": chunk.cycle_id,
-            "observations": chunk.observations,
-            "token_count": chunk.token_count,
-            "message_tokens": chunk.message_tokens,
-            "ranges": ranges_to_json(chunk.ranges),
-            "message_ids": list(chunk.message_ids),
-            "last_message_at": (
-                None if chunk.last_message_at is None else dt_to_text(chunk.last_message_at)
-            ),
-            "created_at": dt_to_text(chunk.created_at),
-            "current_task": chunk.current_task,
-            "suggested_response": chunk.suggested_response,
-            "thread_title": chunk.thread_title,
-            "extracted_values": dict(chunk.extracted_values),
-            "extraction_failures": [dict(f) for f in chunk.extraction_failures],
-        }
-    )
+def chunk_to_dict(chunk: BufferedChunk) -> dict[str, Any]:
+    return {
+        "id": chunk.id,
+        "cycle_id": chunk.cycle_id,
+        "observations": chunk.observations,
+        "token_count": chunk.token_count,
+        "message_tokens": chunk.message_tokens,
+        "ranges": ranges_to_json(chunk.ranges),
+        "message_ids": list(chunk.message_ids),
+        "last_message_at": (
+            None if chunk.last_message_at is None else dt_to_text(chunk.last_message_at)
+        ),
+        "created_at": dt_to_text(chunk.created_at),
+        "current_task": chunk.current_task,
+        "suggested_response": chunk.suggested_response,
+        "thread_title": chunk.thread_title,
+        "extracted_values": dict(chunk.extracted_values),
+        "extraction_failures": [dict(f) for f in chunk.extraction_failures],
+    }
 
 
-def chunk_from_json(text: str) -> BufferedChunk:
-    raw = cast(dict[str, Any], json.loads(text))
+def chunk_from_dict(raw: Mapping[str, Any]) -> BufferedChunk:
     return BufferedChunk(
         id=raw["id"],
         cycle_id=raw["cycle_id"],
@@ -93,6 +92,15 @@ def chunk_from_json(text: str) -> BufferedChunk:
         extracted_values=raw["extracted_values"],
         extraction_failures=tuple(raw["extraction_failures"]),
     )
+
+
+def chunks_to_json(chunks: tuple[BufferedChunk, ...]) -> str:
+    return dumps([chunk_to_dict(c) for c in chunks])
+
+
+def chunks_from_json(text: str | None) -> tuple[BufferedChunk, ...]:
+    raw = cast(list[Mapping[str, Any]], json.loads(text or "[]"))
+    return tuple(chunk_from_dict(c) for c in raw)
 
 
 def reflection_to_json(reflection: BufferedReflection | None) -> str | None:

@@ -1,8 +1,8 @@
 """InMemoryStore: the reference semantics, for tests and notebooks.
 
-Each method runs without awaiting in the middle, so on one event loop every transition is atomic.
+Each method runs without awaiting in the middle, so on one event loop every method is atomic.
 The state is guarded by a ``threading.Lock`` as well, so a store shared with worker threads stays
-consistent.
+consistent. The rules are the SQL stores' own (:mod:`obsmem.stores.transitions`).
 """
 
 from __future__ import annotations
@@ -15,17 +15,18 @@ from typing import Any
 
 from ..errors import StoreError
 from ..messages import Message, utcnow
-from ..records import (
-    BufferedChunk,
-    BufferedReflection,
-    GroupEmbedding,
-    ObservationGroup,
-    OMRecord,
-    Scope,
-    Thread,
-)
+from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..snapshot import Snapshot, Subject, ThreadState
 from ..vectors import encode, top_k
 from . import transitions as tr
+from .changes import (
+    Commit,
+    CommitResult,
+    LoadRequest,
+    ResourcePatch,
+    ThreadChange,
+    ThreadPatch,
+)
 
 __all__ = ["InMemoryStore"]
 
@@ -71,25 +72,30 @@ class InMemoryStore:
     ) -> Thread:
         self._check_open()
         with self._lock:
-            existing = self._threads.get(thread_id)
-            if existing is not None:
-                tr.check_thread_owner(existing, resource_id)
-                return existing
-            now = utcnow()
-            thread = Thread(
-                id=thread_id,
-                resource_id=resource_id,
-                title=title,
-                metadata=dict(metadata or {}),
-                created_at=now,
-                updated_at=now,
-            )
-            self._threads[thread_id] = thread
-            self._messages[thread_id] = []
-            return thread
+            return self._create_thread(thread_id, resource_id, title=title, metadata=metadata)
+
+    def _create_thread(
+        self,
+        thread_id: str,
+        resource_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        existing = self._threads.get(thread_id)
+        if existing is not None:
+            tr.check_thread_owner(existing, resource_id)
+            return existing
+        thread = tr.new_thread(thread_id, resource_id, now=utcnow(), title=title, metadata=metadata)
+        self._threads[thread_id] = thread
+        self._messages[thread_id] = []
+        return thread
 
     async def list_threads(self, resource_id: str) -> list[Thread]:
         self._check_open()
+        return self._threads_of(resource_id)
+
+    def _threads_of(self, resource_id: str) -> list[Thread]:
         found = [t for t in self._threads.values() if t.resource_id == resource_id]
         return sorted(found, key=lambda t: (t.created_at, t.id))
 
@@ -105,17 +111,19 @@ class InMemoryStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         self._check_open()
+        patch = ThreadPatch(
+            thread_id=thread_id,
+            title=title,
+            set=tuple(((k,), v) for k, v in (metadata or {}).items()),
+        )
         with self._lock:
-            thread = self._require_thread(thread_id)
-            merged = {**thread.metadata, **(metadata or {})}
-            thread = replace(
-                thread,
-                title=thread.title if title is None else title,
-                metadata=merged,
-                updated_at=utcnow(),
-            )
-            self._threads[thread_id] = thread
-            return thread
+            return self._patch_thread(patch).after
+
+    def _patch_thread(self, patch: ThreadPatch) -> ThreadChange:
+        thread = self._require_thread(patch.thread_id)
+        after = tr.apply_thread_patch(thread, patch, now=utcnow())
+        self._threads[thread.id] = after
+        return ThreadChange(before=thread, after=after)
 
     async def get_resource(self, resource_id: str) -> dict[str, Any]:
         self._check_open()
@@ -125,10 +133,16 @@ class InMemoryStore:
         self, resource_id: str, metadata: Mapping[str, Any]
     ) -> dict[str, Any]:
         self._check_open()
+        patch = ResourcePatch(
+            resource_id=resource_id, set=tuple(((k,), v) for k, v in metadata.items())
+        )
         with self._lock:
-            merged = {**self._resources.get(resource_id, {}), **metadata}
-            self._resources[resource_id] = merged
-            return dict(merged)
+            return self._patch_resource(patch)
+
+    def _patch_resource(self, patch: ResourcePatch) -> dict[str, Any]:
+        merged = tr.apply_resource_patch(self._resources.get(patch.resource_id, {}), patch)
+        self._resources[patch.resource_id] = merged
+        return dict(merged)
 
     def _require_thread(self, thread_id: str) -> Thread:
         thread = self._threads.get(thread_id)
@@ -141,31 +155,18 @@ class InMemoryStore:
     async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
         self._check_open()
         with self._lock:
-            thread = self._require_thread(thread_id)
-            stored: list[Message] = []
-            batch: dict[str, Message] = {}
-            count = thread.message_count
-            for message in messages:
-                tr.check_message_thread(message, thread)
-                existing = self._message_index.get(message.id) or batch.get(message.id)
-                if existing is not None:
-                    if existing.thread_id != thread_id:
-                        raise StoreError(
-                            f"message id {message.id} is already stored in another thread"
-                        )
-                    stored.append(existing)
-                    continue
-                count += 1
-                msg = replace(
-                    message, thread_id=thread_id, resource_id=thread.resource_id, seq=count
-                )
-                batch[msg.id] = msg
-                stored.append(msg)
-            for msg in batch.values():
-                self._messages[thread_id].append(msg)
-                self._message_index[msg.id] = msg
-            self._threads[thread_id] = replace(thread, message_count=count, updated_at=utcnow())
-            return stored
+            return list(self._append(self._require_thread(thread_id), messages).stored)
+
+    def _append(self, thread: Thread, messages: Sequence[Message]) -> tr.AppendPlan:
+        plan = tr.plan_append(thread, messages, self._message_index)
+        for msg in plan.new:
+            self._messages[thread.id].append(msg)
+            self._message_index[msg.id] = msg
+        if plan.new:
+            self._threads[thread.id] = replace(
+                thread, message_count=plan.count, updated_at=utcnow()
+            )
+        return plan
 
     async def list_messages(
         self,
@@ -197,33 +198,88 @@ class InMemoryStore:
                 out.append(msg)
         return out
 
-    # -- records -------------------------------------------------------------------------------
+    # -- memory --------------------------------------------------------------------------------
 
-    async def get_record(self, key: str) -> OMRecord | None:
+    async def load(self, request: LoadRequest) -> Snapshot:
         self._check_open()
-        generations = self._generations.get(key)
-        return generations[-1] if generations else None
+        subject = request.subject
+        with self._lock:
+            main = self._create_thread(subject.thread_id, subject.resource_id)
+            stored: tuple[Message, ...] = ()
+            if request.append:
+                stored = self._append(main, request.append).stored
+            for patch in request.patches:
+                self._patch_thread(patch)
+            generations = self._generations.setdefault(subject.key, [])
+            if not generations:
+                self._put(tr.initial_record(subject, now=utcnow()))
+            return self._state(
+                subject, generations[-1], stored=stored, last_reply=request.last_reply
+            )
 
-    async def get_or_create_record(
-        self, key: str, *, scope: Scope, thread_id: str | None, resource_id: str | None
-    ) -> OMRecord:
+    def _state(
+        self,
+        subject: Subject,
+        record: OMRecord,
+        *,
+        stored: tuple[Message, ...] = (),
+        last_reply: bool = False,
+    ) -> Snapshot:
+        main = self._require_thread(subject.thread_id)
+        threads = [main]
+        if subject.scope == "resource":
+            threads += [t for t in self._threads_of(subject.resource_id) if t.id != main.id]
+        # A thread's messages sit in seq order from seq 1: those after the cursor are a slice.
+        states = tuple(
+            ThreadState(
+                thread=t, unobserved=tuple(self._messages[t.id][record.cursor.get(t.id, 0) :])
+            )
+            for t in threads
+        )
+        last_reply_at: datetime | None = None
+        if last_reply:
+            last_reply_at = next(
+                (m.created_at for m in reversed(self._messages[main.id]) if m.role == "assistant"),
+                None,
+            )
+        return Snapshot(
+            subject=subject.covering(tuple(t.id for t in threads)),
+            record=record,
+            threads=states,
+            resource_metadata=dict(self._resources.get(subject.resource_id, {})),
+            stored=stored,
+            last_reply_at=last_reply_at,
+        )
+
+    async def commit(self, change: Commit) -> CommitResult:
         self._check_open()
         with self._lock:
-            generations = self._generations.setdefault(key, [])
-            if generations:
-                return generations[-1]
-            record = tr.initial_record(
-                key, scope=scope, thread_id=thread_id, resource_id=resource_id, now=utcnow()
-            )
-            generations.append(record)
-            self._records[record.id] = record
-            return record
+            record = self._records.get(change.record_id)
+            generations = self._generations.get(change.key)
+            head = generations[-1] if generations else None
+            current = tr.check_current(record, change.record_id, change.expected_version, head=head)
+            for patch in change.threads:  # check before changing anything
+                self._require_thread(patch.thread_id)
+            counts = {
+                t: self._threads[t].message_count
+                for t in tr.threads_counted(change.change)
+                if t in self._threads
+            }
+            applied = tr.apply_change(current, change.change, message_counts=counts, now=utcnow())
+            self._put(applied.saved)
+            if applied.created is not None:
+                self._put(applied.created)
+            self._groups.extend(change.groups)
+            threads = tuple(self._patch_thread(p) for p in change.threads if not p.empty)
+            if change.resource is not None and change.resource.set:
+                self._patch_resource(change.resource)
+            snapshot = None
+            if change.reload is not None:
+                snapshot = self._state(change.reload, applied.head)
+            return CommitResult(record=applied.head, threads=threads, snapshot=snapshot)
 
-    def _current(self, record_id: str, expected_version: int) -> OMRecord:
-        return tr.check_current(self._records.get(record_id), record_id, expected_version)
-
-    def _put(self, record: OMRecord) -> OMRecord:
-        generations = self._generations[record.key]
+    def _put(self, record: OMRecord) -> None:
+        generations = self._generations.setdefault(record.key, [])
         for i, old in enumerate(generations):
             if old.id == record.id:
                 generations[i] = record
@@ -231,133 +287,11 @@ class InMemoryStore:
         else:
             generations.append(record)
         self._records[record.id] = record
-        return record
 
-    def _message_counts(self, record: OMRecord, threads: Sequence[str]) -> dict[str, int]:
-        return {t: self._threads[t].message_count for t in threads if t in self._threads}
-
-    async def add_chunk(
-        self,
-        record_id: str,
-        expected_version: int,
-        chunk: BufferedChunk,
-        *,
-        last_buffered_at_tokens: int | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
+    async def get_record(self, key: str) -> OMRecord | None:
         self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            counts = self._message_counts(record, [r.thread_id for r in chunk.ranges])
-            new = tr.add_chunk(
-                record,
-                chunk,
-                message_counts=counts,
-                last_buffered_at_tokens=last_buffered_at_tokens,
-                now=utcnow(),
-            )
-            self._groups.extend(groups)
-            return self._put(new)
-
-    async def activate_chunks(
-        self,
-        record_id: str,
-        expected_version: int,
-        count: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-    ) -> OMRecord:
-        self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            new = tr.activate(
-                record,
-                count,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                now=utcnow(),
-            )
-            return self._put(new)
-
-    async def commit_observation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        cursor: Mapping[str, int],
-        pending_message_tokens: int | None = None,
-        observed_tokens: int = 0,
-        expected_cursor: Mapping[str, int] | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            new = tr.commit_observation(
-                record,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                cursor=cursor,
-                message_counts=self._message_counts(record, list(cursor)),
-                pending_message_tokens=pending_message_tokens,
-                observed_tokens=observed_tokens,
-                expected_cursor=expected_cursor,
-                now=utcnow(),
-            )
-            self._groups.extend(groups)
-            return self._put(new)
-
-    async def set_buffered_reflection(
-        self, record_id: str, expected_version: int, reflection: BufferedReflection | None
-    ) -> OMRecord:
-        self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            return self._put(tr.set_buffered_reflection(record, reflection, now=utcnow()))
-
-    async def start_reflection_generation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            retired, head = tr.reflect(
-                record,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                now=utcnow(),
-            )
-            self._put(retired)
-            self._groups.extend(groups)
-            return self._put(head)
-
-    async def update_counters(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        pending_message_tokens: int | None = None,
-        last_buffered_at_tokens: int | None = None,
-    ) -> OMRecord:
-        self._check_open()
-        with self._lock:
-            record = self._current(record_id, expected_version)
-            new = tr.update_counters(
-                record,
-                pending_message_tokens=pending_message_tokens,
-                last_buffered_at_tokens=last_buffered_at_tokens,
-                now=utcnow(),
-            )
-            return self._put(new)
+        generations = self._generations.get(key)
+        return generations[-1] if generations else None
 
     async def history(
         self, key: str, *, limit: int | None = None, offset: int = 0
@@ -373,6 +307,8 @@ class InMemoryStore:
                 self._records.pop(record.id, None)
             self._groups = [g for g in self._groups if g.key != key]
             self._embeddings = {k: e for k, e in self._embeddings.items() if e.key != key}
+
+    # -- observation groups --------------------------------------------------------------------
 
     async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
         self._check_open()

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
 from ..messages import Message, part_from_dict, part_to_dict
-from ..records import BufferedChunk, GroupEmbedding, OMRecord, Thread
+from ..records import GroupEmbedding, OMRecord, Thread
 from ..vectors import encode
-from .codec import dt_from_text, dt_to_text, dumps, loads, reflection_from_json, reflection_to_json
+from .codec import (
+    chunks_from_json,
+    chunks_to_json,
+    dt_from_text,
+    dt_to_text,
+    dumps,
+    loads,
+    reflection_from_json,
+    reflection_to_json,
+)
 
 __all__ = [
+    "RecordCache",
     "embedding_row",
     "filter_embedding_rows",
     "message_from_row",
@@ -20,9 +32,23 @@ __all__ = [
     "record_to_row",
     "record_update_values",
     "thread_from_row",
+    "thread_to_row",
 ]
 
 Row = tuple[Any, ...]
+
+
+def thread_to_row(t: Thread) -> Row:
+    """Column values in the order of ``schema.THREAD_COLUMNS``."""
+    return (
+        t.id,
+        t.resource_id,
+        t.title,
+        dumps(dict(t.metadata)),
+        t.message_count,
+        dt_to_text(t.created_at),
+        dt_to_text(t.updated_at),
+    )
 
 
 def thread_from_row(row: Row) -> Thread:
@@ -64,6 +90,7 @@ def message_from_row(row: Row) -> Message:
 
 
 def record_to_row(r: OMRecord) -> Row:
+    """Column values in the order of ``schema.RECORD_COLUMNS``."""
     return (
         r.id,
         r.key,
@@ -76,24 +103,19 @@ def record_to_row(r: OMRecord) -> Row:
         r.observations,
         r.observation_tokens,
         dumps(dict(r.cursor)),
+        chunks_to_json(r.chunks),
         reflection_to_json(r.buffered_reflection),
-        r.pending_message_tokens,
-        r.last_buffered_at_tokens,
         r.total_tokens_observed,
         r.superseded_by,
-        dumps(dict(r.metadata)),
         dt_to_text(r.created_at),
         dt_to_text(r.updated_at),
     )
 
 
-def record_from_row(row: Row, chunks: tuple[BufferedChunk, ...]) -> OMRecord:
-    """A record from its row; ``chunks`` are the key's buffered chunks (head records only)."""
-    key = row[1]
-    superseded_by = row[15]
+def record_from_row(row: Row) -> OMRecord:
     return OMRecord(
         id=row[0],
-        key=key,
+        key=row[1],
         scope=row[2],
         thread_id=row[3],
         resource_id=row[4],
@@ -103,23 +125,47 @@ def record_from_row(row: Row, chunks: tuple[BufferedChunk, ...]) -> OMRecord:
         observations=row[8],
         observation_tokens=row[9],
         cursor=loads(row[10]),
-        chunks=chunks,
-        buffered_reflection=reflection_from_json(row[11]),
-        pending_message_tokens=row[12],
-        last_buffered_at_tokens=row[13],
-        total_tokens_observed=row[14],
-        superseded_by=superseded_by,
-        metadata=loads(row[16]),
-        created_at=dt_from_text(row[17]),
-        updated_at=dt_from_text(row[18]),
+        chunks=chunks_from_json(row[11]),
+        buffered_reflection=reflection_from_json(row[12]),
+        total_tokens_observed=row[13],
+        superseded_by=row[14],
+        created_at=dt_from_text(row[15]),
+        updated_at=dt_from_text(row[16]),
     )
 
 
+class RecordCache:
+    """Records already parsed, by ``(id, version, superseded_by, updated_at)``: a row with those
+    values always holds the same record (every change of a head bumps its version; retiring it
+    sets ``superseded_by``), and parsing a head with its chunks costs more than reading it.
+    Bounded; safe to share between threads."""
+
+    def __init__(self, size: int = 64) -> None:
+        self._size = size
+        self._records: OrderedDict[tuple[Any, ...], OMRecord] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def parse(self, row: Row) -> OMRecord:
+        key = (row[0], row[7], row[14], row[16])
+        with self._lock:
+            found = self._records.get(key)
+            if found is not None:
+                self._records.move_to_end(key)
+                return found
+        record = record_from_row(row)
+        with self._lock:
+            self._records[key] = record
+            while len(self._records) > self._size:
+                self._records.popitem(last=False)
+        return record
+
+
 def record_update_values(r: OMRecord) -> Row:
-    """The values of the UPDATE statement: every mutable column (generation through metadata,
-    then updated_at), then the id; taken from the INSERT row so the two orders cannot drift."""
+    """The values of the UPDATE statement: every mutable column (generation through
+    superseded_by, then updated_at), then the id; taken from the INSERT row so the two orders
+    cannot drift."""
     row = record_to_row(r)
-    return (*row[5:17], row[18], row[0])
+    return (*row[5:15], row[16], row[0])
 
 
 def embedding_row(e: GroupEmbedding) -> Row:

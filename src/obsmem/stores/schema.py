@@ -1,14 +1,15 @@
-"""The schema of the SQL stores as an ordered list of migration scripts, and the SQL they run.
+"""The schema of the SQL stores as an ordered list of migrations, and the SQL they run.
 
-The same scripts and statements serve SQLite and PostgreSQL (statements are written with ``?``
-placeholders; :func:`pg` turns them into psycopg's ``%s``). Migrations only ever append to the
-list; a released migration is never edited. SQLite counts applied migrations in
-``PRAGMA user_version``, PostgreSQL in the ``obsmem_schema`` table.
+The same migrations and statements serve SQLite and PostgreSQL (statements are written with
+``?`` placeholders; the PostgreSQL driver turns them into psycopg's ``%s``). A migration is a
+script of DDL statements or a flow (:mod:`obsmem.stores.flows`) when it moves data. Migrations
+only ever append to the list; a released migration is never edited. SQLite counts applied
+migrations in ``PRAGMA user_version``, PostgreSQL in the ``obsmem_schema`` table.
 """
 
 from __future__ import annotations
 
-__all__ = ["MIGRATION_SCRIPTS", "SCHEMA_VERSION", "pg", "statements"]
+__all__ = ["MIGRATION_SCRIPTS", "SCHEMA_VERSION", "statements"]
 
 
 MIGRATION_SCRIPTS: list[str] = [
@@ -111,7 +112,22 @@ MIGRATION_SCRIPTS: list[str] = [
         );
         CREATE INDEX group_embeddings_by_resource ON group_embeddings (resource_id, model)
         """,
+    # 4: buffered chunks move into their head record's row (one row is the whole head, read
+    #    and written in one statement); the columns and the index nothing used are dropped
+    #    (every append paid for that index). The data step is the flow ``flows.migration_4``;
+    #    this script runs after it.
+    """
+        DROP TABLE om_chunks;
+        DROP INDEX messages_by_resource;
+        ALTER TABLE om_records DROP COLUMN pending_message_tokens;
+        ALTER TABLE om_records DROP COLUMN last_buffered_at_tokens;
+        ALTER TABLE om_records DROP COLUMN metadata
+        """,
 ]
+"""Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
+run before a script, in the same transaction."""
+
+DATA_STEPS: dict[int, str] = {4: "migration_4"}
 
 
 def statements(script: str) -> list[str]:
@@ -119,18 +135,12 @@ def statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
 
 
-def pg(statement: str) -> str:
-    """A statement with psycopg placeholders."""
-    return statement.replace("?", "%s")
-
-
 SCHEMA_VERSION = len(MIGRATION_SCRIPTS)
 
 RECORD_COLUMNS = (
     "id, key, scope, thread_id, resource_id, generation, origin, version, observations, "
-    "observation_tokens, cursor, buffered_reflection, pending_message_tokens, "
-    "last_buffered_at_tokens, total_tokens_observed, superseded_by, metadata, created_at, "
-    "updated_at"
+    "observation_tokens, cursor, chunks, buffered_reflection, total_tokens_observed, "
+    "superseded_by, created_at, updated_at"
 )
 MESSAGE_COLUMNS = "id, thread_id, resource_id, seq, role, parts, metadata, created_at"
 THREAD_COLUMNS = "id, resource_id, title, metadata, message_count, created_at, updated_at"
@@ -140,21 +150,44 @@ GROUP_COLUMNS = (
 )
 
 SELECT_THREAD = f"SELECT {THREAD_COLUMNS} FROM threads WHERE id = ?"
+SELECT_THREAD_AND_HEAD = (
+    "SELECT "
+    + ", ".join(f"t.{c.strip()}" for c in THREAD_COLUMNS.split(","))
+    + ", "
+    + ", ".join(f"r.{c.strip()}" for c in RECORD_COLUMNS.split(","))
+    + " FROM threads t LEFT JOIN om_records r ON r.key = ? AND r.superseded_by IS NULL"
+    " WHERE t.id = ?"
+)
+"""A thread and the head record of a key, in one statement (the record's columns are NULL when
+the key has no head yet)."""
 SELECT_THREADS_OF_RESOURCE = (
     f"SELECT {THREAD_COLUMNS} FROM threads WHERE resource_id = ? ORDER BY created_at, id"
 )
-SELECT_RESOURCE = "SELECT metadata FROM resources WHERE id = ?"
-UPSERT_RESOURCE = (
-    "INSERT INTO resources (id, metadata, updated_at) VALUES (?, ?, ?) "
-    "ON CONFLICT (id) DO UPDATE SET metadata = excluded.metadata, updated_at = excluded.updated_at"
-)
+SELECT_THREAD_COUNTS = "SELECT id, message_count FROM threads WHERE id IN ({marks})"
 SELECT_RESOURCES = "SELECT DISTINCT resource_id FROM threads ORDER BY resource_id"
-INSERT_THREAD = f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)"
+INSERT_THREAD = (
+    f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
 UPDATE_THREAD = "UPDATE threads SET title = ?, metadata = ?, updated_at = ? WHERE id = ?"
 UPDATE_THREAD_COUNT = "UPDATE threads SET message_count = ?, updated_at = ? WHERE id = ?"
 
+SELECT_RESOURCE = "SELECT metadata FROM resources WHERE id = ?"
+INSERT_RESOURCE = (
+    "INSERT INTO resources (id, metadata, updated_at) VALUES (?, '{}', ?) "
+    "ON CONFLICT (id) DO NOTHING"
+)
+UPDATE_RESOURCE = "UPDATE resources SET metadata = ?, updated_at = ? WHERE id = ?"
+
 INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
-SELECT_MESSAGE_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id = ?"
+SELECT_MESSAGES_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN ({{marks}})"
+SELECT_MESSAGES_AFTER = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq"
+)
+SELECT_LAST_REPLY = (
+    "SELECT created_at FROM messages WHERE thread_id = ? AND role = 'assistant' "
+    "ORDER BY seq DESC LIMIT 1"
+)
 
 SELECT_HEAD = f"SELECT {RECORD_COLUMNS} FROM om_records WHERE key = ? AND superseded_by IS NULL"
 SELECT_RECORD = f"SELECT {RECORD_COLUMNS} FROM om_records WHERE id = ?"
@@ -164,17 +197,14 @@ SELECT_HISTORY = (
 )
 INSERT_RECORD = (
     f"INSERT INTO om_records ({RECORD_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING"
 )
 UPDATE_RECORD = (
     "UPDATE om_records SET generation = ?, origin = ?, version = ?, observations = ?, "
-    "observation_tokens = ?, cursor = ?, buffered_reflection = ?, pending_message_tokens = ?, "
-    "last_buffered_at_tokens = ?, total_tokens_observed = ?, superseded_by = ?, metadata = ?, "
-    "updated_at = ? WHERE id = ?"
+    "observation_tokens = ?, cursor = ?, chunks = ?, buffered_reflection = ?, "
+    "total_tokens_observed = ?, superseded_by = ?, updated_at = ? WHERE id = ?"
 )
-SELECT_CHUNKS = "SELECT data FROM om_chunks WHERE key = ? ORDER BY position"
-DELETE_CHUNKS = "DELETE FROM om_chunks WHERE key = ?"
-INSERT_CHUNK = "INSERT INTO om_chunks (key, position, id, cycle_id, data) VALUES (?, ?, ?, ?, ?)"
+DELETE_RECORDS = "DELETE FROM om_records WHERE key = ?"
 
 INSERT_GROUP = (
     f"INSERT INTO observation_groups ({GROUP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
@@ -186,7 +216,9 @@ SELECT_GROUPS_OF_THREAD = (
     f"SELECT {GROUP_COLUMNS} FROM observation_groups WHERE resource_id = ? AND thread_id = ? "
     "ORDER BY created_at, id"
 )
-DELETE_RECORDS = "DELETE FROM om_records WHERE key = ?"
+SELECT_GROUPS_BY_ID = (
+    f"SELECT {GROUP_COLUMNS} FROM observation_groups WHERE resource_id = ? AND id IN ({{marks}})"
+)
 DELETE_GROUPS = "DELETE FROM observation_groups WHERE key = ?"
 
 EMBEDDING_COLUMNS = "group_id, key, resource_id, thread_id, observed_at, model, dims, vector"
@@ -200,6 +232,27 @@ SELECT_EMBEDDINGS = (
     "WHERE resource_id = ? AND model = ?"
 )
 DELETE_EMBEDDINGS = "DELETE FROM group_embeddings WHERE key = ?"
-SELECT_GROUPS_BY_ID = (
-    "SELECT {columns} FROM observation_groups WHERE resource_id = ? AND id IN ({marks})"
+
+# pgvector (PostgreSQL with the extension only)
+CREATE_VECTOR_TABLE = (
+    "CREATE TABLE IF NOT EXISTS group_vectors "
+    "(group_id TEXT PRIMARY KEY, embedding vector NOT NULL)"
 )
+UPSERT_VECTOR = (
+    "INSERT INTO group_vectors (group_id, embedding) VALUES (?, ?::vector) "
+    "ON CONFLICT (group_id) DO UPDATE SET embedding = excluded.embedding"
+)
+DELETE_VECTORS = (
+    "DELETE FROM group_vectors WHERE group_id IN "
+    "(SELECT group_id FROM group_embeddings WHERE key = ?)"
+)
+SEARCH_VECTORS = (
+    "SELECT e.group_id, 1 - (v.embedding <=> ?::vector) FROM group_embeddings e "
+    "JOIN group_vectors v ON v.group_id = e.group_id "
+    "WHERE e.resource_id = ? AND e.model = ? AND e.dims = ?"
+)
+
+# migration 4's data step
+SELECT_OLD_CHUNKS = "SELECT key, data FROM om_chunks ORDER BY key, position"
+ADD_CHUNKS_COLUMN = "ALTER TABLE om_records ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]'"
+SET_HEAD_CHUNKS = "UPDATE om_records SET chunks = ? WHERE key = ? AND superseded_by IS NULL"

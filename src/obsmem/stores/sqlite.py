@@ -1,114 +1,163 @@
 """SQLiteStore: the embedded default. One file, WAL mode, safe for several processes.
 
-The stdlib ``sqlite3`` driver runs on one worker thread per store (SQLite calls block), so the
-event loop never waits on disk. Every state change is one ``BEGIN IMMEDIATE`` transaction: it
-takes SQLite's write lock first, re-reads the record inside the lock, checks the version the caller
-read, applies the pure transition and commits. Another process doing the same waits on the lock
-(``busy_timeout``) and then sees the new version, so it raises ConflictError instead of
+Every store method is one flow run inside one transaction. A write takes SQLite's write lock
+first (``BEGIN IMMEDIATE``), re-reads what it changes inside the lock, checks the version the
+caller read, applies the pure transition and commits. Another process doing the same waits on
+the lock (``busy_timeout``) and then sees the new version, so it raises ConflictError instead of
 overwriting.
+
+Where the transactions run: a turn's own load and a cycle's commit are short (a handful of
+indexed statements on pages the OS already caches), so they run right away on the event loop,
+on a connection that never waits: if another process holds the write lock, the transaction
+backs out at once and goes to the worker thread instead. Everything else, everything that may
+wait on a lock, and every WAL checkpoint (the one step that syncs the disk) runs on the store's
+worker thread, so the event loop never waits on another process or on a disk sync.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from datetime import datetime
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 from ..errors import StoreError
-from ..messages import Message, utcnow
-from ..records import (
-    BufferedChunk,
-    BufferedReflection,
-    GroupEmbedding,
-    ObservationGroup,
-    OMRecord,
-    Scope,
-    Thread,
-)
-from ..vectors import top_k
+from . import flows
 from . import schema as sql
-from . import transitions as tr
-from .codec import (
-    chunk_from_json,
-    chunk_to_json,
-    dt_to_text,
-    dumps,
-    group_from_row,
-    group_row,
-    loads,
-)
-from .rows import (
-    embedding_row,
-    filter_embedding_rows,
-    message_from_row,
-    message_to_row,
-    record_from_row,
-    record_to_row,
-    record_update_values,
-    thread_from_row,
-)
+from .flows import Flow, NeedsWrite, Op, Rows
+from .sqlstore import SQLStore
 
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
-Row = tuple[Any, ...]
 
 
-class SQLiteStore:
-    """Threads, messages and memory state in one SQLite file.
+class _Worker:
+    """One thread that runs calls in order and hands each result back to the awaiting event
+    loop (a lighter hand-off than an executor's futures: it is paid twice per turn)."""
 
-    ``SQLiteStore("memory.db")``; the file and its schema are created on first use. Several
-    stores (in this process or others) may open the same file.
-    """
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
-    def __init__(
-        self, path: str | os.PathLike[str] = "obsmem.db", *, busy_timeout_ms: int = 30_000
-    ):
-        self.path = str(path)
+    async def call(self, fn: Callable[[], T]) -> T:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
+        self._queue.put((fn, loop, future))
+        return await future
+
+    def _loop(self) -> None:
+        while (job := self._queue.get()) is not None:
+            fn, loop, future = job
+            try:
+                result, error = fn(), None
+            except BaseException as exc:
+                result, error = None, exc
+            with contextlib.suppress(RuntimeError):  # the awaiting loop is gone
+                loop.call_soon_threadsafe(_settle, future, result, error)
+
+    async def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            await asyncio.to_thread(self._thread.join)
+            self._thread = None
+
+
+_Job: TypeAlias = tuple[Callable[[], Any], asyncio.AbstractEventLoop, "asyncio.Future[Any]"]
+
+
+def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | None) -> None:
+    if future.cancelled():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+class _Contended(Exception):
+    """The inline connection found the database locked: run on the worker thread instead."""
+
+
+INLINE_WRITES_PER_CHECKPOINT = 200
+"""Inline writes never checkpoint the WAL; every so many, one write goes to the worker thread,
+whose connection checkpoints when the WAL has grown."""
+
+
+class _SQLiteDriver:
+    """A worker-thread connection for everything, and an inline connection that never waits
+    for quick transactions; each flow is one transaction on one of them."""
+
+    pgvector = False
+
+    def __init__(self, path: str, busy_timeout_ms: int) -> None:
+        self.path = path
         self.busy_timeout_ms = busy_timeout_ms
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="obsmem-sqlite")
+        self._worker = _Worker("obsmem-sqlite")
         self._conn: sqlite3.Connection | None = None
+        self._inline: sqlite3.Connection | None = None
+        self._inline_lock = threading.Lock()
+        self._inline_writes = 0
         self._closed = False
 
-    def __repr__(self) -> str:
-        return f"SQLiteStore({self.path!r})"
-
-    # -- plumbing ------------------------------------------------------------------------------
-
-    async def _run(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
         if self._closed:
-            raise StoreError(f"{self!r} was closed")
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._call, fn)
+            raise StoreError(f"SQLiteStore({self.path!r}) was closed")
+        inline = self._inline
+        if (
+            quick
+            and inline is not None
+            and self._inline_writes < INLINE_WRITES_PER_CHECKPOINT
+            and self._inline_lock.acquire(blocking=False)
+        ):
+            try:
+                return self._run_inline(inline, make, write)
+            except _Contended:
+                pass  # another process holds the lock: wait for it on the worker thread
+            finally:
+                self._inline_lock.release()
+        if write:
+            self._inline_writes = 0  # the worker's connection checkpoints when the WAL has grown
+        return await self._worker.call(lambda: self._run(make, write))
 
-    def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+    def _run_inline(
+        self, conn: sqlite3.Connection, make: Callable[[bool], Flow[T]], write: bool
+    ) -> T:
         try:
-            conn = self._conn if self._conn is not None else self._open()
-            return fn(conn)
+            try:
+                result = _drive(conn, make(write), write=write)
+            except NeedsWrite:
+                write = True
+                result = _drive(conn, make(True), write=True)
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise _Contended from exc
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+        if write:
+            self._inline_writes += 1
+        return result
 
-    async def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` inside one ``BEGIN IMMEDIATE`` transaction."""
-
-        def txn(conn: sqlite3.Connection) -> T:
-            conn.execute("BEGIN IMMEDIATE")
+    def _run(self, make: Callable[[bool], Flow[T]], write: bool) -> T:
+        try:
+            conn = self._conn if self._conn is not None else self._open()
             try:
-                result = fn(conn)
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
-            return result
-
-        return await self._run(txn)
+                return _drive(conn, make(write), write=write)
+            except NeedsWrite:
+                return _drive(conn, make(True), write=True)
+        except sqlite3.Error as exc:
+            raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
 
     def _open(self) -> sqlite3.Connection:
         if self.path != ":memory:":
@@ -119,16 +168,34 @@ class SQLiteStore:
             check_same_thread=False,
             timeout=self.busy_timeout_ms / 1000,
         )
-        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
-        if self.path != ":memory:":
-            mode = self._switch_to_wal(conn)
-            if str(mode).lower() != "wal":
-                raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("PRAGMA foreign_keys = ON")
-        self._migrate(conn)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            if self.path != ":memory:":
+                mode = self._switch_to_wal(conn)
+                if str(mode).lower() != "wal":
+                    raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            _migrate(conn, self.path)
+            if self.path != ":memory:":  # a second ":memory:" connection is another database
+                self._inline = self._open_inline()
+        except BaseException:
+            conn.close()
+            raise
         self._conn = conn
         return conn
+
+    def _open_inline(self) -> sqlite3.Connection:
+        """The connection for quick transactions on the event loop: it never waits on a lock
+        and never checkpoints (checkpoints sync the disk; the worker's connection does them)."""
+        inline = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=0
+        )
+        inline.execute("PRAGMA busy_timeout = 0")
+        inline.execute("PRAGMA wal_autocheckpoint = 0")
+        inline.execute("PRAGMA synchronous = NORMAL")
+        inline.execute("PRAGMA foreign_keys = ON")
+        return inline
 
     def _switch_to_wal(self, conn: sqlite3.Connection) -> str:
         """``PRAGMA journal_mode = WAL``, waiting out a writer that holds the new file's lock
@@ -144,490 +211,91 @@ class SQLiteStore:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.1)
 
-    @staticmethod
-    def _migrate(conn: sqlite3.Connection) -> None:
-        if conn.execute("PRAGMA user_version").fetchone()[0] >= sql.SCHEMA_VERSION:
-            return
-        conn.execute("BEGIN IMMEDIATE")  # one process migrates; the others wait, then skip
-        try:
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version > sql.SCHEMA_VERSION:
-                raise StoreError(
-                    f"the database schema is version {version}, newer than this obsmem "
-                    f"understands ({sql.SCHEMA_VERSION}); upgrade obsmem"
-                )
-            for number, script in enumerate(sql.MIGRATION_SCRIPTS[version:], start=version + 1):
-                for statement in sql.statements(script):
-                    conn.execute(statement)
-                conn.execute(f"PRAGMA user_version = {number}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
-
     async def schema_version(self) -> int:
-        return await self._run(lambda c: int(c.execute("PRAGMA user_version").fetchone()[0]))
+        def read(_: bool) -> Flow[int]:
+            rows = yield Op("PRAGMA user_version")
+            return int(rows[0][0])
+
+        return await self.run(read, write=False)
 
     async def aclose(self) -> None:
         if self._closed:
             return
+        self._closed = True
 
-        def close(_: sqlite3.Connection) -> None:
+        def close() -> None:
+            with self._inline_lock:
+                if self._inline is not None:
+                    self._inline.close()
+                    self._inline = None
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
 
-        if self._conn is not None:
-            await self._run(close)
-        self._closed = True
-        self._executor.shutdown(wait=True)
-
-    # -- threads -------------------------------------------------------------------------------
-
-    async def get_thread(self, thread_id: str) -> Thread | None:
-        return await self._run(lambda c: _load_thread(c, thread_id))
-
-    async def create_thread(
-        self,
-        thread_id: str,
-        resource_id: str,
-        *,
-        title: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Thread:
-        def create(c: sqlite3.Connection) -> Thread:
-            existing = _load_thread(c, thread_id)
-            if existing is not None:
-                tr.check_thread_owner(existing, resource_id)
-                return existing
-            now = utcnow()
-            thread = Thread(
-                id=thread_id,
-                resource_id=resource_id,
-                title=title,
-                metadata=dict(metadata or {}),
-                created_at=now,
-                updated_at=now,
-            )
-            c.execute(
-                sql.INSERT_THREAD,
-                (
-                    thread_id,
-                    resource_id,
-                    title,
-                    dumps(thread.metadata),
-                    0,
-                    dt_to_text(now),
-                    dt_to_text(now),
-                ),
-            )
-            return thread
-
-        return await self._write(create)
-
-    async def list_threads(self, resource_id: str) -> list[Thread]:
-        def load(c: sqlite3.Connection) -> list[Thread]:
-            return [
-                thread_from_row(r)
-                for r in c.execute(sql.SELECT_THREADS_OF_RESOURCE, (resource_id,))
-            ]
-
-        return await self._run(load)
-
-    async def list_resources(self) -> list[str]:
-        def load(c: sqlite3.Connection) -> list[str]:
-            return [r[0] for r in c.execute(sql.SELECT_RESOURCES)]
-
-        return await self._run(load)
-
-    async def get_resource(self, resource_id: str) -> dict[str, Any]:
-        def load(c: sqlite3.Connection) -> dict[str, Any]:
-            row = c.execute(sql.SELECT_RESOURCE, (resource_id,)).fetchone()
-            return {} if row is None else dict(loads(row[0]))
-
-        return await self._run(load)
-
-    async def update_resource(
-        self, resource_id: str, metadata: Mapping[str, Any]
-    ) -> dict[str, Any]:
-        def update(c: sqlite3.Connection) -> dict[str, Any]:
-            row = c.execute(sql.SELECT_RESOURCE, (resource_id,)).fetchone()
-            merged = {**({} if row is None else loads(row[0])), **metadata}
-            c.execute(sql.UPSERT_RESOURCE, (resource_id, dumps(merged), dt_to_text(utcnow())))
-            return merged
-
-        return await self._write(update)
-
-    async def update_thread(
-        self,
-        thread_id: str,
-        *,
-        title: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Thread:
-        def update(c: sqlite3.Connection) -> Thread:
-            thread = _require_thread(c, thread_id)
-            thread = replace(
-                thread,
-                title=thread.title if title is None else title,
-                metadata={**thread.metadata, **(metadata or {})},
-                updated_at=utcnow(),
-            )
-            c.execute(
-                sql.UPDATE_THREAD,
-                (thread.title, dumps(thread.metadata), dt_to_text(thread.updated_at), thread_id),
-            )
-            return thread
-
-        return await self._write(update)
-
-    # -- messages ------------------------------------------------------------------------------
-
-    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        def append(c: sqlite3.Connection) -> list[Message]:
-            thread = _require_thread(c, thread_id)
-            count = thread.message_count
-            stored: list[Message] = []
-            batch: dict[str, Message] = {}
-            for message in messages:
-                tr.check_message_thread(message, thread)
-                existing = batch.get(message.id) or _load_message(c, message.id)
-                if existing is not None:
-                    if existing.thread_id != thread_id:
-                        raise StoreError(
-                            f"message id {message.id} is already stored in another thread"
-                        )
-                    stored.append(existing)
-                    continue
-                count += 1
-                msg = replace(
-                    message, thread_id=thread_id, resource_id=thread.resource_id, seq=count
-                )
-                c.execute(sql.INSERT_MESSAGE, message_to_row(msg))
-                batch[msg.id] = msg
-                stored.append(msg)
-            if count != thread.message_count:
-                c.execute(sql.UPDATE_THREAD_COUNT, (count, dt_to_text(utcnow()), thread_id))
-            return stored
-
-        return await self._write(append)
-
-    async def list_messages(
-        self,
-        thread_id: str,
-        *,
-        after_seq: int = 0,
-        through_seq: int | None = None,
-        limit: int | None = None,
-        newest_first: bool = False,
-    ) -> list[Message]:
-        query = f"SELECT {sql.MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND seq > ?"
-        params: list[Any] = [thread_id, after_seq]
-        if through_seq is not None:
-            query += " AND seq <= ?"
-            params.append(through_seq)
-        query += " ORDER BY seq DESC" if newest_first else " ORDER BY seq"
-        if limit is not None:
-            query += " LIMIT ?"
-            params.append(limit)
-
-        def load(c: sqlite3.Connection) -> list[Message]:
-            return [message_from_row(r) for r in c.execute(query, params)]
-
-        return await self._run(load)
-
-    async def get_messages(self, ids: Sequence[str], *, resource_id: str) -> list[Message]:
-        def load(c: sqlite3.Connection) -> list[Message]:
-            out: list[Message] = []
-            for message_id in ids:
-                msg = _load_message(c, message_id)
-                if msg is not None and msg.resource_id == resource_id:
-                    out.append(msg)
-            return out
-
-        return await self._run(load)
-
-    # -- records -------------------------------------------------------------------------------
-
-    async def get_record(self, key: str) -> OMRecord | None:
-        return await self._run(lambda c: _load_head(c, key))
-
-    async def get_or_create_record(
-        self, key: str, *, scope: Scope, thread_id: str | None, resource_id: str | None
-    ) -> OMRecord:
-        existing = await self.get_record(key)
-        if existing is not None:
-            return existing
-
-        def create(c: sqlite3.Connection) -> OMRecord:
-            head = _load_head(c, key)
-            if head is not None:
-                return head
-            record = tr.initial_record(
-                key, scope=scope, thread_id=thread_id, resource_id=resource_id, now=utcnow()
-            )
-            c.execute(sql.INSERT_RECORD, record_to_row(record))
-            return record
-
-        return await self._write(create)
-
-    async def _transition(
-        self,
-        record_id: str,
-        expected_version: int,
-        apply: Callable[[sqlite3.Connection, OMRecord], OMRecord],
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        def txn(c: sqlite3.Connection) -> OMRecord:
-            record = tr.check_current(_load_record(c, record_id), record_id, expected_version)
-            new = apply(c, record)
-            _save_record(c, new)
-            _save_chunks(c, new)
-            for group in groups:
-                c.execute(sql.INSERT_GROUP, group_row(group))
-            return new
-
-        return await self._write(txn)
-
-    async def add_chunk(
-        self,
-        record_id: str,
-        expected_version: int,
-        chunk: BufferedChunk,
-        *,
-        last_buffered_at_tokens: int | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        def apply(c: sqlite3.Connection, record: OMRecord) -> OMRecord:
-            return tr.add_chunk(
-                record,
-                chunk,
-                message_counts=_message_counts(c, [r.thread_id for r in chunk.ranges]),
-                last_buffered_at_tokens=last_buffered_at_tokens,
-                now=utcnow(),
-            )
-
-        return await self._transition(record_id, expected_version, apply, groups)
-
-    async def activate_chunks(
-        self,
-        record_id: str,
-        expected_version: int,
-        count: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-    ) -> OMRecord:
-        def apply(_: sqlite3.Connection, record: OMRecord) -> OMRecord:
-            return tr.activate(
-                record,
-                count,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                now=utcnow(),
-            )
-
-        return await self._transition(record_id, expected_version, apply)
-
-    async def commit_observation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        cursor: Mapping[str, int],
-        pending_message_tokens: int | None = None,
-        observed_tokens: int = 0,
-        expected_cursor: Mapping[str, int] | None = None,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        def apply(c: sqlite3.Connection, record: OMRecord) -> OMRecord:
-            return tr.commit_observation(
-                record,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                cursor=cursor,
-                message_counts=_message_counts(c, list(cursor)),
-                pending_message_tokens=pending_message_tokens,
-                observed_tokens=observed_tokens,
-                expected_cursor=expected_cursor,
-                now=utcnow(),
-            )
-
-        return await self._transition(record_id, expected_version, apply, groups)
-
-    async def set_buffered_reflection(
-        self, record_id: str, expected_version: int, reflection: BufferedReflection | None
-    ) -> OMRecord:
-        def apply(_: sqlite3.Connection, record: OMRecord) -> OMRecord:
-            return tr.set_buffered_reflection(record, reflection, now=utcnow())
-
-        return await self._transition(record_id, expected_version, apply)
-
-    async def start_reflection_generation(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        observations: str,
-        observation_tokens: int,
-        groups: Sequence[ObservationGroup] = (),
-    ) -> OMRecord:
-        def txn(c: sqlite3.Connection) -> OMRecord:
-            record = tr.check_current(_load_record(c, record_id), record_id, expected_version)
-            retired, head = tr.reflect(
-                record,
-                observations=observations,
-                observation_tokens=observation_tokens,
-                now=utcnow(),
-            )
-            _save_record(c, retired)
-            c.execute(sql.INSERT_RECORD, record_to_row(head))
-            for group in groups:
-                c.execute(sql.INSERT_GROUP, group_row(group))
-            return head
-
-        return await self._write(txn)
-
-    async def update_counters(
-        self,
-        record_id: str,
-        expected_version: int,
-        *,
-        pending_message_tokens: int | None = None,
-        last_buffered_at_tokens: int | None = None,
-    ) -> OMRecord:
-        def apply(_: sqlite3.Connection, record: OMRecord) -> OMRecord:
-            return tr.update_counters(
-                record,
-                pending_message_tokens=pending_message_tokens,
-                last_buffered_at_tokens=last_buffered_at_tokens,
-                now=utcnow(),
-            )
-
-        return await self._transition(record_id, expected_version, apply)
-
-    async def history(
-        self, key: str, *, limit: int | None = None, offset: int = 0
-    ) -> list[OMRecord]:
-        def load(c: sqlite3.Connection) -> list[OMRecord]:
-            rows = c.execute(sql.SELECT_HISTORY, (key, -1 if limit is None else limit, offset))
-            return [_record(c, r) for r in rows.fetchall()]
-
-        return await self._run(load)
-
-    async def clear(self, key: str) -> None:
-        def clear(c: sqlite3.Connection) -> None:
-            c.execute(sql.DELETE_RECORDS, (key,))
-            c.execute(sql.DELETE_CHUNKS, (key,))
-            c.execute(sql.DELETE_GROUPS, (key,))
-            c.execute(sql.DELETE_EMBEDDINGS, (key,))
-
-        await self._write(clear)
-
-    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
-        def put(c: sqlite3.Connection) -> None:
-            c.executemany(sql.INSERT_EMBEDDING, [embedding_row(e) for e in embeddings])
-
-        if embeddings:
-            await self._write(put)
-
-    async def search_embeddings(
-        self,
-        resource_id: str,
-        vector: Sequence[float],
-        *,
-        model: str,
-        thread_id: str | None = None,
-        after: datetime | None = None,
-        before: datetime | None = None,
-        limit: int = 10,
-    ) -> list[tuple[ObservationGroup, float]]:
-        def search(c: sqlite3.Connection) -> list[tuple[ObservationGroup, float]]:
-            rows = c.execute(sql.SELECT_EMBEDDINGS, (resource_id, model)).fetchall()
-            candidates = filter_embedding_rows(
-                rows, thread_id=thread_id, after=after, before=before
-            )
-            best = top_k(vector, candidates, limit)
-            if not best:
-                return []
-            marks = ", ".join("?" for _ in best)
-            query = sql.SELECT_GROUPS_BY_ID.format(columns=sql.GROUP_COLUMNS, marks=marks)
-            found = {
-                g.id: g
-                for g in map(group_from_row, c.execute(query, (resource_id, *[i for i, _ in best])))
-            }
-            return [(found[i], score) for i, score in best if i in found]
-
-        return await self._run(search)
-
-    async def list_observation_groups(
-        self, resource_id: str, *, thread_id: str | None = None
-    ) -> list[ObservationGroup]:
-        def load(c: sqlite3.Connection) -> list[ObservationGroup]:
-            if thread_id is None:
-                rows = c.execute(sql.SELECT_GROUPS, (resource_id,))
-            else:
-                rows = c.execute(sql.SELECT_GROUPS_OF_THREAD, (resource_id, thread_id))
-            return [group_from_row(r) for r in rows]
-
-        return await self._run(load)
-
-
-# -- row mapping -------------------------------------------------------------------------------
-
-
-def _load_thread(c: sqlite3.Connection, thread_id: str) -> Thread | None:
-    row = c.execute(sql.SELECT_THREAD, (thread_id,)).fetchone()
-    return None if row is None else thread_from_row(row)
-
-
-def _require_thread(c: sqlite3.Connection, thread_id: str) -> Thread:
-    thread = _load_thread(c, thread_id)
-    if thread is None:
-        raise StoreError(f"no thread {thread_id!r}; create it with create_thread() first")
-    return thread
-
-
-def _message_counts(c: sqlite3.Connection, thread_ids: Sequence[str]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for thread_id in thread_ids:
-        thread = _load_thread(c, thread_id)
-        if thread is not None:
-            counts[thread_id] = thread.message_count
-    return counts
-
-
-def _load_message(c: sqlite3.Connection, message_id: str) -> Message | None:
-    row = c.execute(sql.SELECT_MESSAGE_BY_ID, (message_id,)).fetchone()
-    return None if row is None else message_from_row(row)
-
-
-def _record(c: sqlite3.Connection, row: Row) -> OMRecord:
-    chunks: tuple[BufferedChunk, ...] = ()
-    if row[15] is None:  # chunks belong to the key; only the head shows them
-        chunks = tuple(chunk_from_json(r[0]) for r in c.execute(sql.SELECT_CHUNKS, (row[1],)))
-    return record_from_row(row, chunks)
-
-
-def _save_record(c: sqlite3.Connection, r: OMRecord) -> None:
-    c.execute(sql.UPDATE_RECORD, record_update_values(r))
-
-
-def _load_head(c: sqlite3.Connection, key: str) -> OMRecord | None:
-    row = c.execute(sql.SELECT_HEAD, (key,)).fetchone()
-    return None if row is None else _record(c, row)
-
-
-def _load_record(c: sqlite3.Connection, record_id: str) -> OMRecord | None:
-    row = c.execute(sql.SELECT_RECORD, (record_id,)).fetchone()
-    return None if row is None else _record(c, row)
-
-
-def _save_chunks(c: sqlite3.Connection, r: OMRecord) -> None:
-    c.execute(sql.DELETE_CHUNKS, (r.key,))
-    c.executemany(
-        sql.INSERT_CHUNK,
-        [(r.key, i, ch.id, ch.cycle_id, chunk_to_json(ch)) for i, ch in enumerate(r.chunks)],
-    )
+        await self._worker.call(close)
+        await self._worker.stop()
+
+
+def _execute(conn: sqlite3.Connection, op: Op) -> Rows:
+    if op.many:
+        conn.executemany(op.sql, op.params)
+        return []
+    return conn.execute(op.sql, op.params).fetchall()
+
+
+def _drive(conn: sqlite3.Connection, flow: Flow[T], *, write: bool) -> T:
+    """Run ``flow`` in one transaction: each op's rows go back into the flow."""
+    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    try:
+        op = next(flow)
+        while True:
+            op = flow.send(_execute(conn, op))
+    except StopIteration as done:
+        conn.execute("COMMIT")
+        return done.value  # type: ignore[no-any-return]
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _migrate(conn: sqlite3.Connection, path: str) -> None:
+    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if version == sql.SCHEMA_VERSION:
+        return
+    if version < sql.SCHEMA_VERSION:
+        # One process migrates; the others wait on the lock, then find nothing left to do.
+        version = _drive(conn, _migration(), write=True)
+    if version > sql.SCHEMA_VERSION:
+        raise StoreError(
+            f"{path}: the database schema is version {version}, newer than this obsmem "
+            f"understands ({sql.SCHEMA_VERSION}); upgrade obsmem (pip install -U obsmem)"
+        )
+
+
+def _migration() -> Flow[int]:
+    rows = yield Op("PRAGMA user_version")
+    version = int(rows[0][0])
+    if version >= sql.SCHEMA_VERSION:
+        return version
+    new = yield from flows.migrate(version)
+    yield Op(f"PRAGMA user_version = {new}")
+    return new
+
+
+class SQLiteStore(SQLStore):
+    """Threads, messages and memory state in one SQLite file.
+
+    ``SQLiteStore("memory.db")``; the file and its schema are created on first use. Several
+    stores (in this process or others) may open the same file.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str] = "obsmem.db", *, busy_timeout_ms: int = 30_000
+    ) -> None:
+        self.path = str(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        super().__init__(_SQLiteDriver(self.path, busy_timeout_ms))
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self.path!r})"

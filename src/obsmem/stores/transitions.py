@@ -1,81 +1,189 @@
-"""The state transitions of an observational-memory record, as pure functions.
+"""Every state change a store makes, as pure functions.
 
-Each function takes the head record as read inside the store's transaction and returns what to
-write, or raises. Stores call these and only persist the result, so every store enforces the same
-invariants (ARCHITECTURE.md, "Invariants"):
+Each function takes the state as read inside the store's transaction and returns what to write,
+or raises. Stores load, call these, and persist the result, so every store enforces the same
+rules (ARCHITECTURE.md, "Invariants"):
 
 - the cursor never moves backwards;
 - buffered chunks continue right after the cursor (no gap, no overlap);
 - a chunk is never stranded: chunks belong to the key and carry across generations;
-- a transition only applies to the head at the version the caller read.
+- a change only applies to the head at the version the caller read;
+- metadata patches merge into what is stored, never into a stale copy;
+- messages are numbered from the thread's count, an id is stored once.
 """
 
 from __future__ import annotations
 
+import copy
 import uuid
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any, cast
 
 from ..errors import ConflictError, StoreError
 from ..messages import Message
-from ..records import BufferedChunk, BufferedReflection, OMRecord, Scope, Thread
+from ..records import BufferedChunk, BufferedReflection, OMRecord, Thread
+from ..snapshot import Subject
+from .changes import (
+    ActivateChunks,
+    AddChunk,
+    Change,
+    CommitObservation,
+    MetadataPath,
+    ResourcePatch,
+    SetBufferedReflection,
+    StartGeneration,
+    ThreadPatch,
+)
 
 __all__ = [
+    "AppendPlan",
+    "Applied",
     "activate",
     "add_chunk",
+    "apply_change",
+    "apply_resource_patch",
+    "apply_thread_patch",
     "check_current",
-    "check_message_thread",
     "check_thread_owner",
     "commit_observation",
     "initial_record",
     "new_record_id",
+    "new_thread",
+    "plan_append",
     "reflect",
     "set_buffered_reflection",
-    "update_counters",
+    "set_path",
 ]
+
+MIN_TITLE_LENGTH = 3
+TITLE_PINNED = "title_pinned"
 
 
 def new_record_id() -> str:
     return f"om-{uuid.uuid4().hex}"
 
 
-def initial_record(
-    key: str, *, scope: Scope, thread_id: str | None, resource_id: str | None, now: datetime
-) -> OMRecord:
+def initial_record(subject: Subject, *, now: datetime) -> OMRecord:
+    """Generation 0 of the subject's log: empty, nothing covered."""
     return OMRecord(
         id=new_record_id(),
-        key=key,
-        scope=scope,
-        thread_id=thread_id if scope == "thread" else None,
-        resource_id=resource_id,
+        key=subject.key,
+        scope=subject.scope,
+        thread_id=subject.thread_id if subject.scope == "thread" else None,
+        resource_id=subject.resource_id,
         created_at=now,
         updated_at=now,
     )
 
 
-def check_current(record: OMRecord | None, record_id: str, expected_version: int) -> OMRecord:
-    """The record if it is the head at ``expected_version``; ConflictError otherwise."""
+def new_thread(
+    thread_id: str,
+    resource_id: str,
+    *,
+    now: datetime,
+    title: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> Thread:
+    return Thread(
+        id=thread_id,
+        resource_id=resource_id,
+        title=title,
+        metadata=dict(metadata or {}),
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def check_current(
+    record: OMRecord | None, record_id: str, expected_version: int, *, head: OMRecord | None
+) -> OMRecord:
+    """``record`` if it is the head at ``expected_version``; otherwise a ConflictError that
+    carries ``head`` (the key's head as found in the same transaction)."""
     if record is None:
-        raise ConflictError(f"record {record_id} no longer exists (memory was cleared)")
+        raise ConflictError(
+            f"record {record_id} no longer exists (memory was cleared)", current=head
+        )
     if record.superseded_by is not None:
         raise ConflictError(
             f"record {record_id} was retired by a reflection (new head {record.superseded_by})",
             expected_version=expected_version,
             actual_version=record.version,
+            current=head,
         )
     if record.version != expected_version:
         raise ConflictError(
             f"record {record_id} is at version {record.version}, not {expected_version}: "
-            "another worker changed it; re-read and decide again",
+            "another worker changed it; decide again from the current head",
             expected_version=expected_version,
             actual_version=record.version,
+            current=record,
         )
     return record
 
 
-def _bump(record: OMRecord, now: datetime, **changes: object) -> OMRecord:
-    return replace(record, version=record.version + 1, updated_at=now, **changes)  # type: ignore[arg-type]
+# -- record changes ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Applied:
+    """What a change writes: the changed row, and the new head row when a generation starts."""
+
+    saved: OMRecord
+    created: OMRecord | None = None
+
+    @property
+    def head(self) -> OMRecord:
+        return self.created if self.created is not None else self.saved
+
+
+def apply_change(
+    record: OMRecord, change: Change, *, message_counts: Mapping[str, int], now: datetime
+) -> Applied:
+    """Apply one change to the current head (already checked with :func:`check_current`)."""
+    match change:
+        case AddChunk(chunk=chunk):
+            return Applied(saved=add_chunk(record, chunk, message_counts=message_counts, now=now))
+        case ActivateChunks(count=count, observations=text, observation_tokens=tokens):
+            return Applied(
+                saved=activate(record, count, observations=text, observation_tokens=tokens, now=now)
+            )
+        case CommitObservation():
+            return Applied(
+                saved=commit_observation(
+                    record,
+                    observations=change.observations,
+                    observation_tokens=change.observation_tokens,
+                    cursor=dict(change.cursor),
+                    expected_cursor=(
+                        None if change.expected_cursor is None else dict(change.expected_cursor)
+                    ),
+                    observed_tokens=change.observed_tokens,
+                    message_counts=message_counts,
+                    now=now,
+                )
+            )
+        case SetBufferedReflection(reflection=reflection):
+            return Applied(saved=set_buffered_reflection(record, reflection, now=now))
+        case StartGeneration(observations=text, observation_tokens=tokens):
+            retired, head = reflect(record, observations=text, observation_tokens=tokens, now=now)
+            return Applied(saved=retired, created=head)
+
+
+def threads_counted(change: Change) -> list[str]:
+    """The threads whose message counts a change is checked against."""
+    match change:
+        case AddChunk(chunk=chunk):
+            return [r.thread_id for r in chunk.ranges]
+        case CommitObservation(cursor=cursor):
+            return [t for t, _ in cursor]
+        case _:
+            return []
+
+
+def _bump(record: OMRecord, now: datetime, **changes: Any) -> OMRecord:
+    return replace(record, version=record.version + 1, updated_at=now, **changes)
 
 
 def _check_thread(record: OMRecord, thread_id: str) -> None:
@@ -96,11 +204,12 @@ def add_chunk(
     chunk: BufferedChunk,
     *,
     message_counts: Mapping[str, int],
-    last_buffered_at_tokens: int | None,
     now: datetime,
 ) -> OMRecord:
     if any(c.cycle_id == chunk.cycle_id for c in record.chunks):
-        raise ConflictError(f"a chunk of cycle {chunk.cycle_id} is already buffered")
+        raise ConflictError(
+            f"a chunk of cycle {chunk.cycle_id} is already buffered", current=record
+        )
     if not chunk.ranges:
         raise StoreError("a buffered chunk must cover at least one message")
     seen: set[str] = set()
@@ -113,19 +222,11 @@ def add_chunk(
         if r.first_seq != expected_first:
             raise ConflictError(
                 f"chunk {chunk.id} starts at seq {r.first_seq} of thread {r.thread_id}, but the "
-                f"next unbuffered message is seq {expected_first}"
+                f"next unbuffered message is seq {expected_first}",
+                current=record,
             )
         _check_exists(r.thread_id, r.last_seq, message_counts)
-    return _bump(
-        record,
-        now,
-        chunks=(*record.chunks, chunk),
-        last_buffered_at_tokens=(
-            record.last_buffered_at_tokens
-            if last_buffered_at_tokens is None
-            else last_buffered_at_tokens
-        ),
-    )
+    return _bump(record, now, chunks=(*record.chunks, chunk))
 
 
 def activate(
@@ -151,7 +252,6 @@ def activate(
         observation_tokens=observation_tokens,
         cursor=cursor,
         chunks=remaining,
-        pending_message_tokens=max(0, record.pending_message_tokens - removed),
         total_tokens_observed=record.total_tokens_observed + removed,
     )
 
@@ -163,7 +263,6 @@ def commit_observation(
     observation_tokens: int,
     cursor: Mapping[str, int],
     message_counts: Mapping[str, int],
-    pending_message_tokens: int | None,
     observed_tokens: int,
     now: datetime,
     expected_cursor: Mapping[str, int] | None = None,
@@ -175,7 +274,8 @@ def commit_observation(
             if actual != seq:
                 raise ConflictError(
                     f"thread {thread_id} was observed through seq {actual} meanwhile, not "
-                    f"{seq}; this observation is stale"
+                    f"{seq}; this observation is stale",
+                    current=record,
                 )
     new_cursor = dict(record.cursor)
     for thread_id, seq in cursor.items():
@@ -215,7 +315,6 @@ def commit_observation(
         observation_tokens=observation_tokens,
         cursor=new_cursor,
         chunks=tuple(kept),
-        pending_message_tokens=(0 if pending_message_tokens is None else pending_message_tokens),
         total_tokens_observed=record.total_tokens_observed + observed_tokens,
     )
 
@@ -235,9 +334,10 @@ def set_buffered_reflection(
 def reflect(
     record: OMRecord, *, observations: str, observation_tokens: int, now: datetime
 ) -> tuple[OMRecord, OMRecord]:
-    """Returns (the retired record, the new head). Chunks stay with the key."""
+    """Returns (the retired record, the new head). The pending chunks move to the new head in
+    the same write: chunks belong to the key, never to a retired generation."""
     new_id = new_record_id()
-    retired = replace(record, superseded_by=new_id, updated_at=now)
+    retired = replace(record, superseded_by=new_id, chunks=(), updated_at=now)
     head = replace(
         record,
         id=new_id,
@@ -254,33 +354,56 @@ def reflect(
     return retired, head
 
 
-def update_counters(
-    record: OMRecord,
-    *,
-    pending_message_tokens: int | None,
-    last_buffered_at_tokens: int | None,
-    now: datetime,
-) -> OMRecord:
-    for name, value in (
-        ("pending_message_tokens", pending_message_tokens),
-        ("last_buffered_at_tokens", last_buffered_at_tokens),
-    ):
-        if value is not None and value < 0:
-            raise StoreError(f"{name} cannot be negative ({value})")
-    return _bump(
-        record,
-        now,
-        pending_message_tokens=(
-            record.pending_message_tokens
-            if pending_message_tokens is None
-            else pending_message_tokens
-        ),
-        last_buffered_at_tokens=(
-            record.last_buffered_at_tokens
-            if last_buffered_at_tokens is None
-            else last_buffered_at_tokens
-        ),
-    )
+# -- metadata ----------------------------------------------------------------------------------
+
+
+def set_path(metadata: Mapping[str, Any], path: MetadataPath, value: Any) -> dict[str, Any]:
+    """A copy of ``metadata`` with ``value`` at ``path`` (objects created along the way; what
+    sits beside the path is kept; a non-object in the way is replaced by an object)."""
+    if not path:
+        raise StoreError("a metadata path needs at least one key")
+    out = dict(metadata)
+    node = out
+    for key in path[:-1]:
+        child = node.get(key)
+        copied: dict[str, Any] = (
+            dict(cast(Mapping[str, Any], child)) if isinstance(child, Mapping) else {}
+        )
+        node[key] = copied
+        node = copied
+    node[path[-1]] = copy.deepcopy(value)
+    return out
+
+
+def apply_thread_patch(thread: Thread, patch: ThreadPatch, *, now: datetime) -> Thread:
+    """The thread after ``patch``, merged into its stored state."""
+    metadata: Mapping[str, Any] = thread.metadata
+    for path, value in patch.set:
+        metadata = set_path(metadata, path, value)
+    title = thread.title
+    if patch.title is not None:
+        title = patch.title
+    elif patch.suggested_title is not None:
+        suggested = patch.suggested_title.strip()
+        if (
+            len(suggested) >= MIN_TITLE_LENGTH
+            and suggested != thread.title
+            and not metadata.get(TITLE_PINNED)
+        ):
+            title = suggested
+    if title == thread.title and metadata == thread.metadata:
+        return thread
+    return replace(thread, title=title, metadata=dict(metadata), updated_at=now)
+
+
+def apply_resource_patch(metadata: Mapping[str, Any], patch: ResourcePatch) -> dict[str, Any]:
+    out = dict(metadata)
+    for path, value in patch.set:
+        out = set_path(out, path, value)
+    return out
+
+
+# -- threads and messages ----------------------------------------------------------------------
 
 
 def check_thread_owner(thread: Thread, resource_id: str) -> None:
@@ -301,3 +424,36 @@ def check_message_thread(message: Message, thread: Thread) -> None:
             f"message {message.id} names resource {message.resource_id!r} but thread "
             f"{thread.id!r} belongs to another resource"
         )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AppendPlan:
+    """What appending a batch does: every message as stored (input order), the new rows, and
+    the thread's new message count."""
+
+    stored: tuple[Message, ...]
+    new: tuple[Message, ...]
+    count: int
+
+
+def plan_append(
+    thread: Thread, messages: Sequence[Message], existing: Mapping[str, Message]
+) -> AppendPlan:
+    """Number new messages from the thread's count. ``existing`` holds the already-stored
+    messages with any of the batch's ids; one stored in another thread is an error."""
+    count = thread.message_count
+    stored: list[Message] = []
+    new: dict[str, Message] = {}
+    for message in messages:
+        check_message_thread(message, thread)
+        found = new.get(message.id) or existing.get(message.id)
+        if found is not None:
+            if found.thread_id != thread.id:
+                raise StoreError(f"message id {message.id} is already stored in another thread")
+            stored.append(found)
+            continue
+        count += 1
+        msg = replace(message, thread_id=thread.id, resource_id=thread.resource_id, seq=count)
+        new[msg.id] = msg
+        stored.append(msg)
+    return AppendPlan(stored=tuple(stored), new=tuple(new.values()), count=count)

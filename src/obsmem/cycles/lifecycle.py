@@ -1,0 +1,194 @@
+"""One lifecycle for every cycle: start event and hook, the work, then end or failure.
+
+Background cycles (buffering an observation chunk or a reflection) report with the
+``data-om-buffering-*`` events; foreground cycles (a synchronous observation or reflection) with
+``data-om-observation-*``; both carry ``operation_type``. Observation cycles call the
+``on_observation_*`` hooks, reflection cycles the ``on_reflection_*`` ones. A cycle's failure
+never escapes: it becomes the failed event, the end hook with its error, and a
+:class:`Failure` for the engine's back-off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..events import (
+    BufferingEndEvent,
+    BufferingFailedEvent,
+    BufferingStartEvent,
+    HookContext,
+    ObservationEndEvent,
+    ObservationFailedEvent,
+    ObservationStartEvent,
+    OperationType,
+    Trigger,
+    notify,
+)
+from ..extractors import ExtractionResult
+from ..snapshot import Snapshot, Subject
+from ..stores import CommitResult
+from .common import Deps, describe_error, ms_since
+
+__all__ = ["Cycle", "Failure", "Outcome", "run_cycle"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Cycle:
+    """What a cycle is about, for its events and hooks."""
+
+    cycle_id: str
+    background: bool
+    """Buffering (reported as ``data-om-buffering-*``) rather than synchronous work."""
+    operation: OperationType
+    trigger: Trigger
+    subject: Subject
+    record_id: str
+    tokens: int
+    """Tokens going in: messages to observe, or log to reflect."""
+    thread_ids: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """What a finished cycle did."""
+
+    committed: bool
+    """False when the work became redundant before its commit (another worker did it)."""
+    record_id: str | None = None
+    observations: str = ""
+    output_tokens: int = 0
+    buffered_tokens: int = 0
+    """Background cycles: observation tokens now waiting to activate."""
+    extracted: ExtractionResult = field(default_factory=ExtractionResult)
+    snapshot: Snapshot | None = None
+    """The snapshot after the commit."""
+
+    @classmethod
+    def after(
+        cls,
+        result: CommitResult | None,
+        *,
+        observations: str,
+        output_tokens: int,
+        extracted: ExtractionResult,
+        buffered_tokens: int = 0,
+    ) -> Outcome:
+        """What a cycle did, from its commit (None when its work was dropped)."""
+        return cls(
+            committed=result is not None,
+            record_id=result.record.id if result is not None else None,
+            observations=observations,
+            output_tokens=output_tokens,
+            buffered_tokens=buffered_tokens,
+            extracted=extracted,
+            snapshot=result.snapshot if result is not None else None,
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Failure:
+    error: str
+
+
+async def run_cycle(
+    deps: Deps, cycle: Cycle, work: Callable[[], Awaitable[Outcome]]
+) -> Outcome | Failure:
+    started = time.monotonic()
+    _emit_start(deps, cycle)
+    ctx = HookContext(
+        thread_id=cycle.subject.thread_id,
+        resource_id=cycle.subject.resource_id,
+        cycle_id=cycle.cycle_id,
+        operation_type=cycle.operation,
+        trigger=cycle.trigger,
+    )
+    start_hook, end_hook = (
+        (deps.hooks.on_observation_start, deps.hooks.on_observation_end)
+        if cycle.operation == "observation"
+        else (deps.hooks.on_reflection_start, deps.hooks.on_reflection_end)
+    )
+    await notify(start_hook, ctx)
+    try:
+        outcome = await work()
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a cycle's failure never escapes (invariant 7)
+        error = describe_error(exc)
+        _emit_failed(deps, cycle, error, ms_since(started))
+        await notify(end_hook, _with(ctx, error=error))
+        return Failure(error=error)
+    _emit_end(deps, cycle, outcome, ms_since(started))
+    await notify(end_hook, _with(ctx, observations=outcome.observations))
+    return outcome
+
+
+def _with(ctx: HookContext, **changes: str) -> HookContext:
+    return replace(ctx, **changes)
+
+
+def _emit_start(deps: Deps, cycle: Cycle) -> None:
+    common: dict[str, Any] = {
+        "cycle_id": cycle.cycle_id,
+        "operation_type": cycle.operation,
+        "started_at": deps.now(),
+        "record_id": cycle.record_id,
+        "thread_id": cycle.subject.thread_id,
+        "thread_ids": cycle.thread_ids or (cycle.subject.thread_id,),
+        "config": deps.config,
+    }
+    if cycle.background:
+        deps.bus.emit(BufferingStartEvent(tokens_to_buffer=cycle.tokens, **common))
+    else:
+        deps.bus.emit(ObservationStartEvent(tokens_to_observe=cycle.tokens, **common))
+
+
+def _emit_end(deps: Deps, cycle: Cycle, outcome: Outcome, duration_ms: float) -> None:
+    extracted = outcome.extracted
+    common: dict[str, Any] = {
+        "cycle_id": cycle.cycle_id,
+        "operation_type": cycle.operation,
+        "completed_at": deps.now(),
+        "duration_ms": duration_ms,
+        "record_id": outcome.record_id or cycle.record_id,
+        "thread_id": cycle.subject.thread_id,
+        "observations": outcome.observations,
+        "extracted_values": extracted.public_values,
+        "extraction_failures": extracted.failures,
+    }
+    if cycle.background:
+        deps.bus.emit(
+            BufferingEndEvent(
+                tokens_buffered=cycle.tokens, buffered_tokens=outcome.buffered_tokens, **common
+            )
+        )
+    else:
+        deps.bus.emit(
+            ObservationEndEvent(
+                tokens_observed=cycle.tokens,
+                observation_tokens=outcome.output_tokens,
+                current_task=extracted.values.get("current-task"),
+                suggested_response=extracted.values.get("suggested-response"),
+                **common,
+            )
+        )
+
+
+def _emit_failed(deps: Deps, cycle: Cycle, error: str, duration_ms: float) -> None:
+    common: dict[str, Any] = {
+        "cycle_id": cycle.cycle_id,
+        "operation_type": cycle.operation,
+        "failed_at": deps.now(),
+        "duration_ms": duration_ms,
+        "tokens_attempted": cycle.tokens,
+        "error": error,
+        "record_id": cycle.record_id,
+        "thread_id": cycle.subject.thread_id,
+    }
+    if cycle.background:
+        deps.bus.emit(BufferingFailedEvent(**common))
+    else:
+        deps.bus.emit(ObservationFailedEvent(**common))

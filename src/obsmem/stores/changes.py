@@ -1,0 +1,176 @@
+"""What callers ask of a store: one load, or one commit, each a single transaction.
+
+A turn reads with :class:`LoadRequest` (creating the thread and the head record when missing,
+appending the turn's messages and applying thread patches first, all in the same transaction)
+and gets a :class:`~obsmem.snapshot.Snapshot`. A cycle writes with :class:`Commit`: one change of
+the head record, checked against the version it read, together with the observation groups it
+produced and the metadata it extracted, and optionally reads the snapshot after it.
+
+Metadata changes are :class:`ThreadPatch` / :class:`ResourcePatch` values: paths to set, merged
+into the stored metadata inside the store's transaction, so two concurrent cycles never lose
+each other's values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeAlias
+
+from ..messages import Message
+from ..records import BufferedChunk, BufferedReflection, ObservationGroup, OMRecord, Thread
+from ..snapshot import Snapshot, Subject
+
+__all__ = [
+    "ActivateChunks",
+    "AddChunk",
+    "Change",
+    "Commit",
+    "CommitObservation",
+    "CommitResult",
+    "LoadRequest",
+    "MetadataPath",
+    "ResourcePatch",
+    "SetBufferedReflection",
+    "StartGeneration",
+    "ThreadChange",
+    "ThreadPatch",
+]
+
+MetadataPath: TypeAlias = tuple[str, ...]
+"""Keys from the top of a metadata object down to the value to set."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadPatch:
+    """Changes to one thread, merged into what is stored inside the transaction."""
+
+    thread_id: str
+    set: tuple[tuple[MetadataPath, Any], ...] = ()
+    """``(path, value)`` pairs: each sets one value in the metadata, creating objects along the
+    path and keeping everything beside it."""
+    title: str | None = None
+    """A new title, set as given."""
+    suggested_title: str | None = None
+    """A title the Observer suggested: set unless the stored title is pinned, equal, or the
+    suggestion is shorter than three characters."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.set and self.title is None and self.suggested_title is None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResourcePatch:
+    """Changes to one resource's metadata (working memory in resource scope)."""
+
+    resource_id: str
+    set: tuple[tuple[MetadataPath, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadChange:
+    """A thread as it was before a patch and after it (to report title changes)."""
+
+    before: Thread
+    after: Thread
+
+
+# -- changes of the head record ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AddChunk:
+    """Append a buffered chunk; its ranges must start right after what is already covered."""
+
+    chunk: BufferedChunk
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActivateChunks:
+    """Move the first ``count`` chunks into the log (``observations`` is the new log)."""
+
+    count: int
+    observations: str
+    observation_tokens: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitObservation:
+    """A synchronous observation: the new log and the cursor it reaches. With
+    ``expected_cursor`` it applies only if it starts where the cursor still is."""
+
+    observations: str
+    observation_tokens: int
+    cursor: tuple[tuple[str, int], ...]
+    """``(thread id, seq)`` of the last message observed, per thread."""
+    expected_cursor: tuple[tuple[str, int], ...] | None = None
+    observed_tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SetBufferedReflection:
+    reflection: BufferedReflection | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StartGeneration:
+    """Retire the head and start the next generation with ``observations`` as its log. The
+    cursor, the counters and the pending chunks carry over."""
+
+    observations: str
+    observation_tokens: int
+
+
+Change: TypeAlias = (
+    AddChunk | ActivateChunks | CommitObservation | SetBufferedReflection | StartGeneration
+)
+
+
+# -- requests ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LoadRequest:
+    """Read a snapshot, after (optionally) storing the turn's messages and thread patches."""
+
+    subject: Subject
+    append: Sequence[Message] = ()
+    """Stored at the end of ``subject.thread_id`` first (a message id already stored in the
+    thread is not stored again)."""
+    patches: Sequence[ThreadPatch] = ()
+    last_reply: bool = False
+    """Also find when the assistant last spoke in the subject's thread."""
+    held: Mapping[str, Sequence[Message]] = field(default_factory=dict[str, Sequence[Message]])
+    """Per thread, unobserved messages the caller already holds (in seq order, from an earlier
+    snapshot): the store reads only what comes after them (see ``snapshot.reusable``)."""
+    resource_metadata: bool = True
+    """Read the resource's metadata too (working memory in resource scope needs it)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Commit:
+    """One change of the head record with what the cycle produced, in one transaction."""
+
+    key: str
+    record_id: str
+    expected_version: int
+    change: Change
+    groups: Sequence[ObservationGroup] = ()
+    threads: Sequence[ThreadPatch] = ()
+    resource: ResourcePatch | None = None
+    reload: Subject | None = None
+    """Read this subject's snapshot after the change, in the same transaction."""
+    held: Mapping[str, Sequence[Message]] = field(default_factory=dict[str, Sequence[Message]])
+    """As for :class:`LoadRequest`, for the reload."""
+    resource_metadata: bool = True
+    """As for :class:`LoadRequest`, for the reload."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommitResult:
+    record: OMRecord
+    """The head after the change (a new generation after ``StartGeneration``)."""
+    threads: tuple[ThreadChange, ...] = ()
+    snapshot: Snapshot | None = None
+    """Set when the commit asked for ``reload``."""

@@ -1,0 +1,208 @@
+"""SQLStore: the Store protocol over SQL, shared by SQLite and PostgreSQL.
+
+Every method is one flow (:mod:`obsmem.stores.flows`) run by the store's driver in one
+transaction: one round trip from the caller's point of view. The driver is the only thing that
+differs between the two SQL stores: how it connects, how it runs a transaction and which
+placeholder style it speaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from ..messages import Message, utcnow
+from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..snapshot import Snapshot
+from . import flows
+from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadPatch
+from .flows import Flow
+from .rows import RecordCache
+
+__all__ = ["Driver", "SQLStore"]
+
+T = TypeVar("T")
+
+
+class Driver(Protocol):
+    """Connections, transactions and placeholder style for one SQL database."""
+
+    pgvector: bool
+    """The database ranks vectors itself (PostgreSQL with the pgvector extension)."""
+
+    async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
+        """Run ``make(write)`` in one transaction (a write transaction when ``write``); when a
+        read flow raises ``flows.NeedsWrite``, run ``make(True)`` in a write transaction.
+        ``quick``: a turn's load or a cycle's commit, a few indexed statements."""
+        ...
+
+    async def schema_version(self) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class SQLStore:
+    """Threads, messages and memory state in a SQL database reached through ``driver``."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self._records = RecordCache()
+
+    async def _read(self, make: Callable[[], Flow[T]]) -> T:
+        return await self._driver.run(lambda _: make(), write=False)
+
+    async def _write(self, make: Callable[[], Flow[T]]) -> T:
+        return await self._driver.run(lambda _: make(), write=True)
+
+    async def schema_version(self) -> int:
+        """How many migrations the database has had."""
+        return await self._driver.schema_version()
+
+    async def aclose(self) -> None:
+        await self._driver.aclose()
+
+    # -- threads -------------------------------------------------------------------------------
+
+    async def get_thread(self, thread_id: str) -> Thread | None:
+        return await self._read(lambda: flows.get_thread(thread_id))
+
+    async def create_thread(
+        self,
+        thread_id: str,
+        resource_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        return await self._write(
+            lambda: flows.create_thread(
+                thread_id, resource_id, now=utcnow(), title=title, metadata=metadata
+            )
+        )
+
+    async def list_threads(self, resource_id: str) -> list[Thread]:
+        return await self._read(lambda: flows.list_threads(resource_id))
+
+    async def list_resources(self) -> list[str]:
+        return await self._read(lambda: flows.list_resources())
+
+    async def update_thread(
+        self,
+        thread_id: str,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Thread:
+        patch = ThreadPatch(
+            thread_id=thread_id,
+            title=title,
+            set=tuple(((k,), v) for k, v in (metadata or {}).items()),
+        )
+        change = await self._write(lambda: flows.patch_thread(patch, now=utcnow()))
+        return change.after
+
+    async def get_resource(self, resource_id: str) -> dict[str, Any]:
+        return await self._read(lambda: flows.get_resource(resource_id))
+
+    async def update_resource(
+        self, resource_id: str, metadata: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        patch = ResourcePatch(
+            resource_id=resource_id, set=tuple(((k,), v) for k, v in metadata.items())
+        )
+        return await self._write(lambda: flows.patch_resource(patch, now=utcnow()))
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        return await self._write(lambda: flows.append_messages(thread_id, messages, now=utcnow()))
+
+    async def list_messages(
+        self,
+        thread_id: str,
+        *,
+        after_seq: int = 0,
+        through_seq: int | None = None,
+        limit: int | None = None,
+        newest_first: bool = False,
+    ) -> list[Message]:
+        return await self._read(
+            lambda: flows.list_messages(
+                thread_id,
+                after_seq=after_seq,
+                through_seq=through_seq,
+                limit=limit,
+                newest_first=newest_first,
+            )
+        )
+
+    async def get_messages(self, ids: Sequence[str], *, resource_id: str) -> list[Message]:
+        return await self._read(lambda: flows.get_messages(ids, resource_id=resource_id))
+
+    # -- memory --------------------------------------------------------------------------------
+
+    async def load(self, request: LoadRequest) -> Snapshot:
+        now = utcnow()
+        return await self._driver.run(
+            lambda write: flows.load(request, now=now, write=write, records=self._records),
+            write=bool(request.append or request.patches),
+            quick=True,
+        )
+
+    async def commit(self, change: Commit) -> CommitResult:
+        return await self._driver.run(
+            lambda _: flows.commit(change, now=utcnow(), records=self._records),
+            write=True,
+            quick=True,
+        )
+
+    async def get_record(self, key: str) -> OMRecord | None:
+        return await self._read(lambda: flows.get_head(key, records=self._records))
+
+    async def history(
+        self, key: str, *, limit: int | None = None, offset: int = 0
+    ) -> list[OMRecord]:
+        return await self._read(lambda: flows.history(key, limit=limit, offset=offset))
+
+    async def clear(self, key: str) -> None:
+        await self._write(lambda: flows.clear(key, pgvector=self._driver.pgvector))
+
+    # -- observation groups --------------------------------------------------------------------
+
+    async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
+        if embeddings:
+            await self._write(
+                lambda: flows.put_embeddings(embeddings, pgvector=self._driver.pgvector)
+            )
+
+    async def search_embeddings(
+        self,
+        resource_id: str,
+        vector: Sequence[float],
+        *,
+        model: str,
+        thread_id: str | None = None,
+        after: datetime | None = None,
+        before: datetime | None = None,
+        limit: int = 10,
+    ) -> list[tuple[ObservationGroup, float]]:
+        return await self._read(
+            lambda: flows.search_embeddings(
+                resource_id,
+                vector,
+                model=model,
+                thread_id=thread_id,
+                after=after,
+                before=before,
+                limit=limit,
+                pgvector=self._driver.pgvector,
+            )
+        )
+
+    async def list_observation_groups(
+        self, resource_id: str, *, thread_id: str | None = None
+    ) -> list[ObservationGroup]:
+        return await self._read(
+            lambda: flows.list_observation_groups(resource_id, thread_id=thread_id)
+        )

@@ -1,0 +1,183 @@
+"""What the engine shows from a snapshot: the actor's context, the status event, and whether the
+actor's prompt cache is already lost. Pure functions of (snapshot, options, time)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, tzinfo
+from typing import Any, cast
+
+from .context import ContextInput, build_context
+from .cycles import META_CURRENT_TASK, META_EXTRACTED, META_LAST_MODEL, META_SUGGESTED_RESPONSE
+from .events import StatusEvent
+from .messages import Message
+from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
+from .options import ResolvedOptions
+from .planner import activation_count
+from .recall import recall_guidance
+from .snapshot import Snapshot
+from .window import ThreadWindow
+from .working_memory import WorkingMemory, stored_working_memory, working_memory_message
+
+__all__ = ["CacheSignals", "actor_context", "cache_signals", "model_label", "status_event"]
+
+
+def actor_context(
+    snapshot: Snapshot,
+    options: ResolvedOptions,
+    *,
+    now: datetime,
+    tz: tzinfo,
+    working_memory: WorkingMemory | None,
+) -> list[Message]:
+    """The messages the actor gets from ``snapshot`` (after the caller's own instructions)."""
+    meta = snapshot.thread_metadata
+    hints = options.observation.continuation_hints
+    return build_context(
+        ContextInput(
+            observations=snapshot.record.observations,
+            now=now,
+            tz=tz,
+            current_task=meta.get(META_CURRENT_TASK) if hints.current_task else None,
+            suggested_response=(
+                meta.get(META_SUGGESTED_RESPONSE) if hints.suggested_response else None
+            ),
+            extracted=_shared_values(options, meta),
+            raw_messages=snapshot.main.unobserved,
+            other_threads=[(t.id, t.unobserved) for t in snapshot.threads[1:] if t.unobserved],
+            retrieval_instructions=recall_guidance(options.retrieval),
+            temporal_markers=options.temporal_markers,
+            working_memory=_working_memory(snapshot, options, working_memory),
+        )
+    )
+
+
+def _working_memory(
+    snapshot: Snapshot, options: ResolvedOptions, wm: WorkingMemory | None
+) -> Message | None:
+    if wm is None:
+        return None
+    content = stored_working_memory(
+        wm, thread_metadata=snapshot.thread_metadata, resource_metadata=snapshot.resource_metadata
+    )
+    return working_memory_message(
+        content if content is not None else wm.blank(),
+        managed=options.observation.manage_working_memory,
+    )
+
+
+def _shared_values(options: ResolvedOptions, meta: Mapping[str, Any]) -> dict[str, Any]:
+    """Stored values of the extractors that share them (``include_previous_extraction``)."""
+    stored = meta.get(META_EXTRACTED)
+    if not isinstance(stored, Mapping):
+        return {}
+    values = cast(Mapping[str, Any], stored)
+    out: dict[str, Any] = {}
+    for extractor in (*options.observation.extract, *options.reflection.extract):
+        slug = extractor.slug
+        if extractor.include_previous_extraction and values.get(slug) is not None:
+            out[slug] = values[slug]
+    return out
+
+
+def status_event(
+    snapshot: Snapshot,
+    windows: Sequence[ThreadWindow],
+    options: ResolvedOptions,
+    *,
+    threshold: int,
+    buffering: bool,
+    reflecting: bool,
+) -> StatusEvent:
+    """``data-om-status`` for ``snapshot``: the windows against their thresholds, what is
+    buffered and what activation would remove, the buffered reflection, what runs here."""
+    record = snapshot.record
+    pending = sum(w.total for w in windows)
+    chunk_tokens = [c.message_tokens for c in record.chunks]
+    floor = options.observation.retention_floor or 0
+    projected = sum(
+        chunk_tokens[
+            : activation_count(
+                chunk_tokens,
+                pending_tokens=max(pending, threshold),
+                retention_floor=floor,
+                force_max=False,
+            )
+        ]
+    )
+    br = record.buffered_reflection
+    return StatusEvent(
+        record_id=record.id,
+        thread_id=snapshot.subject.thread_id,
+        resource_id=snapshot.subject.resource_id,
+        generation=record.generation,
+        message_tokens=pending,
+        message_threshold=threshold,
+        observation_tokens=record.observation_tokens,
+        observation_threshold=options.reflection.observation_tokens,
+        buffered_chunks=len(record.chunks),
+        buffered_message_tokens=min(sum(chunk_tokens), pending),
+        projected_message_removal=projected,
+        buffered_observation_tokens=sum(c.token_count for c in record.chunks),
+        buffering_status="running" if buffering else "idle",
+        buffered_reflection_tokens=br.token_count if br else 0,
+        buffered_reflection_input_tokens=br.input_tokens if br else 0,
+        reflection_status="running" if reflecting else "complete" if br else "idle",
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheSignals:
+    """Whether the actor's prompt cache is already lost (idle too long, model changed)."""
+
+    observation_idle: bool = False
+    reflection_idle: bool = False
+    provider_changed: bool = False
+    last_activity_at: datetime | None = None
+    previous_model: str | None = None
+    current_model: str | None = None
+
+
+def cache_signals(
+    snapshot: Snapshot, options: ResolvedOptions, actor_model: ModelSpec | None, *, now: datetime
+) -> CacheSignals:
+    """The cache signals at ``now``: the actor's model against the one the thread last saw, and
+    how long since the assistant last spoke against the idle settings."""
+    obs, ref = options.observation, options.reflection
+    current = model_label(actor_model) if actor_model is not None else None
+    previous = snapshot.thread_metadata.get(META_LAST_MODEL) if current else None
+    last = snapshot.last_reply_at
+    idle_ms = (now - last).total_seconds() * 1000 if last is not None else None
+    return CacheSignals(
+        current_model=current,
+        previous_model=previous,
+        provider_changed=bool(
+            obs.activate_on_provider_change
+            and current is not None
+            and previous is not None
+            and previous != current
+        ),
+        last_activity_at=last,
+        observation_idle=_expired(obs.activate_after_idle, idle_ms, actor_model),
+        reflection_idle=_expired(ref.activate_after_idle, idle_ms, actor_model),
+    )
+
+
+def _expired(
+    setting: int | str | None, idle_ms: float | None, actor_model: ModelSpec | None
+) -> bool:
+    if setting is None or idle_ms is None:
+        return False
+    if setting == "auto":
+        if actor_model is None:
+            return False
+        return idle_ms >= prompt_cache_ttl_ms(actor_model)
+    return idle_ms >= float(setting)
+
+
+def model_label(model: ModelSpec) -> str:
+    """``provider/model`` for a spec (the name alone when the provider cannot be told)."""
+    provider = provider_of(model)
+    name = model_id_of(model)
+    return f"{provider}/{name}" if provider else name

@@ -1,0 +1,148 @@
+"""Schema migrations: a database written by an earlier obsmem keeps its memory; a database
+written by a newer one is refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obsmem.errors import StoreError
+from obsmem.messages import utcnow
+from obsmem.records import BufferedChunk, MessageRange
+from obsmem.stores import PostgresStore, SQLiteStore, Store
+from obsmem.stores import schema as sql
+from obsmem.stores.codec import chunk_to_dict, dt_to_text, dumps
+
+from .invariants import assert_record_invariants
+from .ops import open_record
+
+NOW = dt_to_text(utcnow())
+
+
+def _chunk(n: int, first: int, last: int) -> BufferedChunk:
+    return BufferedChunk(
+        id=f"chunk-{n}",
+        cycle_id=f"cycle-{n}",
+        observations=f"* chunk {n}",
+        token_count=3,
+        message_tokens=100 * n,
+        ranges=(MessageRange(thread_id="t1", first_seq=first, last_seq=last),),
+        created_at=utcnow(),
+        current_task=f"task {n}",
+    )
+
+
+def _version_3(execute: Callable[[str, tuple[Any, ...]], object]) -> None:
+    """A database as obsmem 0.1 left it: schema 3, a thread of four messages, a retired and a
+    head record, two chunks in ``om_chunks``."""
+    for script in sql.MIGRATION_SCRIPTS[:3]:
+        for statement in sql.statements(script):
+            execute(statement, ())
+    execute(
+        "INSERT INTO threads VALUES (?, ?, ?, ?, ?, ?, ?)", ("t1", "r1", None, "{}", 4, NOW, NOW)
+    )
+    for seq in range(1, 5):
+        execute(
+            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (f"m{seq}", "t1", "r1", seq, "user", '[{"kind":"text","text":"hi"}]', "{}", NOW),
+        )
+    for record_id, generation, superseded_by in (("old", 0, "head"), ("head", 1, None)):
+        execute(
+            f"INSERT INTO om_records VALUES ({', '.join('?' * 19)})",
+            (
+                record_id,
+                "thread:t1",
+                "thread",
+                "t1",
+                "r1",
+                generation,
+                "initial" if generation == 0 else "reflection",
+                3,
+                "* observed",
+                2,
+                '{"t1": 1}',
+                None,
+                500,
+                7,
+                100,
+                superseded_by,
+                '{"unused": true}',
+                NOW,
+                NOW,
+            ),
+        )
+    for position, chunk in enumerate([_chunk(1, 2, 3), _chunk(2, 4, 4)]):
+        execute(
+            "INSERT INTO om_chunks VALUES (?, ?, ?, ?, ?)",
+            ("thread:t1", position, chunk.id, chunk.cycle_id, dumps(chunk_to_dict(chunk))),
+        )
+
+
+async def _check_migrated(store: Store) -> None:
+    head = await store.get_record("thread:t1")
+    assert head is not None
+    assert head.id == "head"
+    assert [c.id for c in head.chunks] == ["chunk-1", "chunk-2"]
+    assert head.chunks[0].current_task == "task 1"
+    assert head.chunks[1].ranges[0].first_seq == 4
+    assert head.total_tokens_observed == 100
+    [_, old] = await store.history("thread:t1")
+    assert old.chunks == ()  # chunks belong to the head only
+    await assert_record_invariants(store, "thread:t1")
+    assert (await open_record(store)).id == "head"
+
+
+async def test_sqlite_moves_chunks_into_the_head_row(tmp_path: Path) -> None:
+    path = tmp_path / "v3.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    _version_3(conn.execute)
+    conn.execute("PRAGMA user_version = 3")
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        await _check_migrated(store)
+        assert await store.schema_version() == sql.SCHEMA_VERSION
+    finally:
+        await store.aclose()
+    conn = sqlite3.connect(path)
+    columns = {row[1] for row in conn.execute("PRAGMA table_info(om_records)")}
+    tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    conn.close()
+    assert "chunks" in columns
+    assert not columns & {"pending_message_tokens", "last_buffered_at_tokens", "metadata"}
+    assert "om_chunks" not in tables
+
+
+async def test_postgres_moves_chunks_into_the_head_row(postgres_dsn: str) -> None:
+    import psycopg
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        _version_3(lambda q, p: conn.execute(q.replace("?", "%s"), p))  # type: ignore[arg-type]
+        conn.execute("CREATE TABLE obsmem_schema (version INTEGER PRIMARY KEY, applied_at TEXT)")
+        conn.execute("INSERT INTO obsmem_schema VALUES (1, ''), (2, ''), (3, '')")
+    store = PostgresStore(postgres_dsn)
+    try:
+        await _check_migrated(store)
+        assert await store.schema_version() == sql.SCHEMA_VERSION
+    finally:
+        await store.aclose()
+
+
+async def test_sqlite_refuses_a_database_from_a_newer_obsmem(tmp_path: Path) -> None:
+    path = tmp_path / "future.db"
+    store = SQLiteStore(path)
+    await store.list_resources()
+    await store.aclose()
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute(f"PRAGMA user_version = {sql.SCHEMA_VERSION + 1}")
+    conn.close()
+    store = SQLiteStore(path)
+    try:
+        with pytest.raises(StoreError, match="newer than this obsmem understands"):
+            await store.list_resources()
+    finally:
+        await store.aclose()
