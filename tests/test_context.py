@@ -8,6 +8,7 @@ import pytest
 
 from obsmem.context import (
     CONTINUATION_REMINDER,
+    INTERRUPTED,
     MEMORY_PREAMBLE,
     ContextInput,
     build_context,
@@ -227,15 +228,59 @@ def test_temporal_markers_off_by_default() -> None:
     assert build_context(ctx(observations="", raw_messages=messages)) == messages
 
 
-def test_orphaned_tool_result_is_a_caller_bug() -> None:
-    orphan = Message(
-        role="tool",
-        id="tool-1",
-        parts=(ToolResultPart(tool_call_id="call-9", tool_name="search", content="ok"),),
-        created_at=T0,
+def _call(call_id: str, minutes: float, **meta: Any) -> Message:
+    return Message(
+        role="assistant",
+        id=f"call-{call_id}",
+        parts=(ToolCallPart(tool_call_id=call_id, tool_name="search", metadata=meta),),
+        created_at=T0 + timedelta(minutes=minutes),
     )
-    with pytest.raises(ValueError, match=r"tool-1.*call-9"):
-        build_context(ctx(raw_messages=[orphan, raw("user", "x", 1)]))
+
+
+def _result(call_id: str, minutes: float) -> Message:
+    return Message(
+        role="tool",
+        id=f"result-{call_id}",
+        parts=(ToolResultPart(tool_call_id=call_id, tool_name="search", content="hits"),),
+        created_at=T0 + timedelta(minutes=minutes),
+    )
+
+
+def test_an_orphaned_tool_result_is_shown_as_text() -> None:
+    orphan = _result("call-9", 0)
+    out = build_context(ctx(raw_messages=[orphan, raw("user", "x", 1)]))
+    shown = out[-2]
+    assert shown.id == orphan.id
+    assert shown.role == "user"
+    assert not any(isinstance(p, ToolResultPart) for p in shown.parts)
+    assert "Tool result of search (call call-9" in shown.text
+    assert "hits" in shown.text
+    assert tool_pairs_complete(out)
+
+
+def test_an_interrupted_call_is_answered_and_a_pending_one_is_left_open() -> None:
+    interrupted = _call("c1", 0)
+    later = raw("user", "never mind that, something else", 1)
+    pending = _call("c2", 2)
+    out = build_context(ctx(raw_messages=[interrupted, later, pending]))
+    assert [m.id for m in out[-4:]] == [
+        "call-c1",
+        "obsmem-interrupted-call-c1",
+        later.id,
+        "call-c2",
+    ]
+    [answer] = out[-3].parts
+    assert isinstance(answer, ToolResultPart)
+    assert (answer.tool_call_id, answer.is_error) == ("c1", True)
+    assert answer.content == INTERRUPTED
+    assert out[-3].metadata["obsmem"]["synthetic"] == "interrupted_tool_calls"
+
+
+def test_a_deferred_call_waits_wherever_it_is() -> None:
+    waiting = _call("c1", 0, obsmem={"deferred": True})
+    out = build_context(ctx(raw_messages=[waiting, raw("user", "any news?", 1)]))
+    assert [m.id for m in out[-2:]] == ["call-c1", out[-1].id]
+    assert not any(m.id.startswith("obsmem-interrupted") for m in out)
 
 
 def test_tool_pairs_complete() -> None:

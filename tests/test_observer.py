@@ -151,32 +151,73 @@ def test_tool_calls_and_results() -> None:
     )
 
 
+def test_a_call_observed_without_its_result_is_marked_interrupted() -> None:
+    messages = [
+        msg("assistant", at(4, 14, 30), ToolCallPart(tool_call_id="c1", tool_name="browse")),
+        msg("user", at(4, 14, 35), "Forget the page, what about dinner?"),
+    ]
+    assert render(messages) == (
+        "Dec 4 2025:\n"
+        "Tool Call browse (2:30 PM): {}\n"
+        "Tool Result browse: [interrupted: no result was recorded]\n"
+        "User (2:35 PM): Forget the page, what about dinner?"
+    )
+
+
+def _marker(message: Message, index: int, left_out: int, offset: int) -> str:
+    return (
+        f'… [{left_out:,} characters left out here: recall cursor="{message.id}" '
+        f'part_index={index} char_offset={offset} detail="high" reads them] …'
+    )
+
+
 @pytest.mark.parametrize(
-    ("content", "cap", "shown"),
+    ("content", "cap", "head", "tail", "left_out", "offset"),
     [
-        ("one two three four five", 3, "one two three … [truncated]"),
-        ("one two three", 3, "one two three"),
-        ("one two three four", 0, "… [truncated]"),
-        ({"a": "b c d e"}, 2, '{"a":"b c … [truncated]'),
+        # 23 characters, 5 words: a cap of 3 keeps 13 characters, 8 from the start, 5 from the end.
+        ("one two three four five", 3, "one two", "five", 10, 8),
+        # As JSON: 15 characters, 4 words; a cap of 2 keeps 7, 4 from the start, 3 from the end.
+        ({"a": "b c d e"}, 2, '{"a"', 'e"}', 8, 4),
+        ("one two three four", 0, "", "", 18, 0),
     ],
 )
-def test_long_tool_results_are_capped(content: object, cap: int, shown: str) -> None:
+def test_long_tool_results_show_head_tail_and_where_to_read_the_rest(
+    content: object, cap: int, head: str, tail: str, left_out: int, offset: int
+) -> None:
     result = ToolResultPart(tool_call_id="c1", tool_name="read", content=content)
-    text, _ = render_transcript(
-        [msg("tool", at(4, 9, 0), result)], tz=UTC, estimator=WordEstimator(), tool_result_cap=cap
-    )
+    message = msg("tool", at(4, 9, 0), result)
+    text, _ = render_transcript([message], tz=UTC, estimator=WordEstimator(), part_cap=cap)
+    shown = " ".join(x for x in (head, _marker(message, 0, left_out, offset), tail) if x)
     assert text == f"Dec 4 2025:\nTool Result read: {shown}"
 
 
-def test_default_cap_is_5000_tokens() -> None:
-    long = " ".join(f"w{i}" for i in range(6000))
-    result = ToolResultPart(tool_call_id="c1", tool_name="read", content=long)
+def test_parts_within_the_cap_are_shown_whole() -> None:
+    result = ToolResultPart(tool_call_id="c1", tool_name="read", content="one two three")
     text, _ = render_transcript(
-        [msg("tool", at(4, 9, 0), result)], tz=UTC, estimator=WordEstimator()
+        [msg("tool", at(4, 9, 0), result)], tz=UTC, estimator=WordEstimator(), part_cap=3
     )
-    shown = text.split("Tool Result read: ", 1)[1]
-    assert shown.endswith(" … [truncated]")
-    assert shown.removesuffix(" … [truncated]") == " ".join(f"w{i}" for i in range(5000))
+    assert text == "Dec 4 2025:\nTool Result read: one two three"
+
+
+def test_every_kind_of_part_is_capped_at_5000_tokens_by_default() -> None:
+    long = " ".join(f"w{i}" for i in range(6000))
+    message = msg(
+        "assistant",
+        at(4, 9, 0),
+        long,
+        ReasoningPart(text=long),
+        ToolCallPart(tool_call_id="c1", tool_name="write", args=long),
+        ToolResultPart(tool_call_id="c1", tool_name="write", content=long),
+    )
+    text, _ = render_transcript([message], tz=UTC, estimator=WordEstimator())
+    lines = text.splitlines()[1:]
+    starts = ("Assistant (9:00 AM): w0", "Reasoning: w0", "Tool Call write (9:00 AM): w0")
+    assert [ln.startswith(start) for ln, start in zip(lines, starts, strict=False)] == [True] * 3
+    assert lines[3].startswith("Tool Result write: w0")
+    for index, line in enumerate(lines):
+        assert f'recall cursor="{message.id}" part_index={index}' in line
+        assert len(line.split()) < 5_100  # ~5,000 words of 6,000 and the marker
+        assert line.rstrip().endswith("w5999")  # the tail is kept
 
 
 def test_images_and_files_get_numbered_placeholders_and_the_filter_picks_attachments() -> None:
@@ -255,6 +296,7 @@ def test_multi_thread_transcript() -> None:
         "User (9:00 AM): first\n"
         "Image: [Image #1: board.png]\n"
         'Tool Call lookup (9:00 AM): {"k":1}\n'
+        "Tool Result lookup: [interrupted: no result was recorded]\n"
         "</thread>\n"
         "\n"
         '<thread id="t2">\n'

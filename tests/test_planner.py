@@ -435,6 +435,7 @@ def _window(
     first_seq: int = 1,
     open_call_at: int | None = None,
     result_at: int | None = None,
+    deferred: bool = False,
 ) -> ThreadWindow:
     """A window of messages with these token counts (seq from ``first_seq``); optionally a tool
     call at index ``open_call_at`` answered at index ``result_at``."""
@@ -442,7 +443,8 @@ def _window(
     for i, _ in enumerate(tokens):
         parts: tuple[Any, ...] = (TextPart(text=f"m{i}"),)
         if i == open_call_at:
-            parts = (ToolCallPart(tool_call_id="c1", tool_name="search"),)
+            marks = {"obsmem": {"deferred": True}} if deferred else {}
+            parts = (ToolCallPart(tool_call_id="c1", tool_name="search", metadata=marks),)
         if i == result_at:
             parts = (ToolResultPart(tool_call_id="c1", tool_name="search", content="hit"),)
         messages.append(
@@ -485,8 +487,16 @@ def test_chunk_slice_never_splits_a_tool_call_from_its_result() -> None:
     # The interval would end right after the call (seq 6): the chunk runs on to its result.
     window = _window([1_000] * 10, open_call_at=5, result_at=7)
     assert _seqs(chunk_slice(DEFAULTS, window, observation_tokens=0)) == list(range(1, 9))
-    pending = _window([1_000] * 8, open_call_at=0)  # a call still waiting: nothing safe to cut
-    assert chunk_slice(DEFAULTS, pending, observation_tokens=0, idle=True) is None
+    # A call of the latest step still waits for its result: the chunk stops before it.
+    pending = _window([1_000] * 8, open_call_at=7)
+    assert _seqs(chunk_slice(DEFAULTS, pending, observation_tokens=0, idle=True)) == list(
+        range(1, 8)
+    )
+    # An older call that never got its result was interrupted: it binds nothing.
+    interrupted = _window([1_000] * 8, open_call_at=0)
+    assert _seqs(chunk_slice(DEFAULTS, interrupted, observation_tokens=0, idle=True)) == list(
+        range(1, 9)
+    )
 
 
 def test_chunk_slice_without_buffering() -> None:
@@ -588,5 +598,9 @@ def test_sync_batches_keep_tool_pairs_together() -> None:
     window = _window([1_000] * 6, open_call_at=2, result_at=4)
     [batch] = sync_batches([window], keep_tokens=3_500, protect={}, cap=30_000)
     assert _seqs(batch) == [1, 2, 3, 4, 5]  # not cut after 3 or 4: the call waits for its result
-    pending = _window([1_000] * 6, open_call_at=0)
-    assert sync_batches([pending], keep_tokens=0, protect={}, cap=30_000) == []
+    pending = _window([1_000] * 6, open_call_at=5)
+    [batch] = sync_batches([pending], keep_tokens=0, protect={}, cap=30_000)
+    assert _seqs(batch) == [1, 2, 3, 4, 5]  # the latest step's call waits for its result
+    deferred = _window([1_000] * 6, open_call_at=1, deferred=True)
+    [batch] = sync_batches([deferred], keep_tokens=0, protect={}, cap=30_000)
+    assert _seqs(batch) == [1]  # an approval pending across turns is held back too

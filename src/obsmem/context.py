@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 
@@ -38,14 +38,17 @@ from .messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from .window import pending_calls
 
 __all__ = [
     "CONTINUATION_REMINDER",
+    "INTERRUPTED",
     "MEMORY_PREAMBLE",
     "OTHER_CONVERSATIONS_INTRO",
     "TEMPORAL_GAP_THRESHOLD",
     "ContextInput",
     "build_context",
+    "close_tool_pairs",
     "split_log_segments",
     "tool_pairs_complete",
     "with_temporal_markers",
@@ -108,6 +111,89 @@ class ContextInput:
     working_memory: Message | None = None
     """The working-memory message, shown after the log and its values, before the raw
     messages."""
+    pending_calls: frozenset[str] | None = None
+    """Tool calls of the raw messages still waiting for their result (``window.pending_calls``;
+    taken from the raw messages when None)."""
+
+
+INTERRUPTED = (
+    "[interrupted: this call got no result; the run that made it ended before the tool answered]"
+)
+"""The answer shown for a tool call that was interrupted (it will never get a result)."""
+
+
+def close_tool_pairs(
+    raw: Sequence[Message], pending: frozenset[str] | None = None
+) -> list[Message]:
+    """``raw`` as every provider accepts it, nothing stored changed.
+
+    - A tool call that will get no result (interrupted: not among ``pending``, the calls of the
+      latest step still waiting) is answered by a synthetic result saying so, right after it.
+    - A tool result whose call is not among the raw messages (an orphan) is shown as text, in
+      a user message when nothing else of its message is a tool result.
+    """
+    pending = pending_calls(raw) if pending is None else pending
+    answered = {p.tool_call_id for m in raw for p in m.parts if isinstance(p, ToolResultPart)}
+    called: set[str] = set()
+    out: list[Message] = []
+    for message in raw:
+        message = _orphans_as_text(message, called)
+        out.append(message)
+        missing = [
+            p
+            for p in message.parts
+            if isinstance(p, ToolCallPart)
+            and p.tool_call_id not in answered
+            and p.tool_call_id not in pending
+        ]
+        called |= {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
+        if missing:
+            out.append(_interrupted_results(message, missing))
+    return out
+
+
+def _orphans_as_text(message: Message, called: set[str]) -> Message:
+    if not any(
+        isinstance(p, ToolResultPart) and p.tool_call_id not in called for p in message.parts
+    ):
+        return message
+    parts: list[Part] = []
+    for part in message.parts:
+        if isinstance(part, ToolResultPart) and part.tool_call_id not in called:
+            content = part.content if isinstance(part.content, str) else _json(part.content)
+            label = "error" if part.is_error else "result"
+            parts.append(
+                TextPart(
+                    text=f"[Tool {label} of {part.tool_name} (call {part.tool_call_id}, whose "
+                    f"call is not in this conversation's recent messages): {content}]"
+                )
+            )
+            parts.extend(part.attachments)
+        else:
+            parts.append(part)
+    keeps_results = any(isinstance(p, ToolResultPart) for p in parts)
+    role = message.role if keeps_results or message.role != "tool" else "user"
+    return replace(message, role=role, parts=tuple(parts))
+
+
+def _interrupted_results(message: Message, calls: Sequence[ToolCallPart]) -> Message:
+    return Message(
+        role="tool",
+        parts=tuple(
+            ToolResultPart(
+                tool_call_id=c.tool_call_id,
+                tool_name=c.tool_name,
+                content=INTERRUPTED,
+                is_error=True,
+            )
+            for c in calls
+        ),
+        id=f"obsmem-interrupted-{message.id}",
+        created_at=message.created_at,
+        thread_id=message.thread_id,
+        resource_id=message.resource_id,
+        metadata={"obsmem": {"synthetic": "interrupted_tool_calls"}},
+    )
 
 
 def tool_pairs_complete(messages: Sequence[Message]) -> bool:
@@ -232,23 +318,13 @@ def build_context(inp: ContextInput) -> list[Message]:
     """The messages the actor sees this turn: memory messages, then the raw messages.
 
     With an empty log there are no memory messages, except the retrieval instructions on
-    their own when they are given and, in resource scope, the other conversations. Raises
-    ``ValueError`` when a raw tool result has no tool call before it: the caller cut a
-    tool-call pair in two.
+    their own when they are given and, in resource scope, the other conversations. Every tool
+    call in the raw messages is sent with its result (:func:`close_tool_pairs`), so no provider
+    refuses the request.
     """
-    orphan = _first_orphan(inp.raw_messages)
-    if orphan is not None:
-        message, part = orphan
-        raise ValueError(
-            f"raw message {message.id} holds the result of tool call {part.tool_call_id!r} "
-            f"({part.tool_name}) but the call is not among the raw messages; keep tool-call "
-            "pairs together when choosing which messages to observe"
-        )
-    raw = (
-        with_temporal_markers(inp.raw_messages, inp.tz)
-        if inp.temporal_markers
-        else list(inp.raw_messages)
-    )
+    raw = close_tool_pairs(inp.raw_messages, inp.pending_calls)
+    if inp.temporal_markers:
+        raw = with_temporal_markers(raw, inp.tz)
     out: list[Message] = []
     others = _other_conversations(inp.other_threads)
     if not inp.observations.strip():

@@ -45,7 +45,9 @@ AttachmentFilter = Callable[[str], bool]
 """Called with an attachment's media type; True sends the attachment to the model."""
 
 _ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool"}
-_CUT = "… [truncated]"
+DEFAULT_PART_CAP = 5_000
+"""The most tokens of one part the Observer sees, unless ``observation.max_part_tokens`` says
+otherwise."""
 
 
 def _allow_all(media_type: str) -> bool:
@@ -65,6 +67,9 @@ def _day_header(day: date) -> str:
     return f"{day.strftime('%b')} {day.day} {day.year}:"
 
 
+_INTERRUPTED = "[interrupted: no result was recorded]"
+
+
 class _Renderer:
     """Transcript state shared across threads: attachment numbers and tool calls already seen."""
 
@@ -78,8 +83,12 @@ class _Renderer:
         self.attachments: list[ImagePart | FilePart] = []
         self._number = 0
         self._seen_calls: set[str] = set()
+        self._answered: set[str] = set()
 
     def render(self, messages: Sequence[Message]) -> str:
+        self._answered = {
+            p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)
+        }
         out: list[str] = []
         last_day: date | None = None
         last_time: str | None = None
@@ -109,14 +118,14 @@ class _Renderer:
         label = _ROLE_LABELS[message.role]
         lines: list[str] = []
         open_line = False  # the last line emitted continues the "Role: ..." line
-        for part in message.parts:
+        for index, part in enumerate(message.parts):
             piece: str | None = None
             match part:
                 case TextPart():
-                    piece = part.text
+                    piece = self._cap(part.text, message, index)
                 case ReasoningPart():
                     open_line = False
-                    lines.append(f"Reasoning: {part.text}")
+                    lines.append(f"Reasoning: {self._cap(part.text, message, index)}")
                 case ImagePart() | FilePart():
                     piece = self._attachment(part)
                 case ToolCallPart():
@@ -125,10 +134,14 @@ class _Renderer:
                         continue
                     self._seen_calls.add(part.tool_call_id)
                     args = part.args if isinstance(part.args, str) else _to_json(part.args)
+                    args = self._cap(args, message, index)
                     lines.append(f"Tool Call {part.tool_name}{clock}: {args}")
+                    if part.tool_call_id not in self._answered:
+                        # Observed without a result: the run ended first (it will get none).
+                        lines.append(f"Tool Result {part.tool_name}: {_INTERRUPTED}")
                 case ToolResultPart():
                     open_line = False
-                    lines.append(self._result(part))
+                    lines.append(self._result(part, message, index))
                     lines.extend(self._attachment(a) for a in part.attachments)
                 case _:  # DataPart: stored, never shown to a model
                     continue
@@ -150,25 +163,28 @@ class _Renderer:
             return f"Image: [Image #{self._number}: {part.filename or 'image'}]"
         return f"File: [File #{self._number}: {part.filename or 'file'}]"
 
-    def _result(self, part: ToolResultPart) -> str:
+    def _result(self, part: ToolResultPart, message: Message, index: int) -> str:
         content = part.content
         text = content if isinstance(content, str) else _to_json(content)
         kind = "Tool Error" if part.is_error else "Tool Result"
-        return f"{kind} {part.tool_name}: {self._cap(text)}"
+        return f"{kind} {part.tool_name}: {self._cap(text, message, index)}"
 
-    def _cap(self, text: str) -> str:
-        count = self.estimator.count_text
-        if count(text) <= self.cap:
+    def _cap(self, text: str, message: Message, index: int) -> str:
+        """``text`` when it fits the cap; else its head and tail (two thirds and one third of
+        the cap) around a marker that says how much is left out and how recall fetches it."""
+        tokens = self.estimator.count_text(text)
+        if tokens <= self.cap:
             return text
-        lo, hi = 0, len(text)  # the longest prefix that fits, by bisection
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if count(text[:mid]) <= self.cap:
-                lo = mid
-            else:
-                hi = mid - 1
-        kept = text[:lo].rstrip()
-        return f"{kept} {_CUT}" if kept else _CUT
+        keep = int(len(text) * self.cap / tokens) if tokens else 0
+        head = keep * 2 // 3
+        tail = keep - head
+        left_out = len(text) - head - tail
+        marker = (
+            f'… [{left_out:,} characters left out here: recall cursor="{message.id}" '
+            f'part_index={index} char_offset={head} detail="high" reads them] …'
+        )
+        kept_tail = text[len(text) - tail :] if tail else ""
+        return " ".join(x for x in (text[:head].rstrip(), marker, kept_tail.lstrip()) if x)
 
 
 def _temporal_gap(message: Message) -> str | None:
@@ -185,16 +201,18 @@ def render_transcript(
     *,
     tz: tzinfo,
     estimator: TokenEstimator,
-    tool_result_cap: int = 5_000,
+    part_cap: int = DEFAULT_PART_CAP,
     attachment_filter: AttachmentFilter = _allow_all,
 ) -> tuple[str, list[ImagePart | FilePart]]:
     """The transcript of ``messages`` and the attachments to send with it.
 
     Every image or file gets a numbered placeholder; only attachments whose media type passes
-    ``attachment_filter`` are returned. Tool results over ``tool_result_cap`` tokens are cut.
-    System messages and data parts are left out.
+    ``attachment_filter`` are returned. A part (text, tool arguments, tool result, reasoning)
+    over ``part_cap`` tokens shows its head and tail around a marker naming the recall request
+    that reads the rest; the stored message stays whole. System messages and data parts are
+    left out.
     """
-    renderer = _Renderer(tz=tz, estimator=estimator, cap=tool_result_cap, allow=attachment_filter)
+    renderer = _Renderer(tz=tz, estimator=estimator, cap=part_cap, allow=attachment_filter)
     return renderer.render(messages), renderer.attachments
 
 
@@ -203,14 +221,14 @@ def render_multi_thread_transcript(
     *,
     tz: tzinfo,
     estimator: TokenEstimator,
-    tool_result_cap: int = 5_000,
+    part_cap: int = DEFAULT_PART_CAP,
     attachment_filter: AttachmentFilter = _allow_all,
 ) -> tuple[str, list[ImagePart | FilePart]]:
     """Like :func:`render_transcript`, one ``<thread id="…">`` block per thread.
 
     Attachment numbers run across all threads; date and time headers restart in each block.
     """
-    renderer = _Renderer(tz=tz, estimator=estimator, cap=tool_result_cap, allow=attachment_filter)
+    renderer = _Renderer(tz=tz, estimator=estimator, cap=part_cap, allow=attachment_filter)
     blocks = [
         f'<thread id="{thread_id}">\n{renderer.render(messages)}\n</thread>'
         for thread_id, messages in threads
@@ -247,6 +265,8 @@ class ObserverInput:
     prior_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
     """Earlier extractor values by slug, shown as continuity hints."""
     tz: tzinfo = UTC
+    part_cap: int = DEFAULT_PART_CAP
+    """The most tokens shown of any single part (``observation.max_part_tokens``)."""
 
 
 def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenEstimator) -> str:
@@ -348,11 +368,19 @@ async def observe_exchange(
     multi = bool(inp.threads)
     if multi:
         transcript, attachments = render_multi_thread_transcript(
-            inp.threads, tz=inp.tz, estimator=estimator, attachment_filter=attachment_filter
+            inp.threads,
+            tz=inp.tz,
+            estimator=estimator,
+            part_cap=inp.part_cap,
+            attachment_filter=attachment_filter,
         )
     else:
         transcript, attachments = render_transcript(
-            inp.messages, tz=inp.tz, estimator=estimator, attachment_filter=attachment_filter
+            inp.messages,
+            tz=inp.tz,
+            estimator=estimator,
+            part_cap=inp.part_cap,
+            attachment_filter=attachment_filter,
         )
     request = LLMRequest(
         role="observer",

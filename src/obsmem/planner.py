@@ -396,6 +396,7 @@ def chunk_slice(
         counts,
         at_least=sum(counts) if idle else interval,
         at_most=options.observation.message_tokens,
+        binding=window.binding,
     )
     tokens = sum(counts[:take])
     if take == 0 or (not idle and tokens < buffer_tokens // 2):
@@ -472,7 +473,9 @@ def sync_batches(
         ]
         messages = [m for m, _ in pairs]
         counts = [t for _, t in pairs]
-        take = take_prefix(messages, counts, at_least=min(excess, cap), at_most=cap)
+        take = take_prefix(
+            messages, counts, at_least=min(excess, cap), at_most=cap, binding=w.binding
+        )
         if take:
             tokens = sum(counts[:take])
             batches.append(

@@ -48,8 +48,47 @@ SearchFn = Callable[
 
 LOW_DETAIL_TOKENS = {"text": 100, "tool-call": 20, "tool-result": 20}
 OTHER_PART_TOKENS = 30
-CHARS_PER_TOKEN = 4
 MAX_LIMIT = 20
+DEFAULT_BUDGET = 2_000
+"""The most tokens one recall answer takes from the context."""
+HINT_TOKENS = 120
+"""Kept free for the paging hints that end an answer."""
+MIN_BUDGET = 200
+WINDOW_CHARS_PER_TOKEN = 8
+"""Characters looked at per token of budget when paging a long part (more than any text
+spends per token)."""
+_ESTIMATOR = HeuristicEstimator()
+
+
+def _tokens(text: str) -> int:
+    return _ESTIMATOR.count_text(text)
+
+
+def _fit(text: str, tokens: int) -> str:
+    """The longest start of ``text`` within ``tokens`` (by the estimate; found in a few
+    proportional steps, never by scanning the whole text character by character)."""
+    if tokens <= 0:
+        return ""
+    total = _tokens(text)
+    if total <= tokens:
+        return text
+    size = int(len(text) * tokens / total)
+    for _ in range(8):
+        size = min(size, len(text))
+        count = _tokens(text[:size])
+        if count <= tokens:
+            return text[:size]
+        size = int(size * tokens / count * 0.95)
+    return text[: max(0, size)]
+
+
+def _within(answer: str, budget: int) -> str:
+    """The answer, cut (with a note) if it came out over ``budget`` tokens after all."""
+    if _tokens(answer) <= budget:
+        return answer
+    note = "\n[answer cut to stay within the recall budget; ask for less, or page on]"
+    return _fit(answer, budget - _tokens(note)) + note
+
 
 RECALL_GUIDANCE = """\
 Your notes are a summary. The raw messages behind them are still stored, and the `recall` tool \
@@ -140,11 +179,50 @@ async def recall(
     before: str | None = None,
     after: str | None = None,
     search: SearchFn | None = None,
-    budget: int = 2_000,
+    budget: int = DEFAULT_BUDGET,
 ) -> str:
-    """Run one recall request and render the answer for the model."""
+    """Run one recall request and render the answer for the model, never more than ``budget``
+    tokens whatever is asked (long parts are paged by ``part_index`` and ``char_offset``)."""
+    answer = await _answer(
+        store,
+        boundary,
+        mode=mode,
+        cursor=cursor,
+        page=page,
+        limit=limit,
+        detail=detail,
+        part_index=part_index,
+        char_offset=char_offset,
+        query=query,
+        thread_id=thread_id,
+        before=before,
+        after=after,
+        search=search,
+        budget=max(MIN_BUDGET, budget - HINT_TOKENS),
+    )
+    return _within(answer, budget)
+
+
+async def _answer(
+    store: Store,
+    boundary: RecallBoundary,
+    *,
+    mode: str,
+    cursor: str | None,
+    page: int,
+    limit: int,
+    detail: str,
+    part_index: int | None,
+    char_offset: int,
+    query: str | None,
+    thread_id: str | None,
+    before: str | None,
+    after: str | None,
+    search: SearchFn | None,
+    budget: int,
+) -> str:
     if mode == "threads":
-        return await _threads(store, boundary)
+        return await _threads(store, boundary, budget)
     if mode == "search":
         if search is None:
             return 'Search is not available here: use mode "messages" to page raw messages.'
@@ -208,7 +286,7 @@ async def _thread_in_boundary(
     return thread.id, None
 
 
-async def _threads(store: Store, boundary: RecallBoundary) -> str:
+async def _threads(store: Store, boundary: RecallBoundary, budget: int) -> str:
     if boundary.scope == "thread":
         threads = [t for t in [await store.get_thread(boundary.thread_id)] if t is not None]
     else:
@@ -216,12 +294,19 @@ async def _threads(store: Store, boundary: RecallBoundary) -> str:
     if not threads:
         return "No conversations stored yet."
     lines = [f"{len(threads)} conversation(s):"]
-    for t in sorted(threads, key=lambda t: t.updated_at, reverse=True):
+    used = _tokens(lines[0])
+    ordered = sorted(threads, key=lambda t: t.updated_at, reverse=True)
+    for shown, t in enumerate(ordered):
         current = " (current)" if t.id == boundary.thread_id else ""
-        lines.append(
-            f"- {t.title or 'untitled'}{current}: id {t.id}, {t.message_count} messages, "
-            f"updated {t.updated_at:%Y-%m-%d %H:%M}, created {t.created_at:%Y-%m-%d}"
+        line = (
+            f"- {_fit(t.title or 'untitled', 50)}{current}: id {t.id}, {t.message_count} "
+            f"messages, updated {t.updated_at:%Y-%m-%d %H:%M}, created {t.created_at:%Y-%m-%d}"
         )
+        if used + _tokens(line) > budget:
+            lines.append(f"[{len(ordered) - shown} more conversation(s) left out]")
+            break
+        lines.append(line)
+        used += _tokens(line)
     return "\n".join(lines)
 
 
@@ -256,12 +341,11 @@ async def _page(
     messages = [m for m in messages if any(not isinstance(p, DataPart) for p in m.parts)]
     if not messages:
         return "No more messages in that direction."
-    estimator = HeuristicEstimator()
     out: list[str] = []
     used = 0
     for message in messages:
-        block = _render_message(message, detail)
-        cost = estimator.count_text(block)
+        block = _render_message(message, detail, budget - used)
+        cost = _tokens(block)
         if out and used + cost > budget:
             out.append(
                 f'[output budget reached: continue with recall cursor="{message.id}" page=1]'
@@ -282,23 +366,28 @@ async def _page(
     return "\n\n".join(out)
 
 
-def _render_message(message: Message, detail: str) -> str:
+def _render_message(message: Message, detail: str, budget: int) -> str:
+    """One message, its parts shortened in low detail; in high detail whole as long as the
+    ``budget`` lasts, then cut with the hint that reads on."""
     when = f"{message.created_at:%Y-%m-%d %H:%M:%S}Z"
     header = f"**{message.role} ({when})** [{message.id}] #{message.seq}:"
     lines = [header]
+    left = budget - _tokens(header)
     for index, part in enumerate(message.parts):
         if isinstance(part, DataPart):
             continue
         kind, text = _part_text(part)
-        if detail == "low":
-            cap = LOW_DETAIL_TOKENS.get(kind, OTHER_PART_TOKENS) * CHARS_PER_TOKEN
-            if len(text) > cap:
-                text = (
-                    text[:cap].rstrip()
-                    + f' … [{len(text) - cap} more characters: recall cursor="{message.id}" '
-                    f'part_index={index} detail="high"]'
-                )
-        lines.append(f"  [p{index}] {text}")
+        cap = LOW_DETAIL_TOKENS.get(kind, OTHER_PART_TOKENS) if detail == "low" else max(left, 0)
+        shown = _fit(text, cap)
+        if len(shown) < len(text):
+            shown = (
+                shown.rstrip()
+                + f' … [{len(text) - len(shown)} more characters: recall cursor="{message.id}" '
+                f'part_index={index} char_offset={len(shown)} detail="high"]'
+            )
+        line = f"  [p{index}] {shown}"
+        lines.append(line)
+        left -= _tokens(line)
     return "\n".join(lines)
 
 
@@ -339,15 +428,15 @@ def _one_part(message: Message, index: int, char_offset: int, budget: int) -> st
             else f"Message {message.id} has no readable parts."
         )
     _, text = _part_text(message.parts[index])
-    size = budget * CHARS_PER_TOKEN
-    start = max(0, int(char_offset))
-    chunk = text[start : start + size]
-    more = start + size < len(text)
+    start = min(max(0, int(char_offset)), len(text))
+    # A token is at least one character, so what fits the budget lies in this window.
+    chunk = _fit(text[start : start + budget * WINDOW_CHARS_PER_TOKEN], budget)
+    end = start + len(chunk)
     tail = (
-        f"\n[characters {start}-{start + len(chunk)} of {len(text)}; the rest: recall "
-        f'cursor="{message.id}" part_index={index} char_offset={start + size}]'
-        if more
-        else f"\n[characters {start}-{start + len(chunk)} of {len(text)}: the end of this part]"
+        f"\n[characters {start}-{end} of {len(text)}; the rest: recall "
+        f'cursor="{message.id}" part_index={index} char_offset={end}]'
+        if end < len(text)
+        else f"\n[characters {start}-{end} of {len(text)}: the end of this part]"
     )
     return f"**{message.role}** [{message.id}] part {index}:\n{chunk}{tail}"
 
@@ -355,7 +444,6 @@ def _one_part(message: Message, index: int, char_offset: int, budget: int) -> st
 def _render_hits(hits: Sequence[SearchHit], boundary: RecallBoundary, budget: int) -> str:
     if not hits:
         return "No notes match that query."
-    estimator = HeuristicEstimator()
     out: list[str] = []
     used = 0
     for hit in hits:
@@ -366,9 +454,9 @@ def _render_hits(hits: Sequence[SearchHit], boundary: RecallBoundary, budget: in
         block = (
             f"### {where}, group {g.id} (score {hit.score:.2f})\n"
             f"raw messages {g.start_id} through {g.end_id} (page them with recall "
-            f'cursor="{g.start_id}" page=1)\n{g.observations.strip()}'
+            f'cursor="{g.start_id}" page=1)\n{_fit(g.observations.strip(), budget - used)}'
         )
-        cost = estimator.count_text(block)
+        cost = _tokens(block)
         if out and used + cost > budget:
             out.append(f"[{len(hits) - len(out)} more results left out to stay within budget]")
             break

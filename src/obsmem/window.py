@@ -10,12 +10,23 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
 from .snapshot import Snapshot, Subject
 from .tokens import TokenEstimator
 
-__all__ = ["HeldMessages", "ThreadWindow", "safe_prefix", "take_prefix", "windows_of"]
+__all__ = [
+    "DEFERRED",
+    "HeldMessages",
+    "ThreadWindow",
+    "binding_calls",
+    "is_deferred",
+    "pending_calls",
+    "safe_prefix",
+    "take_prefix",
+    "windows_of",
+]
 
 MAX_HELD_THREADS = 256
 """Most threads whose unobserved messages one engine keeps between steps."""
@@ -30,6 +41,11 @@ class ThreadWindow:
     tokens: tuple[int, ...]
     covered_through: int
     """The seq up to which chunks already cover this thread (≥ the cursor)."""
+
+    @property
+    def binding(self) -> frozenset[str]:
+        """Tool calls no cut may separate from their results (:func:`binding_calls`)."""
+        return binding_calls(self.messages)
 
     @property
     def total(self) -> int:
@@ -134,17 +150,66 @@ class HeldMessages:
         return len(self._messages)
 
 
-def safe_prefix(messages: Sequence[Message]) -> int:
+DEFERRED = "deferred"
+"""``ToolCallPart.metadata["obsmem"]["deferred"] = True`` marks a call that waits on purpose (an
+approval pending across turns): held back while it has no result, wherever it is."""
+
+
+def is_deferred(part: ToolCallPart) -> bool:
+    meta = part.metadata.get("obsmem")
+    return isinstance(meta, dict) and bool(cast(dict[str, Any], meta).get(DEFERRED))
+
+
+def _answered(messages: Sequence[Message]) -> set[str]:
+    return {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
+
+
+def pending_calls(messages: Sequence[Message]) -> frozenset[str]:
+    """Tool calls still waiting for their result in ``messages`` (a thread's unobserved
+    messages, in order): the unanswered calls of the latest step (the last assistant message,
+    while nothing but tool results came after it), and unanswered calls marked deferred. Any
+    other unanswered call was interrupted (an aborted run, a crash): it will get no result."""
+    answered = _answered(messages)
+    pending: set[str] = set()
+    last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=None)
+    if last is not None and all(_only_results(m) for m in messages[last + 1 :]):
+        pending |= {
+            p.tool_call_id
+            for p in messages[last].parts
+            if isinstance(p, ToolCallPart) and p.tool_call_id not in answered
+        }
+    pending |= {
+        p.tool_call_id
+        for m in messages
+        for p in m.parts
+        if isinstance(p, ToolCallPart) and p.tool_call_id not in answered and is_deferred(p)
+    }
+    return frozenset(pending)
+
+
+def _only_results(message: Message) -> bool:
+    return bool(message.parts) and all(isinstance(p, ToolResultPart) for p in message.parts)
+
+
+def binding_calls(messages: Sequence[Message]) -> frozenset[str]:
+    """The tool calls a cut must not separate from their results: those answered in
+    ``messages`` and those still pending. An interrupted call binds nothing."""
+    return frozenset(_answered(messages)) | pending_calls(messages)
+
+
+def safe_prefix(messages: Sequence[Message], binding: frozenset[str] | None = None) -> int:
     """How many leading messages can be cut off without splitting a tool call from its result.
 
-    The answer is the largest n such that every tool call in ``messages[:n]`` has its result in
-    ``messages[:n]``. A call still waiting for its result ends the safe prefix before it.
+    The answer is the largest n such that every binding call in ``messages[:n]`` (answered or
+    pending, :func:`binding_calls`, taken from ``messages`` unless given) has its result in
+    ``messages[:n]``. A pending call ends the safe prefix before it; an interrupted one does not.
     """
+    binding = binding_calls(messages) if binding is None else binding
     open_calls: set[str] = set()
     safe = 0
     for i, message in enumerate(messages, start=1):
         for part in message.parts:
-            if isinstance(part, ToolCallPart):
+            if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
                 open_calls.add(part.tool_call_id)
             elif isinstance(part, ToolResultPart):
                 open_calls.discard(part.tool_call_id)
@@ -154,21 +219,28 @@ def safe_prefix(messages: Sequence[Message]) -> int:
 
 
 def take_prefix(
-    messages: Sequence[Message], tokens: Sequence[int], *, at_least: int, at_most: int | None
+    messages: Sequence[Message],
+    tokens: Sequence[int],
+    *,
+    at_least: int,
+    at_most: int | None,
+    binding: frozenset[str] | None = None,
 ) -> int:
     """How many leading messages to take: enough to reach ``at_least`` tokens (if possible),
     never more than ``at_most`` tokens (if given, unless one message alone is larger), and only
-    at a safe cut point (no tool call split from its result). Returns 0 when no cut is safe."""
+    at a safe cut point (no binding tool call split from its result). Returns 0 when no cut is
+    safe."""
+    binding = binding_calls(messages) if binding is None else binding
     best = 0
     total = 0
-    limit = safe_prefix(messages)
+    limit = safe_prefix(messages, binding)
     open_calls: set[str] = set()
     for i, (message, count) in enumerate(zip(messages[:limit], tokens[:limit], strict=True), 1):
         if at_most is not None and best and total + count > at_most:
             break
         total += count
         for part in message.parts:
-            if isinstance(part, ToolCallPart):
+            if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
                 open_calls.add(part.tool_call_id)
             elif isinstance(part, ToolResultPart):
                 open_calls.discard(part.tool_call_id)

@@ -129,10 +129,15 @@ class MessageFactory:
         _, text = self._text(tokens)
         return Message.assistant(text, created_at=self._tick(timedelta(seconds=30)))
 
-    def tool_call(self) -> tuple[Message, str]:
+    def tool_call(self, *, deferred: bool = False) -> tuple[Message, str]:
+        """A step with one tool call; ``deferred``: its result comes with the next turn's input
+        (an approval pending across turns), so the call is marked as deliberately waiting."""
         self.counter += 1
         call_id = f"call-{self.counter}"
-        part = ToolCallPart(tool_call_id=call_id, tool_name="lookup", args={"q": call_id})
+        meta = {"obsmem": {"deferred": True}} if deferred else {}
+        part = ToolCallPart(
+            tool_call_id=call_id, tool_name="lookup", args={"q": call_id}, metadata=meta
+        )
         message = Message(
             role="assistant", parts=(part,), created_at=self._tick(timedelta(seconds=10))
         )
@@ -161,10 +166,11 @@ class Actor:
         f = self.factory
         if plan.reply == "text":
             return [f.assistant(plan.reply_tokens)]
-        call, call_id = f.tool_call()
         if plan.reply == "pending":
+            call, call_id = f.tool_call(deferred=True)
             self.pending_call = call_id
             return [call]
+        call, call_id = f.tool_call()
         return [call, f.tool_result(call_id, plan.reply_tokens // 2), f.assistant(40)]
 
 

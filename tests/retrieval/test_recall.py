@@ -22,7 +22,7 @@ async def _seed(store: Store) -> None:
     messages = [
         Message(
             role="user" if i % 2 == 0 else "assistant",
-            parts=(TextPart(text=f"alice message {i} " + "detail " * (60 if i == 3 else 2)),),
+            parts=(TextPart(text=f"alice message {i} " + "detail " * (150 if i == 3 else 2)),),
             id=f"a{i}",
             created_at=T0 + timedelta(minutes=i),
         )
@@ -81,9 +81,9 @@ async def test_paging_forward_and_back_from_a_cursor(store: Store) -> None:
 async def test_low_detail_truncates_with_a_hint_that_leads_to_the_full_text(store: Store) -> None:
     await _seed(store)
     low = await recall(store, ALICE, cursor="a3", page=1, limit=1)
-    assert 'more characters: recall cursor="a3" part_index=0 detail="high"' in low
+    assert 'more characters: recall cursor="a3" part_index=0 char_offset=' in low
     tool = await recall(store, ALICE, cursor="a30", page=1, limit=3)
-    assert 'cursor="result" part_index=0 detail="high"' in tool
+    assert 'cursor="result" part_index=0 char_offset=' in tool
     # Follow the hints: the whole tool result comes back in chunks.
     collected = ""
     offset = 0
@@ -144,3 +144,55 @@ async def test_thread_scope_keeps_to_the_current_thread(store: Store) -> None:
     assert "No message 'b1'" in cursor_elsewhere
     allowed = await recall(store, ALICE, thread_id="t2")
     assert "other thread of alice" in allowed
+
+
+async def test_every_mode_and_detail_stays_within_the_budget(store: Store) -> None:
+    """A 240 KB tool result and a 5 MB paste: no answer is ever over its budget, and paging by
+    part and character offset reads all of it."""
+    from obsmem.tokens import HeuristicEstimator
+
+    await store.create_thread("big", "alice", title="T" * 10_000)
+    huge_result = ToolResultPart(
+        tool_call_id="c1", tool_name="snapshot", content={"dom": "<div>x</div>" * 20_000}
+    )
+    paste = "lorem ipsum dolor sit amet " * 200_000
+    await store.append_messages(
+        "big",
+        [
+            Message(
+                role="assistant",
+                parts=(ToolCallPart(tool_call_id="c1", tool_name="snapshot"),),
+                id="call",
+            ),
+            Message(role="tool", parts=(huge_result,), id="snap"),
+            Message.user(paste, id="paste"),
+        ],
+    )
+    boundary = RecallBoundary(resource_id="alice", thread_id="big", scope="resource")
+    estimator = HeuristicEstimator()
+    requests = [
+        {"mode": "threads"},
+        {"cursor": "call", "page": 1, "detail": "high"},
+        {"cursor": "call", "page": 1, "detail": "low"},
+        {"cursor": "paste", "page": -1, "detail": "high", "limit": 20},
+        {"cursor": "snap", "page": 1, "detail": "high", "limit": 20},
+        {"cursor": "snap", "part_index": 0},
+        {"cursor": "paste", "part_index": 0, "char_offset": 2_500_000},
+        {"page": -1, "detail": "high"},
+    ]
+    for budget in (2_000, 500):
+        for request in requests:
+            answer = await recall(store, boundary, budget=budget, **request)  # type: ignore[arg-type]
+            assert estimator.count_text(answer) <= budget, (budget, request)
+    # Following the hints reads a whole huge part, one budget at a time.
+    text = await recall(store, boundary, cursor="snap", page=1, detail="high")
+    assert 'cursor="snap" part_index=0 char_offset=' in text
+    collected, offset = "", 0
+    for _ in range(200):
+        chunk = await recall(store, boundary, cursor="snap", part_index=0, char_offset=offset)
+        collected += chunk.split("\n", 1)[1].rsplit("\n[characters", 1)[0]
+        if "the end of this part" in chunk:
+            break
+        offset = int(chunk.rsplit("char_offset=", 1)[1].rstrip("]"))
+    assert collected.endswith("<div>x</div>" * 100 + '"}')
+    assert len(collected) == len('tool result snapshot: {"dom": "' + "<div>x</div>" * 20_000 + '"}')

@@ -259,6 +259,7 @@ async def run_observer(
             extra_sections=sections,
             prior_values=prior_values or {},
             tz=deps.tz,
+            part_cap=obs.max_part_tokens,
         ),
         caller=deps.caller,
         model=obs.model,

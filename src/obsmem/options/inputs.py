@@ -107,6 +107,7 @@ class ObservationOptions(_Options):
         default=2_000, union_mode="left_to_right"
     )
     max_tokens_per_batch: int | float = 10_000
+    max_part_tokens: int | float = 5_000
     instruction: str | None = None
     continuation_hints: bool | ContinuationHintsOptions = True
     thread_title: bool = False
@@ -174,6 +175,7 @@ _EXPECTED: dict[str, str] = {
     "message_tokens": _TOKENS,
     "observation_tokens": _TOKENS,
     "max_tokens_per_batch": _TOKENS,
+    "max_part_tokens": _TOKENS,
     "model_settings": "must be a dict of model settings such as {'temperature': 0.3}",
     "observation.buffer_tokens": "must be a ratio of message_tokens in (0, 1), an absolute "
     "number of tokens (>= 1), or False to turn background buffering off",

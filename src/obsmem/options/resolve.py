@@ -163,6 +163,9 @@ class _Resolver:
                 max_tokens_per_batch=positive_tokens(
                     "observation.max_tokens_per_batch", self.obs.max_tokens_per_batch
                 ),
+                max_part_tokens=positive_tokens(
+                    "observation.max_part_tokens", self.obs.max_part_tokens
+                ),
                 instruction=self.obs.instruction,
                 continuation_hints=continuation_hints(self.obs.continuation_hints),
                 thread_title=self.obs.thread_title,

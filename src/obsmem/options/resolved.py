@@ -66,6 +66,9 @@ class ResolvedObservation:
     previous_observer_tokens: int | None
     """Budget of existing log shown to the Observer; ``0`` none, ``None`` no truncation."""
     max_tokens_per_batch: int
+    max_part_tokens: int
+    """The most tokens the Observer sees of any single part (text, tool arguments, tool result,
+    reasoning): longer ones show their head and tail, and where recall finds the rest."""
     instruction: str | None
     continuation_hints: ContinuationHints
     thread_title: bool
@@ -173,6 +176,7 @@ class ResolvedOptions:
                 "buffer_on_idle": obs.buffer_on_idle,
                 "previous_observer_tokens": obs.previous_observer_tokens,
                 "max_tokens_per_batch": obs.max_tokens_per_batch,
+                "max_part_tokens": obs.max_part_tokens,
                 "thread_title": obs.thread_title,
                 "observe_attachments": list(obs.observe_attachments)
                 if isinstance(obs.observe_attachments, tuple)
