@@ -358,3 +358,37 @@ def test_observe_attachments_auto_follows_the_observer_model(
     )
     assert options is not None
     assert attachment_filter(options)(mime) is forwarded
+
+
+def _looping(steps: int) -> FunctionModel:
+    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        done = sum(isinstance(p, pa.ToolReturnPart) for m in messages for p in m.parts)
+        if done < steps:
+            return pa.ModelResponse(parts=[pa.ToolCallPart("tick", {}, tool_call_id=f"t{done}")])
+        return pa.ModelResponse(parts=[pa.TextPart(f"{done} ticks")])
+
+    return FunctionModel(answer)
+
+
+def tick() -> str:
+    """One tick."""
+    return "ok"
+
+
+async def test_a_long_tool_loop_runs_past_fifty_steps() -> None:
+    """The seed's browsing agent takes 50 steps and more in one turn; max_steps bounds it."""
+    agent = Agent("loop", "Tick.", _looping(80), tools=[tick])
+    assert (await agent.generate("Go.")).text == "80 ticks"
+    from pydantic_ai.exceptions import UsageLimitExceeded
+
+    short = Agent("loop", "Tick.", _looping(80), tools=[tick], max_steps=10)
+    with pytest.raises(UsageLimitExceeded, match="request_limit of 10"):
+        await short.generate("Go.")
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "many"])
+def test_max_steps_must_be_a_positive_count(bad: Any) -> None:
+    from obsmem.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_steps"):
+        Agent("loop", "Tick.", _looping(1), max_steps=bad)

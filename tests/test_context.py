@@ -7,9 +7,11 @@ from typing import Any
 import pytest
 
 from obsmem.context import (
+    ANSWERED_LATER,
     CONTINUATION_REMINDER,
     INTERRUPTED,
     MEMORY_PREAMBLE,
+    WAITING,
     ContextInput,
     build_context,
     split_log_segments,
@@ -277,10 +279,38 @@ def test_an_interrupted_call_is_answered_and_a_pending_one_is_left_open() -> Non
 
 
 def test_a_deferred_call_waits_wherever_it_is() -> None:
+    """A deferred call (an approval pending) stays open while it is the latest step; once the
+    conversation goes on it is answered "waiting" (never "interrupted"), so providers accept
+    the request."""
     waiting = _call("c1", 0, obsmem={"deferred": True})
+    out = build_context(ctx(raw_messages=[waiting]))
+    assert out[-1].id == "call-c1"
     out = build_context(ctx(raw_messages=[waiting, raw("user", "any news?", 1)]))
-    assert [m.id for m in out[-2:]] == ["call-c1", out[-1].id]
-    assert not any(m.id.startswith("obsmem-interrupted") for m in out)
+    assert [m.id for m in out[-3:]] == ["call-c1", "obsmem-interrupted-call-c1", out[-1].id]
+    [answer] = out[-2].parts
+    assert isinstance(answer, ToolResultPart)
+    assert answer.content == WAITING
+    assert tool_pairs_complete(out)
+
+
+def test_a_result_that_came_after_other_messages_is_shown_as_text() -> None:
+    """The approval came after the conversation went on: the call is answered where it is
+    ("came later") and the late result is shown as text where it came, so the request stays
+    valid in every provider's shape."""
+    waiting = _call("c1", 0, obsmem={"deferred": True})
+    late = Message(
+        role="tool",
+        parts=(ToolResultPart(tool_call_id="c1", tool_name="search", content="approved: 3 hits"),),
+        created_at=T0,
+    )
+    out = build_context(ctx(raw_messages=[waiting, raw("user", "any news?", 1), late]))
+    [answer] = out[-3].parts
+    assert isinstance(answer, ToolResultPart)
+    assert answer.content == ANSWERED_LATER
+    shown = out[-1]
+    assert shown.role == "user"
+    assert "approved: 3 hits" in shown.text
+    assert not any(isinstance(p, ToolResultPart) for p in shown.parts)
 
 
 def test_tool_pairs_complete() -> None:

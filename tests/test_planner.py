@@ -12,12 +12,14 @@ from obsmem.options import resolve_options
 from obsmem.planner import (
     Backoff,
     Batch,
+    activatable_chunks,
     activation_count,
     backoff_after,
     buffer_due,
     buffer_interval,
     buffering_due,
     chunk_slice,
+    held_by_chunks,
     may_retry,
     message_threshold,
     plan_after_reply,
@@ -27,6 +29,7 @@ from obsmem.planner import (
     suppression_after,
     sync_batches,
 )
+from obsmem.records import BufferedChunk, MessageRange
 from obsmem.window import ThreadWindow
 
 DEFAULTS = resolve_options(True)
@@ -604,3 +607,51 @@ def test_sync_batches_keep_tool_pairs_together() -> None:
     deferred = _window([1_000] * 6, open_call_at=1, deferred=True)
     [batch] = sync_batches([deferred], keep_tokens=0, protect={}, cap=30_000)
     assert _seqs(batch) == [1]  # an approval pending across turns is held back too
+
+
+def _chunk(*ranges: tuple[str, int, int]) -> BufferedChunk:
+    return BufferedChunk(
+        id="c",
+        cycle_id="c",
+        observations="* x",
+        token_count=1,
+        message_tokens=100,
+        ranges=tuple(MessageRange(thread_id=t, first_seq=a, last_seq=b) for t, a, b in ranges),
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+
+
+@pytest.mark.parametrize(
+    ("protect", "ready", "held"),
+    [
+        ({}, 3, {}),  # nothing protected: every chunk may activate
+        ({"t": 100}, 3, {"t": 100}),  # the step starts after every chunk
+        ({"t": 9}, 2, {"t": 7}),  # the third chunk reaches the step: it waits, and so does 7-8
+        ({"t": 7}, 2, {"t": 7}),
+        ({"t": 6}, 1, {"t": 4}),  # a chunk that ends at the step's first message waits
+        ({"t": 1}, 0, {"t": 1}),
+        ({"other": 2}, 3, {"other": 2}),  # another thread's step holds nothing here
+    ],
+)
+def test_chunks_that_reach_the_current_step_wait(
+    protect: dict[str, int], ready: int, held: dict[str, int]
+) -> None:
+    chunks = [_chunk(("t", 1, 3)), _chunk(("t", 4, 6)), _chunk(("t", 7, 9))]
+    assert activatable_chunks(chunks, protect) == ready
+    assert held_by_chunks(chunks, protect) == held
+
+
+def test_activation_never_takes_a_chunk_of_the_current_step() -> None:
+    """Past block_after with three chunks of which some may go: no other activates; when none
+    may, the plan goes synchronous without activating (and observes what comes before)."""
+    for activatable in (0, 1, 3):
+        plan = plan_observation(
+            DEFAULTS,
+            pending_tokens=40_000,
+            chunk_message_tokens=[10_000, 10_000, 10_000],
+            observation_tokens=0,
+            buffering_in_flight=False,
+            activatable=activatable,
+        )
+        assert plan.activate <= activatable
+        assert plan.observe_sync == (activatable == 0)

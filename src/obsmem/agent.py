@@ -2,7 +2,9 @@
 
 ``Agent(id, instructions, model, memory=None, tools=())`` runs the actor through pydantic-ai.
 Every call stores the input once, sends the instructions, then what memory assembled (observations
-and raw messages), and stores the reply with its tool traffic.
+and raw messages), and stores the reply with its tool traffic. Memory works at every model step
+of a call: each step's tool calls and results are stored as they happen, and the context is
+assembled again before the next request.
 """
 
 from __future__ import annotations
@@ -11,19 +13,28 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TypeAlias
+from typing import Any, ClassVar, TypeAlias, cast
 
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import messages as pa
+from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import ModelRetry
 from pydantic_ai.models import Model
-from pydantic_ai.tools import RunContext, Tool
+from pydantic_ai.tools import (
+    DeferredToolRequests,
+    DeferredToolResults,
+    RunContext,
+    Tool,
+    ToolDenied,
+)
+from pydantic_ai.usage import UsageLimits
 
 from .convert import from_pydantic_ai, to_pydantic_ai
 from .errors import ConfigError
 from .events import Event
+from .integrations.pydantic_ai import ObservationalMemoryCapability, mark_as_context
 from .memory import Memory, ThreadRef
-from .messages import FilePart, ImagePart, Message, TextPart
+from .messages import FilePart, ImagePart, Message, TextPart, ToolCallPart
 from .models import ModelByInputTokens, ModelSpec, resolve_model
 from .tokens import HeuristicEstimator
 from .working_memory import TOOL_NAME
@@ -47,6 +58,14 @@ class GenerateResult:
     """The ``data-om-*`` events of this thread emitted during the call."""
     input_tokens: int = 0
     output_tokens: int = 0
+    pending: tuple[ToolCallPart, ...] = ()
+    """Tool calls waiting for approval (tools made with ``requires_approval=True``): the call
+    ended on them, ``text`` is empty, and ``generate(None, memory=..., approvals={id: True})``
+    goes on from there."""
+
+
+Approvals: TypeAlias = Mapping[str, bool | str]
+"""Per waiting tool-call id: True (run it), False (refuse it) or the refusal message."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +100,10 @@ StreamPart: TypeAlias = TextDelta | ToolCall | ToolResult | Finish | Event
 ToolLike: TypeAlias = Tool[Any] | Callable[..., Any]
 
 
+DEFAULT_MAX_STEPS = 200
+"""The most model requests one ``generate``/``stream`` call makes (a long tool loop's steps)."""
+
+
 class Agent:
     """An agent whose conversations are remembered by ``memory``."""
 
@@ -91,9 +114,15 @@ class Agent:
         model: ModelSpec,
         memory: Memory | None = None,
         tools: Sequence[ToolLike] = (),
+        *,
+        max_steps: int = DEFAULT_MAX_STEPS,
     ) -> None:
         if not id:
             raise ConfigError("id", id, "an agent needs a non-empty id")
+        steps = cast(object, max_steps)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ConfigError("max_steps", steps, "give the most model requests of a call (>= 1)")
+        self.max_steps = max_steps
         self.id = id
         self.instructions = instructions
         self.model = model
@@ -107,40 +136,59 @@ class Agent:
     # -- public API ------------------------------------------------------------------------------
 
     async def generate(
-        self, input: AgentInput, *, memory: MemoryRef | None = None
+        self,
+        input: AgentInput | None,
+        *,
+        memory: MemoryRef | None = None,
+        approvals: Approvals | None = None,
     ) -> GenerateResult:
         """Answer ``input``; with ``memory={"resource": ..., "thread": ...}`` the exchange is
-        remembered."""
+        remembered. A call that ends on tools waiting for approval returns them as
+        ``pending``; go on with ``input=None`` and ``approvals`` (the thread kept the calls)."""
         result: GenerateResult | None = None
-        async for part in self._run(input, memory, streaming=False):
+        async for part in self._run(input, memory, approvals, streaming=False):
             if isinstance(part, Finish):
                 result = part.result
         assert result is not None
         return result
 
     async def stream(
-        self, input: AgentInput, *, memory: MemoryRef | None = None
+        self,
+        input: AgentInput | None,
+        *,
+        memory: MemoryRef | None = None,
+        approvals: Approvals | None = None,
     ) -> AsyncIterator[StreamPart]:
         """Like :meth:`generate`, yielding text deltas, tool calls and results, and every
         ``data-om-*`` event of the thread as they happen, then a final ``Finish``."""
-        async for part in self._run(input, memory, streaming=True):
+        async for part in self._run(input, memory, approvals, streaming=True):
             yield part
 
     def generate_sync(
-        self, input: AgentInput, *, memory: MemoryRef | None = None
+        self,
+        input: AgentInput | None,
+        *,
+        memory: MemoryRef | None = None,
+        approvals: Approvals | None = None,
     ) -> GenerateResult:
         """:meth:`generate` for scripts (not from inside a running event loop)."""
-        return asyncio.run(self.generate(input, memory=memory))
+        return asyncio.run(self.generate(input, memory=memory, approvals=approvals))
 
     # -- the run ---------------------------------------------------------------------------------
 
     async def _run(
-        self, input: AgentInput, memory: MemoryRef | None, *, streaming: bool
+        self,
+        input: AgentInput | None,
+        memory: MemoryRef | None,
+        approvals: Approvals | None,
+        *,
+        streaming: bool,
     ) -> AsyncIterator[StreamPart]:
         queue: asyncio.Queue[StreamPart | None] = asyncio.Queue()
         ref = ThreadRef.of(memory) if memory is not None else None
         if ref is not None and self.memory is None:
             raise ConfigError("memory", memory, "this agent was created without a Memory")
+        resume = _deferred_results(input, ref, approvals)
         events: list[Event] = []
         unsubscribe: Callable[[], None] = lambda: None  # noqa: E731
         if ref is not None and self.memory is not None:
@@ -151,7 +199,9 @@ class Agent:
                     queue.put_nowait(event)
 
             unsubscribe = self.memory.subscribe(listen)
-        task = asyncio.create_task(self._turn(input, ref, queue, events, streaming=streaming))
+        task = asyncio.create_task(
+            self._turn(input, ref, resume, queue, events, streaming=streaming)
+        )
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
@@ -181,35 +231,60 @@ class Agent:
 
     async def _turn(
         self,
-        input: AgentInput,
+        input: AgentInput | None,
         ref: ThreadRef | None,
+        resume: DeferredToolResults | None,
         queue: asyncio.Queue[StreamPart | None],
         events: list[Event],
         *,
         streaming: bool,
     ) -> None:
-        new = _input_messages(input)
+        new = _input_messages(input) if input is not None else []
+        tools = list(self.tools)
+        capabilities: list[_StepMemory] = []
         if ref is not None and self.memory is not None:
-            context = await self.memory.context(ref, new, actor_model=self.model)
+            # The input is stored and the first request's context assembled here (it also
+            # picks the model by input size); every later step of the run goes through memory
+            # again (the capability), so a long tool loop stays inside memory's bounds.
+            context = await self.memory.context(
+                ref, new, actor_model=self.model, recall=self.memory.retrieval
+            )
             sent = context.messages
+            capabilities.append(_StepMemory(self.memory, ref))
+            if self.memory.agent_updates_working_memory:
+                tools.append(_working_memory_tool(self.memory, ref))
+            if self.memory.retrieval:
+                tools.append(self.memory.recall_tool(ref))
         else:
             sent = list(new)
         history = to_pydantic_ai(sent)
+        if resume is not None:
+            _check_waiting(history, resume)
+        for step in capabilities:
+            step.started_from(history)
         model = self._actor_model(sent)
-        tools = list(self.tools)
-        if ref is not None and self.memory is not None and self.memory.agent_updates_working_memory:
-            tools.append(_working_memory_tool(self.memory, ref))
-        if ref is not None and self.memory is not None and self.memory.retrieval:
-            tools.append(self.memory.recall_tool(ref))
-        agent = PydanticAgent(model, instructions=self.instructions, tools=tools)
+        agent = PydanticAgent(
+            model,
+            instructions=self.instructions,
+            tools=tools,
+            capabilities=capabilities,
+            output_type=[str, DeferredToolRequests],
+        )
         handler = _stream_handler(queue) if streaming else None
-        run = await agent.run(None, message_history=history, event_stream_handler=handler)
-        reply = from_pydantic_ai(run.new_messages())
-        if ref is not None and self.memory is not None:
-            reply = await self.memory.save(ref, reply, actor_model=self.model)
+        run = await agent.run(
+            None,
+            message_history=history,
+            event_stream_handler=handler,
+            usage_limits=UsageLimits(request_limit=self.max_steps),
+            deferred_tool_results=resume,
+        )
+        reply = capabilities[0].stored if capabilities else from_pydantic_ai(run.new_messages())
         usage = run.usage
+        output = run.output
+        waiting = output if isinstance(output, DeferredToolRequests) else None
         result = GenerateResult(
-            text=str(run.output),
+            text="" if waiting is not None else str(output),
+            pending=_pending_calls(waiting, reply),
             messages=reply,
             context=sent,
             events=events,
@@ -223,6 +298,30 @@ class Agent:
         if isinstance(spec, ModelByInputTokens):
             spec = spec.resolve(self._estimator.count_messages(context))
         return resolve_model(spec)
+
+
+class _StepMemory(ObservationalMemoryCapability):
+    """Memory at every model step of one ``Agent`` call: the run starts from the context the
+    agent already assembled; each later step's traffic is stored and the context assembled
+    again before the next request. The agent offers ``recall`` itself."""
+
+    def __init__(self, memory: Memory, ref: ThreadRef) -> None:
+        super().__init__(memory, resource=ref.resource, thread=ref.thread, recall=True)
+
+    def started_from(self, history: list[pa.ModelMessage]) -> None:
+        """The run's starting history: memory's context, its input already stored."""
+        mark_as_context(history, self.ref.thread)
+
+    @property
+    def stored(self) -> list[Message]:
+        """The run's reply as stored: each step's tool traffic, then the final answer."""
+        return list(self._thread.stored)
+
+    def get_toolset(self) -> Any:
+        return None
+
+    async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
+        return self  # made for this one run
 
 
 def _working_memory_tool(memory: Memory, ref: ThreadRef) -> Tool[Any]:
@@ -240,6 +339,61 @@ def _working_memory_tool(memory: Memory, ref: ThreadRef) -> Tool[Any]:
             "Replace your working memory about the user with the whole updated document "
             "(keep everything still true, add what you learned, fix what changed)."
         ),
+    )
+
+
+def _deferred_results(
+    input: AgentInput | None, ref: ThreadRef | None, approvals: Approvals | None
+) -> DeferredToolResults | None:
+    """pydantic-ai's results for the calls ``approvals`` answers (None: a new turn)."""
+    if approvals is None:
+        if input is None:
+            raise ConfigError("input", None, "give the user's input, or approvals to go on")
+        return None
+    if input is not None:
+        raise ConfigError(
+            "approvals", dict(approvals), "go on with input=None: the thread holds the calls"
+        )
+    if ref is None:
+        raise ConfigError(
+            "approvals", dict(approvals), "going on needs memory={...}: the thread keeps the calls"
+        )
+    if not approvals:
+        raise ConfigError("approvals", {}, "answer at least one waiting call")
+    return DeferredToolResults(
+        approvals={
+            call_id: ToolDenied(answer) if isinstance(answer, str) else answer
+            for call_id, answer in approvals.items()
+        }
+    )
+
+
+def _check_waiting(history: Sequence[pa.ModelMessage], resume: DeferredToolResults) -> None:
+    """The answered calls must be the thread's latest step, still waiting."""
+    last = history[-1] if history else None
+    waiting = (
+        {p.tool_call_id for p in last.parts if isinstance(p, pa.ToolCallPart)}
+        if isinstance(last, pa.ModelResponse)
+        else set()
+    )
+    unknown = sorted(set(resume.approvals) - waiting)
+    if unknown:
+        raise ConfigError(
+            "approvals",
+            unknown,
+            "answer the calls the thread's last step is waiting on "
+            f"({', '.join(sorted(waiting)) or 'none is waiting'})",
+        )
+
+
+def _pending_calls(
+    waiting: DeferredToolRequests | None, reply: Sequence[Message]
+) -> tuple[ToolCallPart, ...]:
+    if waiting is None:
+        return ()
+    ids = {c.tool_call_id for c in [*waiting.approvals, *waiting.calls]}
+    return tuple(
+        p for m in reply for p in m.parts if isinstance(p, ToolCallPart) and p.tool_call_id in ids
     )
 
 

@@ -41,11 +41,13 @@ from .messages import (
 from .window import pending_calls
 
 __all__ = [
+    "ANSWERED_LATER",
     "CONTINUATION_REMINDER",
     "INTERRUPTED",
     "MEMORY_PREAMBLE",
     "OTHER_CONVERSATIONS_INTRO",
     "TEMPORAL_GAP_THRESHOLD",
+    "WAITING",
     "ContextInput",
     "build_context",
     "close_tool_pairs",
@@ -121,51 +123,108 @@ INTERRUPTED = (
 )
 """The answer shown for a tool call that was interrupted (it will never get a result)."""
 
+WAITING = "[no result yet: this call is waiting (for an approval or an answer from outside)]"
+"""The answer shown for a deferred call that waits while the conversation goes on."""
+
+ANSWERED_LATER = "[this call's result came later in the conversation; it is shown there as text]"
+"""The answer shown for a call whose result is stored, but not right after it."""
+
 
 def close_tool_pairs(
     raw: Sequence[Message], pending: frozenset[str] | None = None
 ) -> list[Message]:
-    """``raw`` as every provider accepts it, nothing stored changed.
+    """``raw`` as every provider accepts it, nothing stored changed: each tool call is answered
+    right after it (by the tool messages that follow it), and each result shown as a result sits
+    right after its call.
 
-    - A tool call that will get no result (interrupted: not among ``pending``, the calls of the
-      latest step still waiting) is answered by a synthetic result saying so, right after it.
-    - A tool result whose call is not among the raw messages (an orphan) is shown as text, in
-      a user message when nothing else of its message is a tool result.
+    - A call whose result is not right after it gets a synthetic answer there: "interrupted"
+      (it will get no result), "waiting" (a deferred call among ``pending`` while the
+      conversation went on), or "came later" (its result is stored further on). The calls of
+      the latest step still waiting (``pending``, with nothing but results after them) are left
+      as they are.
+    - A tool result that is not right after its call (an orphan whose call is gone, or a result
+      that came after other messages) is shown as text, in a user message when nothing else of
+      its message is a tool result.
     """
     pending = pending_calls(raw) if pending is None else pending
+    blocks = _answer_blocks(raw)
     answered = {p.tool_call_id for m in raw for p in m.parts if isinstance(p, ToolResultPart)}
-    called: set[str] = set()
+    latest = _latest_step(raw)
     out: list[Message] = []
-    for message in raw:
-        message = _orphans_as_text(message, called)
+    for i, message in enumerate(raw):
+        message = _detached_as_text(message, blocks.results_in.get(i, set()))
         out.append(message)
         missing = [
             p
             for p in message.parts
             if isinstance(p, ToolCallPart)
-            and p.tool_call_id not in answered
-            and p.tool_call_id not in pending
+            and p.tool_call_id not in blocks.answered_after.get(i, set())
+            and not (i == latest and p.tool_call_id in pending)
         ]
-        called |= {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
         if missing:
-            out.append(_interrupted_results(message, missing))
+            out.append(_synthetic_results(message, missing, pending, answered))
     return out
 
 
-def _orphans_as_text(message: Message, called: set[str]) -> Message:
+@dataclass(frozen=True, slots=True)
+class _Blocks:
+    answered_after: dict[int, set[str]]
+    """Per message with calls: the calls answered by the tool messages right after it."""
+    results_in: dict[int, set[str]]
+    """Per message: the results in it that sit right after their call."""
+
+
+def _answer_blocks(raw: Sequence[Message]) -> _Blocks:
+    """Which results answer their call right after it (in the run of tool messages that
+    follows the call's message)."""
+    blocks = _Blocks(answered_after={}, results_in={})
+    for i, message in enumerate(raw):
+        calls = {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
+        if not calls:
+            continue
+        done: set[str] = set()
+        for j in range(i + 1, len(raw)):
+            ids = {
+                p.tool_call_id
+                for p in raw[j].parts
+                if isinstance(p, ToolResultPart) and p.tool_call_id in calls - done
+            }
+            if not ids:
+                break
+            blocks.results_in.setdefault(j, set()).update(ids)
+            done |= ids
+            if not all(isinstance(p, ToolResultPart) for p in raw[j].parts):
+                break
+        blocks.answered_after[i] = done
+    return blocks
+
+
+def _latest_step(raw: Sequence[Message]) -> int | None:
+    """The index of the last message with tool calls, when nothing but results came after it."""
+    for i in range(len(raw) - 1, -1, -1):
+        parts = raw[i].parts
+        if any(isinstance(p, ToolCallPart) for p in parts):
+            return i
+        if not parts or not all(isinstance(p, ToolResultPart) for p in parts):
+            return None
+    return None
+
+
+def _detached_as_text(message: Message, adjacent: set[str]) -> Message:
     if not any(
-        isinstance(p, ToolResultPart) and p.tool_call_id not in called for p in message.parts
+        isinstance(p, ToolResultPart) and p.tool_call_id not in adjacent for p in message.parts
     ):
         return message
     parts: list[Part] = []
     for part in message.parts:
-        if isinstance(part, ToolResultPart) and part.tool_call_id not in called:
+        if isinstance(part, ToolResultPart) and part.tool_call_id not in adjacent:
             content = part.content if isinstance(part.content, str) else _json(part.content)
             label = "error" if part.is_error else "result"
             parts.append(
                 TextPart(
                     text=f"[Tool {label} of {part.tool_name} (call {part.tool_call_id}, whose "
-                    f"call is not in this conversation's recent messages): {content}]"
+                    f"call is not right before it in this conversation's recent messages): "
+                    f"{content}]"
                 )
             )
             parts.extend(part.attachments)
@@ -176,14 +235,21 @@ def _orphans_as_text(message: Message, called: set[str]) -> Message:
     return replace(message, role=role, parts=tuple(parts))
 
 
-def _interrupted_results(message: Message, calls: Sequence[ToolCallPart]) -> Message:
+def _synthetic_results(
+    message: Message, calls: Sequence[ToolCallPart], pending: frozenset[str], answered: set[str]
+) -> Message:
+    def answer(call: ToolCallPart) -> str:
+        if call.tool_call_id in answered:
+            return ANSWERED_LATER
+        return WAITING if call.tool_call_id in pending else INTERRUPTED
+
     return Message(
         role="tool",
         parts=tuple(
             ToolResultPart(
                 tool_call_id=c.tool_call_id,
                 tool_name=c.tool_name,
-                content=INTERRUPTED,
+                content=answer(c),
                 is_error=True,
             )
             for c in calls

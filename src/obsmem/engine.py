@@ -199,8 +199,14 @@ class ObservationalMemory:
         new_messages: Sequence[Message] = (),
         *,
         actor_model: ModelSpec | None = None,
+        recall: bool = False,
+        keep_raw_from: int | None = None,
     ) -> PreparedContext:
-        """Store ``new_messages``, do what memory work is due, and return the actor's context."""
+        """Store ``new_messages``, do what memory work is due, and return the actor's context.
+        ``recall``: the actor has the ``recall`` tool, so the context tells it how to use it.
+        ``keep_raw_from``: the thread's messages from this seq on belong to the current step
+        although they were stored before (a front door that stores each step as it happens):
+        like ``new_messages`` they stay raw this time, neither observed nor activated."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         obs, ref = self.options.observation, self.options.reflection
@@ -214,6 +220,8 @@ class ObservationalMemory:
             ),
         )
         stored = list(snapshot.stored)
+        step = [s for s in (keep_raw_from, stored[0].seq if stored else None) if s]
+        protect = {thread_id: min(step)} if step else {}
         signals = self._signals(snapshot, actor_model)
         windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
         record = snapshot.record
@@ -228,6 +236,7 @@ class ObservationalMemory:
             provider_changed=signals.provider_changed,
             observer_backoff=state.observer,
             now=self._deps.now(),
+            activatable=planner.activatable_chunks(record.chunks, protect),
         )
         status = self._status(snapshot, windows, plan.threshold)
         self.bus.emit(status)
@@ -244,7 +253,6 @@ class ObservationalMemory:
             )
             snapshot = activated or await self._load(subject)
         if plan.observe_sync:
-            protect = {thread_id: stored[0].seq} if stored and stored[0].seq else {}
             result = await cycles.observe_sync(
                 self._deps,
                 snapshot,
@@ -258,7 +266,7 @@ class ObservationalMemory:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
         snapshot = await self._reflection_step(snapshot, signals)
         return PreparedContext(
-            messages=self._context(snapshot),
+            messages=self._context(snapshot, recall=recall),
             status=status,
             record=snapshot.record,
             stored_input=stored,
@@ -509,13 +517,14 @@ class ObservationalMemory:
 
     # -- context and status ----------------------------------------------------------------------
 
-    def _context(self, snapshot: Snapshot) -> list[Message]:
+    def _context(self, snapshot: Snapshot, *, recall: bool) -> list[Message]:
         return views.actor_context(
             snapshot,
             self.options,
             now=self._deps.now(),
             tz=self._deps.tz,
             working_memory=self.working_memory,
+            recall=recall,
         )
 
     def _status(

@@ -19,6 +19,7 @@ from .llm import CallListener
 from .messages import Message, utcnow
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
+from .recall import RECALL_DESCRIPTION
 from .records import Thread
 from .stores import SQLiteStore, Store
 from .tokens import TokenEstimator
@@ -132,12 +133,26 @@ class Memory:
     # -- the turn --------------------------------------------------------------------------------
 
     async def context(
-        self, ref: ThreadRef, new_messages: Sequence[Message], *, actor_model: ModelSpec | None
+        self,
+        ref: ThreadRef,
+        new_messages: Sequence[Message],
+        *,
+        actor_model: ModelSpec | None,
+        recall: bool = False,
+        keep_raw_from: int | None = None,
     ) -> MemoryContext:
-        """Store the new input and return what the model should see."""
+        """Store the new input and return what the model should see. ``recall``: the model
+        has the ``recall`` tool (the context then says how to use it; otherwise it never
+        mentions it). ``keep_raw_from``: the seq of the first message of the current step when
+        it was stored already (it stays raw, as the new input does)."""
         if self.om is not None:
             prepared = await self.om.prepare(
-                ref.thread, ref.resource, new_messages, actor_model=actor_model
+                ref.thread,
+                ref.resource,
+                new_messages,
+                actor_model=actor_model,
+                recall=recall,
+                keep_raw_from=keep_raw_from,
             )
             return MemoryContext(messages=prepared.messages, stored_input=prepared.stored_input)
         # Without observational memory the whole thread is sent.
@@ -161,7 +176,7 @@ class Memory:
     def recall_function(self, ref: ThreadRef | Mapping[str, Any]) -> RecallFunction:
         """The ``recall`` tool as a plain async function bound to one conversation, for any
         framework: its keyword parameters are the tool's, its result the text for the model."""
-        om = self._require_retrieval()
+        om = self.require_retrieval()
         bound = ThreadRef.of(ref)
 
         async def recall(
@@ -177,10 +192,6 @@ class Memory:
             before: str | None = None,
             after: str | None = None,
         ) -> str:
-            """Read raw messages behind your notes (mode "messages": page from a `cursor`
-            message id, forward with page=1 or backward with page=-1; `detail` "high" or
-            `part_index`/`char_offset` for a whole part), list conversations (mode "threads"),
-            or search your notes by meaning (mode "search" with a `query`)."""
             return await om.recall(
                 bound.thread,
                 bound.resource,
@@ -197,6 +208,7 @@ class Memory:
                 after=after,
             )
 
+        recall.__doc__ = RECALL_DESCRIPTION
         return recall
 
     def recall_tool(self, ref: ThreadRef | Mapping[str, Any] | None = None, **kwargs: str) -> Any:
@@ -207,7 +219,8 @@ class Memory:
         bound = ThreadRef.of(ref if ref is not None else kwargs)
         return Tool(self.recall_function(bound), name="recall")
 
-    def _require_retrieval(self) -> ObservationalMemory:
+    def require_retrieval(self) -> ObservationalMemory:
+        """The engine, or ConfigError naming the option when retrieval is off."""
         if self.om is None or self.om.options.retrieval is None:
             raise ConfigError(
                 "observational_memory.retrieval",

@@ -19,11 +19,13 @@ from typing import Any, cast
 __all__ = [
     "BOUNDARY",
     "MAX_LINE_CHARS",
+    "RECALL_RANGE",
     "ParsedOutput",
     "boundary_line",
     "is_degenerate",
     "parse_output",
     "split_segments",
+    "strip_recall_ranges",
     "truncate_observations",
 ]
 
@@ -350,3 +352,12 @@ def split_segments(log: str) -> list[str]:
     Blank segments are dropped.
     """
     return [seg for seg in _BOUNDARY_LINE.split(log) if seg.strip()]
+
+
+RECALL_RANGE = re.compile(r"^\[recall range [^\]\n]*\]\n?", re.MULTILINE)
+"""The ``[recall range FIRST:LAST]`` line that opens an observation group's text in the log."""
+
+
+def strip_recall_ranges(log: str) -> str:
+    """``log`` without its recall-range lines (for an actor that has no ``recall`` tool)."""
+    return RECALL_RANGE.sub("", log)

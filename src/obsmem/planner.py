@@ -18,6 +18,7 @@ from typing import Literal, TypeAlias
 
 from .messages import Message
 from .options import ResolvedOptions
+from .records import BufferedChunk
 from .window import ThreadWindow, take_prefix
 
 __all__ = [
@@ -29,12 +30,14 @@ __all__ = [
     "ObservationPlan",
     "ReflectionPlan",
     "ReplyPlan",
+    "activatable_chunks",
     "activation_count",
     "backoff_after",
     "buffer_due",
     "buffer_interval",
     "buffering_due",
     "chunk_slice",
+    "held_by_chunks",
     "may_retry",
     "message_threshold",
     "plan_after_reply",
@@ -158,11 +161,14 @@ def plan_observation(
     provider_changed: bool = False,
     observer_backoff: Backoff | None = None,
     now: datetime | None = None,
+    activatable: int | None = None,
 ) -> ObservationPlan:
     """Decide activation, synchronous observation and buffering for one step.
 
     ``pending_tokens`` counts every unobserved message (buffered or not); ``chunk_message_tokens``
-    the messages each buffered chunk covers, in order.
+    the messages each buffered chunk covers, in order; ``activatable`` how many of the leading
+    chunks may activate now (:func:`activatable_chunks`; all when None): a chunk that covers the
+    current step's messages waits, so the model always sees the step it is answering.
 
     - With buffering off: observe synchronously once pending reaches the threshold.
     - With buffering on: at the threshold (or when the prompt cache was lost anyway: idle TTL,
@@ -190,10 +196,11 @@ def plan_observation(
             trigger = "provider_change"
         elif idle_expired:
             trigger = "ttl"
+    ready = chunk_message_tokens if activatable is None else chunk_message_tokens[:activatable]
     count = 0
     if trigger is not None:
         count = activation_count(
-            chunk_message_tokens,
+            ready,
             pending_tokens=pending_tokens,
             retention_floor=floor,
             force_max=pending_tokens >= block_after,
@@ -205,7 +212,7 @@ def plan_observation(
     if remaining >= block_after and observer_ready:
         return ObservationPlan(
             threshold=threshold,
-            activate=len(chunk_message_tokens),  # going synchronous: take every chunk first
+            activate=len(ready),  # going synchronous: take every chunk that may go first
             trigger=trigger or "threshold",
             observe_sync=True,
         )
@@ -446,6 +453,28 @@ def plan_after_reply(
     if buffering_due(options, window, observation_tokens=observation_tokens):
         return "due"
     return None
+
+
+def activatable_chunks(chunks: Sequence[BufferedChunk], protect: Mapping[str, int]) -> int:
+    """How many leading chunks cover only messages before ``protect`` (per thread, the first
+    seq that must stay raw: the current step's messages). Chunks activate in order, so the
+    first chunk that reaches a protected message stops the count."""
+    count = 0
+    for chunk in chunks:
+        if any(r.last_seq >= protect.get(r.thread_id, math.inf) for r in chunk.ranges):
+            break
+        count += 1
+    return count
+
+
+def held_by_chunks(chunks: Sequence[BufferedChunk], protect: Mapping[str, int]) -> dict[str, int]:
+    """``protect`` moved back to the first message of the chunks that cannot activate now: a
+    synchronous observation must not split a chunk, so it stops where they start."""
+    held = dict(protect)
+    for chunk in chunks[activatable_chunks(chunks, protect) :]:
+        for r in chunk.ranges:
+            held[r.thread_id] = min(held.get(r.thread_id, r.first_seq), r.first_seq)
+    return held
 
 
 def sync_batches(

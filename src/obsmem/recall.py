@@ -10,10 +10,12 @@ say exactly how to get the rest.
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .embeddings import Embedder
 from .messages import (
@@ -33,9 +35,13 @@ from .stores import Store
 from .tokens import HeuristicEstimator
 
 __all__ = [
+    "RECALL_DESCRIPTION",
     "RECALL_GUIDANCE",
     "RecallBoundary",
+    "RecallRequest",
     "SearchHit",
+    "invalid_request",
+    "parse_request",
     "recall",
     "recall_guidance",
     "search_groups",
@@ -58,6 +64,34 @@ WINDOW_CHARS_PER_TOKEN = 8
 """Characters looked at per token of budget when paging a long part (more than any text
 spends per token)."""
 _ESTIMATOR = HeuristicEstimator()
+
+RECALL_DESCRIPTION = (
+    'Read the raw messages behind your notes (mode "messages": page from a `cursor` message '
+    'id, forward with page=1 or backward with page=-1; `detail` "high" or '
+    '`part_index`/`char_offset` for a whole part), list conversations (mode "threads"), or '
+    'search your notes by meaning (mode "search" with a `query`).'
+)
+"""The ``recall`` tool's description, the same in every framework."""
+
+
+class RecallRequest(BaseModel):
+    """The ``recall`` tool's parameters (SPEC §8), as a schema for the frameworks whose tools
+    take one (LangChain, the Agents SDK). Values the schema accepts but recall cannot use (an
+    unknown mode, a limit above 20) are answered with a message that says what to send."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: str = Field("messages", description='"messages", "threads" or "search"')
+    cursor: str | None = Field(None, description="a message id to page from (mode messages)")
+    page: int = Field(1, description="1 pages forward from the cursor, -1 backward")
+    limit: int = Field(MAX_LIMIT, description=f"messages per page, at most {MAX_LIMIT}")
+    detail: str = Field("low", description='"low" (shortened parts) or "high"')
+    part_index: int | None = Field(None, description="read one part of the cursor message")
+    char_offset: int = Field(0, description="where to start reading that part")
+    query: str | None = Field(None, description="what to search for (mode search)")
+    thread_id: str | None = Field(None, description="another conversation of this user")
+    before: str | None = Field(None, description="search notes dated before (ISO date)")
+    after: str | None = Field(None, description="search notes dated after (ISO date)")
 
 
 def _tokens(text: str) -> int:
@@ -477,3 +511,25 @@ def _date(value: str | None) -> datetime | None:
 
         parsed = parsed.replace(tzinfo=UTC)
     return parsed
+
+
+def parse_request(arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
+    """The keyword arguments of a ``recall`` call from a model's raw arguments (JSON text or a
+    mapping), or, when they do not fit :class:`RecallRequest`, the message telling the model
+    what to send instead."""
+    try:
+        if isinstance(arguments, Mapping):
+            request = RecallRequest.model_validate(arguments)
+        else:
+            request = RecallRequest.model_validate_json(arguments or "{}")
+    except ValidationError as exc:
+        return invalid_request(exc)
+    return request.model_dump(exclude_unset=True)
+
+
+def invalid_request(exc: ValidationError) -> str:
+    """What the model is told when its ``recall`` arguments do not fit the schema."""
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or 'arguments'}: {e['msg']}" for e in exc.errors()
+    )
+    return f"recall was not run: {problems}. Send a JSON object of the tool's parameters."

@@ -13,6 +13,7 @@ from .cycles import META_CURRENT_TASK, META_EXTRACTED, META_LAST_MODEL, META_SUG
 from .events import StatusEvent
 from .messages import Message
 from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
+from .observations import strip_recall_ranges
 from .options import ResolvedOptions
 from .planner import activation_count
 from .recall import recall_guidance
@@ -30,13 +31,18 @@ def actor_context(
     now: datetime,
     tz: tzinfo,
     working_memory: WorkingMemory | None,
+    recall: bool,
 ) -> list[Message]:
-    """The messages the actor gets from ``snapshot`` (after the caller's own instructions)."""
+    """The messages the actor gets from ``snapshot`` (after the caller's own instructions).
+    Only an actor that has the ``recall`` tool (``recall``) is told about it: the guidance and
+    the recall ranges of the log are left out for any other."""
     meta = snapshot.thread_metadata
     hints = options.observation.continuation_hints
+    observations = snapshot.record.observations
+    recalls = recall and options.retrieval is not None
     return build_context(
         ContextInput(
-            observations=snapshot.record.observations,
+            observations=observations if recalls else strip_recall_ranges(observations),
             now=now,
             tz=tz,
             current_task=meta.get(META_CURRENT_TASK) if hints.current_task else None,
@@ -46,7 +52,7 @@ def actor_context(
             extracted=_shared_values(options, meta),
             raw_messages=snapshot.main.unobserved,
             other_threads=[(t.id, t.unobserved) for t in snapshot.threads[1:] if t.unobserved],
-            retrieval_instructions=recall_guidance(options.retrieval),
+            retrieval_instructions=recall_guidance(options.retrieval) if recalls else None,
             temporal_markers=options.temporal_markers,
             working_memory=_working_memory(snapshot, options, working_memory),
         )

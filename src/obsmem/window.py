@@ -8,8 +8,8 @@ covered by buffered chunks and the unbuffered rest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
@@ -22,6 +22,7 @@ __all__ = [
     "ThreadWindow",
     "binding_calls",
     "is_deferred",
+    "mark_deferred",
     "pending_calls",
     "safe_prefix",
     "take_prefix",
@@ -158,6 +159,26 @@ approval pending across turns): held back while it has no result, wherever it is
 def is_deferred(part: ToolCallPart) -> bool:
     meta = part.metadata.get("obsmem")
     return isinstance(meta, dict) and bool(cast(dict[str, Any], meta).get(DEFERRED))
+
+
+def mark_deferred(message: Message, calls: Collection[str]) -> Message:
+    """``message`` with its tool calls among ``calls`` marked deferred (see :data:`DEFERRED`)."""
+    if not calls or not any(
+        isinstance(p, ToolCallPart) and p.tool_call_id in calls for p in message.parts
+    ):
+        return message
+    parts = tuple(
+        replace(p, metadata={**p.metadata, "obsmem": {**_obsmem(p), DEFERRED: True}})
+        if isinstance(p, ToolCallPart) and p.tool_call_id in calls
+        else p
+        for p in message.parts
+    )
+    return replace(message, parts=parts)
+
+
+def _obsmem(part: ToolCallPart) -> dict[str, Any]:
+    meta = part.metadata.get("obsmem")
+    return dict(cast(dict[str, Any], meta)) if isinstance(meta, dict) else {}
 
 
 def _answered(messages: Sequence[Message]) -> set[str]:

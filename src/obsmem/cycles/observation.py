@@ -12,7 +12,7 @@ from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
 from ..observations import ParsedOutput
-from ..planner import Batch, sync_batches
+from ..planner import Batch, activatable_chunks, held_by_chunks, sync_batches
 from ..records import ObservationGroup, OMRecord
 from ..snapshot import Snapshot
 from ..stores import CommitObservation, ResourcePatch, ThreadPatch
@@ -56,23 +56,27 @@ async def observe_sync(
 ) -> SyncObservation:
     """Observe unobserved messages now, oldest first, until about ``keep_tokens`` stay raw.
 
-    Buffered chunks are activated first. Each step observes what the planner's
-    :func:`~obsmem.planner.sync_batches` takes; the loop ends at the deadline. ``protect``
-    gives, per thread, the first seq that must stay raw (the current turn's input). On failure
-    the turn goes on with raw history and a ``data-om-observation-failed`` event (invariant 7).
+    Buffered chunks are activated first (those that cover only messages before ``protect``).
+    Each step observes what the planner's :func:`~obsmem.planner.sync_batches` takes; the loop
+    ends at the deadline. ``protect`` gives, per thread, the first seq that must stay raw (the
+    current step's messages); a chunk that reaches them stays buffered, and the observation stops
+    where it starts. On failure the turn goes on with raw history and a
+    ``data-om-observation-failed`` event (invariant 7).
     """
     deadline = deadline if deadline is not None else time.monotonic() + deps.sync_timeout
+    protect = protect or {}
     while True:
-        if snapshot.record.chunks:
+        ready = activatable_chunks(snapshot.record.chunks, protect)
+        if ready:
             activated = await activate_chunks(
-                deps, snapshot, count=None, why=Activation(trigger="threshold")
+                deps, snapshot, count=ready, why=Activation(trigger="threshold")
             )
             snapshot = activated or await reload(deps, snapshot.subject)
             continue
         batches = sync_batches(
             windows_of(snapshot, deps.estimator, deps.held),
             keep_tokens=keep_tokens,
-            protect=protect or {},
+            protect=held_by_chunks(snapshot.record.chunks, protect),
             cap=deps.options.observation.message_tokens,
         )
         if not batches:

@@ -11,18 +11,17 @@ that group, never memory without it).
 from __future__ import annotations
 
 import logging
-import re
 import uuid
 from collections.abc import Sequence
 
 from ..messages import Message
+from ..observations import strip_recall_ranges
 from ..records import GroupEmbedding, MessageRange, ObservationGroup
 from .common import Deps
 
 __all__ = ["group_for", "index_groups", "label", "reflection_group", "retrieval_on"]
 
 log = logging.getLogger("obsmem")
-_LABEL = re.compile(r"^\[recall range [^\]\n]*\]\n?", re.MULTILINE)
 
 
 def retrieval_on(deps: Deps) -> bool:
@@ -31,7 +30,7 @@ def retrieval_on(deps: Deps) -> bool:
 
 def label(text: str, group: ObservationGroup) -> str:
     """``text`` with its recall range on the first line."""
-    return f"[recall range {group.start_id}:{group.end_id}]\n{_LABEL.sub('', text).strip()}"
+    return f"[recall range {group.start_id}:{group.end_id}]\n{strip_recall_ranges(text).strip()}"
 
 
 def group_for(
@@ -52,7 +51,7 @@ def group_for(
         cycle_id=cycle_id,
         start_id=messages[0].id,
         end_id=messages[-1].id,
-        observations=_LABEL.sub("", observations).strip(),
+        observations=strip_recall_ranges(observations).strip(),
         ranges=(
             MessageRange(
                 thread_id=thread_id,
@@ -102,7 +101,7 @@ async def reflection_group(
         cycle_id=cycle_id,
         start_id=first.start_id,
         end_id=last.end_id,
-        observations=_LABEL.sub("", observations).strip(),
+        observations=strip_recall_ranges(observations).strip(),
         ranges=tuple(ranges.values()),
         created_at=deps.now(),
         metadata={"kind": "reflection", "sources": len(sources)},

@@ -1,9 +1,11 @@
 """Observational memory for LangGraph agents (``langgraph.prebuilt.create_react_agent``).
 
 ``create_react_agent(model, tools, pre_model_hook=pre_model_hook(memory, resource=...,
-thread=...))``: before every model call the hook stores what is new in the graph state and returns
-``{"llm_input_messages": [...]}``, what memory assembled (observations as system messages, then
-raw messages) followed by the turn's own traffic. The graph state keeps its full history.
+thread=...))``: before every model call the hook stores what is new in the graph state (the
+turn's input, then each step's tool calls and results as they happen) and returns
+``{"llm_input_messages": [...]}``, what memory assembled for that step (observations as system
+messages, then the raw messages, this turn's included). Activation, synchronous observation and
+buffering happen between the steps of a tool loop. The graph state keeps its full history.
 
 * New messages are those the thread has not stored: each LangChain message is stored under an id
   derived from its own (LangGraph gives every state message one), so the store's idempotent append
@@ -41,6 +43,7 @@ from obsmem.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, invalid_request, parse_request
 
 try:
     from langchain_core.messages import (
@@ -53,6 +56,7 @@ try:
         messages_from_dict,
     )
     from langchain_core.runnables import RunnableConfig
+    from langchain_core.tools import BaseTool
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError(
         "obsmem.integrations.langgraph", "langgraph", package="langchain-core"
@@ -65,6 +69,7 @@ __all__ = [
     "from_langchain",
     "post_model_hook",
     "pre_model_hook",
+    "recall_tool",
     "to_langchain",
 ]
 
@@ -266,25 +271,21 @@ def _state_messages(state: Any) -> list[BaseMessage]:
     return cast(list[BaseMessage], messages)
 
 
-class _Turn:
-    __slots__ = ("last_input", "prefix")
-
-    def __init__(self, prefix: list[BaseMessage], last_input: str | None) -> None:
-        self.prefix = prefix
-        self.last_input = last_input
-
-
 class LangGraphMemory:
     """Observational memory for one LangGraph agent; ``.pre_model_hook`` and
     ``.post_model_hook`` share it. ``thread=None``: the thread is the run's ``thread_id``."""
 
-    def __init__(self, memory: Memory, *, resource: str, thread: str | None = None) -> None:
+    def __init__(
+        self, memory: Memory, *, resource: str, thread: str | None = None, recall: bool = False
+    ) -> None:
         if thread is not None:
             ThreadRef.of({"resource": resource, "thread": thread})
         self.memory = memory
         self.resource = resource
         self.thread = thread
-        self._turns: dict[str, _Turn] = {}
+        self.recall = recall
+        """The agent has the ``recall`` tool (:meth:`recall_tool`), so the context tells the
+        model how to use it; otherwise the context never mentions recall."""
 
     def __repr__(self) -> str:
         return f"LangGraphMemory(resource={self.resource!r}, thread={self.thread!r})"
@@ -314,27 +315,40 @@ class LangGraphMemory:
             await self.memory.save(ref, storable, actor_model=None)
 
     async def pre_model_hook(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Store what is new; return ``{"llm_input_messages": managed context + turn traffic}``."""
+        """Store what is new (input, or the last step's tool traffic) and return
+        ``{"llm_input_messages": [...]}``: the state's system messages, then what memory
+        assembled for this step."""
         ref = self._ref(config)
         messages = _state_messages(state)
         new = await self._new(ref, messages)
-        start = next((i for i, m in enumerate(new) if isinstance(m, HumanMessage)), len(new))
-        reply, new_input = new[:start], new[start:]
-        await self._save(ref, reply)
+        storable = [m for m in from_langchain(new, thread=ref.thread) if m.role != "system"]
+        context = await self.memory.context(ref, storable, actor_model=None, recall=self.recall)
         system = [m for m in messages if isinstance(m, SystemMessage)]
-        turn = self._turns.get(ref.thread)
-        if new_input or turn is None:
-            storable = [
-                m for m in from_langchain(new_input, thread=ref.thread) if m.role != "system"
-            ]
-            context = await self.memory.context(ref, storable, actor_model=None)
-            last = new_input[-1].id if new_input else (messages[-1].id if messages else None)
-            turn = _Turn(to_langchain(context.messages), last)
-            self._turns[ref.thread] = turn
-        position = next((i for i, m in enumerate(messages) if m.id == turn.last_input), None)
-        traffic = messages[position + 1 :] if position is not None else []
-        traffic = [m for m in traffic if not isinstance(m, SystemMessage)]
-        return {"llm_input_messages": [*system, *turn.prefix, *traffic]}
+        return {"llm_input_messages": [*system, *to_langchain(context.messages)]}
+
+    def recall_tool(self) -> BaseTool:
+        """The ``recall`` tool as a LangChain tool, for ``create_react_agent`` and
+        ``langchain.agents.create_agent`` alike (add it to the agent's tools, and build the
+        hooks with ``recall=True``). It reads only this resource (and, in thread scope, the
+        run's thread, taken as the hooks take it); arguments that do not fit come back to the
+        model as a message saying what to send. Needs retrieval on."""
+        from langchain_core.tools import StructuredTool
+
+        self.memory.require_retrieval()
+
+        async def recall(config: RunnableConfig, **arguments: Any) -> str:
+            request = parse_request(arguments)
+            if isinstance(request, str):
+                return request
+            return await self.memory.recall_function(self._ref(config))(**request)
+
+        return StructuredTool.from_function(
+            coroutine=recall,
+            name="recall",
+            description=RECALL_DESCRIPTION,
+            args_schema=RecallRequest,
+            handle_validation_error=invalid_request,
+        )
 
     async def post_model_hook(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
         """Store the model's new message(s) right away; changes nothing in the state."""
@@ -345,9 +359,18 @@ class LangGraphMemory:
         return {}
 
 
-def pre_model_hook(memory: Memory, *, resource: str, thread: str | None = None) -> ModelHook:
-    """A ``pre_model_hook`` for ``create_react_agent`` giving it observational memory."""
-    return LangGraphMemory(memory, resource=resource, thread=thread).pre_model_hook
+def pre_model_hook(
+    memory: Memory, *, resource: str, thread: str | None = None, recall: bool = False
+) -> ModelHook:
+    """A ``pre_model_hook`` for ``create_react_agent`` giving it observational memory
+    (``recall=True`` when the agent has :func:`recall_tool`)."""
+    return LangGraphMemory(memory, resource=resource, thread=thread, recall=recall).pre_model_hook
+
+
+def recall_tool(memory: Memory, *, resource: str, thread: str | None = None) -> BaseTool:
+    """The ``recall`` tool as a LangChain tool bound to ``resource`` (and ``thread``, or the
+    run's ``thread_id``); see :meth:`LangGraphMemory.recall_tool`."""
+    return LangGraphMemory(memory, resource=resource, thread=thread).recall_tool()
 
 
 def post_model_hook(memory: Memory, *, resource: str, thread: str | None = None) -> ModelHook:

@@ -9,6 +9,12 @@ protocol (``get_items``, ``add_items``, ``pop_item``, ``clear_session``) on a Me
 * ``add_items(items)`` stores the turn: the input, then the model's messages, function calls,
   function call outputs and reasoning, in order. Each stored message keeps the SDK item it came
   from, so the SDK gets back exactly what it gave.
+* ``call_model_input_filter`` gives memory at every model call of a run: pass it as
+  ``RunConfig(call_model_input_filter=session.call_model_input_filter)``. The Runner stores each
+  step's items as they happen (``add_items`` before the next model call); the filter sends the
+  model what memory assembled for that step, so activation, synchronous observation and
+  buffering happen between the steps of a long tool loop. Without it, memory is assembled once
+  per run.
 * ``get_items(limit=n)`` is the raw tail (the newest ``n`` stored items), which the SDK reads to
   check its own writes. Leave ``SessionSettings.limit`` unset: with it the Runner would read the raw
   tail instead of the managed context.
@@ -51,10 +57,13 @@ from obsmem.messages import (
     ToolCallPart,
     ToolResultPart,
 )
+from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
 
 if TYPE_CHECKING:
+    from agents import FunctionTool
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import SessionSettings
+    from agents.run_config import CallModelData, ModelInputData
 
 __all__ = [
     "METADATA_KEY",
@@ -332,6 +341,12 @@ class ObservationalSession:
         self.ref = ThreadRef.of({"resource": resource, "thread": session_id})
         self.session_id = session_id
         self.inner = inner
+        self._step_from: int | None = None
+        """The seq of the first message stored since the last model call (the step the
+        next call answers: it stays raw)."""
+        self.recall_offered = False
+        """This session made a ``recall`` tool (:meth:`recall_tool`), so ``get_items()`` tells
+        the model how to use it. The input filter looks at the agent's own tools instead."""
 
     @classmethod
     def wrap(cls, inner: InnerSession, memory: Memory, *, resource: str) -> ObservationalSession:
@@ -349,7 +364,9 @@ class ObservationalSession:
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The managed context (no ``limit``), or the newest ``limit`` stored items."""
         if limit is None:
-            context = await self.memory.context(self.ref, (), actor_model=None)
+            context = await self.memory.context(
+                self.ref, (), actor_model=None, recall=self.recall_offered
+            )
             return cast("list[TResponseInputItem]", to_agents_items(context.messages))
         if self.inner is not None:
             return await self.inner.get_items(limit)
@@ -373,6 +390,41 @@ class ObservationalSession:
             before = first - 1
         return cast("list[TResponseInputItem]", items[-limit:])
 
+    async def call_model_input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """``RunConfig.call_model_input_filter``: what memory assembled for this step, in place
+        of the Runner's own input (whose items this session has already stored)."""
+        from agents.run_config import ModelInputData
+
+        recall = any(getattr(tool, "name", None) == "recall" for tool in data.agent.tools)
+        step, self._step_from = self._step_from, None
+        context = await self.memory.context(
+            self.ref, (), actor_model=None, recall=recall, keep_raw_from=step
+        )
+        items = cast("list[TResponseInputItem]", to_agents_items(context.messages))
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    def recall_tool(self) -> FunctionTool:
+        """The ``recall`` tool for this session's conversation, as an SDK ``FunctionTool``:
+        ``Agent(..., tools=[session.recall_tool()])``. It only reads this session's resource
+        (and thread, in thread scope); arguments that do not fit come back to the model as a
+        message saying what to send. Needs retrieval on."""
+        from agents import FunctionTool
+
+        recall = self.memory.recall_function(self.ref)
+
+        async def invoke(ctx: Any, arguments: str) -> str:
+            request = parse_request(arguments)
+            return request if isinstance(request, str) else await recall(**request)
+
+        self.recall_offered = True
+        return FunctionTool(
+            name="recall",
+            description=RECALL_DESCRIPTION,
+            params_json_schema=RecallRequest.model_json_schema(),
+            on_invoke_tool=invoke,
+            strict_json_schema=False,
+        )
+
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Store the items (and hand them to the inner session, if any)."""
         if not items:
@@ -380,7 +432,10 @@ class ObservationalSession:
         if self.inner is not None:
             await self.inner.add_items(items)
         messages = from_agents_items(items)
-        await self.memory.save(self.ref, messages, actor_model=None)
+        stored = await self.memory.save(self.ref, messages, actor_model=None)
+        first = next((m.seq for m in stored if m.seq is not None), None)
+        if self._step_from is None:
+            self._step_from = first
 
     async def pop_item(self) -> TResponseInputItem | None:
         if self.inner is not None:

@@ -3,17 +3,20 @@
 Two front doors, both built from a :class:`~obsmem.Memory` and the thread/resource ids:
 
 * :class:`ObservationalMemoryCapability` for ``Agent(..., capabilities=[...])`` (recommended).
-  Before each model request it stores what is new (the run's prompt once, then tool calls and
-  results), and sends the model what memory assembled (observations, then raw messages) followed
-  by this run's own traffic; after the run it stores the final answer. The agent's message
+  Before **every** model request of a run it stores what is new (the run's prompt once, then each
+  step's tool calls and results, as they happen) and sends the model what memory assembled for
+  that step (observations, then the raw messages, this run's included): activation, synchronous
+  observation and background buffering happen between the steps of one run, so a long tool loop
+  stays inside memory's bounds. After the run it stores the final answer. The agent's message
   history stays as pydantic-ai keeps it: only the request changes. Pass the new prompt only: the
   thread is the history (a ``message_history`` you do pass is stored once, then memory's context
   is sent instead).
 * :func:`history_processor` for ``ProcessHistory(...)``. pydantic-ai 2.x removed the
   ``history_processors=`` argument of ``Agent``; its ``ProcessHistory`` capability runs the same
   kind of function, so use ``Agent(..., capabilities=[ProcessHistory(history_processor(...))])``.
-  A history processor sees nothing after the last model request of a run, so the final answer is
-  stored at the next run: pass ``message_history=result.all_messages()`` to it.
+  It too stores each step and assembles memory before every request. A history processor sees
+  nothing after the last model request of a run, so the final answer is stored at the next run:
+  pass ``message_history=result.all_messages()`` to it.
 
 What is new is told by a mark in the pydantic-ai messages' ``metadata``: every message this module
 stored or sent is marked with the thread it belongs to, and every unmarked message is new. System
@@ -21,7 +24,10 @@ prompt parts (``system_prompt=``) are sent first on every request and never stor
 ``instructions=``, which pydantic-ai sends outside the message history.
 
 With retrieval on (``Memory(observational_memory={"retrieval": True})``) the capability also
-gives the agent the ``recall`` tool, bound to its resource and thread.
+gives the agent the ``recall`` tool, bound to its resource and thread, and the context tells the
+model how to use it (``recall=False`` offers neither). The context never mentions recall to an
+agent that does not have it: ``history_processor`` offers no tool, so give the agent
+``memory.recall_tool(resource=..., thread=...)`` yourself and pass ``recall=True``.
 """
 
 from __future__ import annotations
@@ -33,17 +39,19 @@ from pydantic_ai import messages as pa
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.run import AgentRunResult
-from pydantic_ai.tools import RunContext
+from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
+from obsmem.window import mark_deferred
 
 __all__ = [
     "MARK_KEY",
     "HistoryProcessorFunc",
     "ObservationalMemoryCapability",
     "history_processor",
+    "mark_as_context",
 ]
 
 MARK_KEY = "obsmem_integration"
@@ -67,6 +75,12 @@ def _mark_of(message: pa.ModelMessage, thread: str) -> _Mark | None:
 def _mark(messages: Sequence[pa.ModelMessage], thread: str, kind: _Mark) -> None:
     for message in messages:
         message.metadata = {**(message.metadata or {}), MARK_KEY: {"thread": thread, "kind": kind}}
+
+
+def mark_as_context(messages: Sequence[pa.ModelMessage], thread: str) -> None:
+    """Mark ``messages`` as memory's context for ``thread`` (already stored; never stored
+    again)."""
+    _mark(messages, thread, "context")
 
 
 def _is_input(message: pa.ModelMessage) -> bool:
@@ -96,10 +110,14 @@ def _merge_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage
 class _Thread:
     """The shared work of both front doors: store what is new, build what the model sees."""
 
-    def __init__(self, memory: Memory, ref: ThreadRef) -> None:
+    def __init__(self, memory: Memory, ref: ThreadRef, *, recall: bool) -> None:
         self.memory = memory
         self.ref = ref
+        self.recall = recall and memory.retrieval
+        """The agent has the ``recall`` tool, so its context tells it how to use it."""
         self.system_prompts: list[str] = []
+        self.stored: list[Message] = []
+        """What this front door stored, in order (as stored, with ``seq``)."""
 
     def collect_system_prompts(self, messages: Sequence[pa.ModelMessage]) -> None:
         """Remember the agent's system prompt parts (all but those this module sent)."""
@@ -123,23 +141,34 @@ class _Thread:
         start = next((i for i, m in enumerate(unmarked) if _is_input(m)), len(unmarked))
         return unmarked[:start], unmarked[start:]
 
-    async def save(self, messages: Sequence[pa.ModelMessage], model: Model | None) -> None:
+    async def save(
+        self,
+        messages: Sequence[pa.ModelMessage],
+        model: Model | None,
+        deferred: frozenset[str] = frozenset(),
+    ) -> None:
+        """Store ``messages``; the calls in ``deferred`` wait on purpose (an approval, an
+        external result) and are stored marked so (``window.is_deferred``)."""
         if not messages:
             return
-        storable = _storable(messages)
+        storable = [mark_deferred(m, deferred) for m in _storable(messages)]
         if storable:
-            await self.memory.save(self.ref, storable, actor_model=model)
+            self.stored += await self.memory.save(self.ref, storable, actor_model=model)
         _mark(messages, self.ref.thread, "stored")
 
     async def context(
         self,
         all_messages: Sequence[pa.ModelMessage],
-        new_input: Sequence[pa.ModelMessage],
+        new: Sequence[pa.ModelMessage],
         model: Model | None,
     ) -> list[pa.ModelMessage]:
-        """Store ``new_input`` and return the system prompt plus what memory assembled."""
-        context = await self.memory.context(self.ref, _storable(new_input), actor_model=model)
-        _mark(new_input, self.ref.thread, "stored")
+        """Store ``new`` (a turn's input, or a step's tool traffic) and return the system prompt
+        plus what memory assembled, in one memory step."""
+        context = await self.memory.context(
+            self.ref, _storable(new), actor_model=model, recall=self.recall
+        )
+        self.stored += context.stored_input
+        _mark(new, self.ref.thread, "stored")
         self.collect_system_prompts(all_messages)
         system: list[pa.ModelMessage] = (
             [pa.ModelRequest(parts=[pa.SystemPromptPart(c) for c in self.system_prompts])]
@@ -158,12 +187,12 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
     resource="user-1", thread="chat-1")])``; then ``await agent.run("...")`` each turn.
     """
 
-    def __init__(self, memory: Memory, *, resource: str, thread: str) -> None:
+    def __init__(self, memory: Memory, *, resource: str, thread: str, recall: bool = True) -> None:
         self.memory = memory
         self.ref = ThreadRef.of({"resource": resource, "thread": thread})
-        self._thread = _Thread(memory, self.ref)
-        self._prefix: list[pa.ModelMessage] | None = None
-        self._turn_start = 0
+        self.recall = recall
+        """Offer the ``recall`` tool (when the memory has retrieval on)."""
+        self._thread = _Thread(memory, self.ref, recall=recall)
 
     def __repr__(self) -> str:
         return (
@@ -173,41 +202,48 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
 
     def get_toolset(self) -> Any:
         """The ``recall`` tool, when the memory has retrieval on."""
-        if not self.memory.retrieval:
+        if not self._thread.recall:
             return None
         from pydantic_ai.toolsets import FunctionToolset
 
         return FunctionToolset([self.memory.recall_tool(self.ref)])
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
-        """A fresh instance per run: the managed prefix belongs to one run."""
+        """A fresh instance per run: what was stored belongs to one run."""
         return ObservationalMemoryCapability(
-            self.memory, resource=self.ref.resource, thread=self.ref.thread
+            self.memory, resource=self.ref.resource, thread=self.ref.thread, recall=self.recall
         )
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
+        """Store what happened since the last request and send memory's context for this
+        step (one memory step: one store round trip, plus any memory work that is due)."""
         messages = ctx.messages
-        model = request_context.model
         reply, new_input = self._thread.new(messages)
-        await self._thread.save(reply, model)
-        if new_input:
-            self._prefix = await self._thread.context(messages, new_input, model)
-            last = new_input[-1]
-            self._turn_start = next(i for i, m in enumerate(messages) if m is last) + 1
-        elif self._prefix is None:
-            self._prefix = await self._thread.context(messages, (), model)
-            self._turn_start = len(messages)
-        request_context.messages = [*self._prefix, *messages[self._turn_start :]]
+        if reply or new_input or not _has_context(messages, self.ref.thread):
+            request_context.messages = await self._thread.context(
+                messages, [*reply, *new_input], request_context.model
+            )
         return request_context
 
     async def after_run(
         self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
     ) -> AgentRunResult[Any]:
         reply, late_input = self._thread.new(result.all_messages())
-        await self._thread.save([*reply, *late_input], _actor(ctx))
+        await self._thread.save([*reply, *late_input], _actor(ctx), _deferred(result.output))
         return result
+
+
+def _deferred(output: object) -> frozenset[str]:
+    """The calls a run ended on to wait for (pydantic-ai's ``DeferredToolRequests``)."""
+    if not isinstance(output, DeferredToolRequests):
+        return frozenset()
+    return frozenset(c.tool_call_id for c in [*output.calls, *output.approvals])
+
+
+def _has_context(messages: Sequence[pa.ModelMessage], thread: str) -> bool:
+    return any(_mark_of(m, thread) == "context" for m in messages)
 
 
 def _actor(ctx: RunContext[Any]) -> Model | None:
@@ -220,25 +256,27 @@ HistoryProcessorFunc: TypeAlias = Callable[
 ]
 
 
-def history_processor(memory: Memory, *, resource: str, thread: str) -> HistoryProcessorFunc:
+def history_processor(
+    memory: Memory, *, resource: str, thread: str, recall: bool = False
+) -> HistoryProcessorFunc:
     """A history processor giving an agent observational memory of one thread.
 
     Use it with ``pydantic_ai.capabilities.ProcessHistory`` (pydantic-ai 2.x has no
     ``history_processors=`` argument any more). The processor replaces the run's history with what
     memory assembled, so ``result.all_messages()`` is the managed context plus the run's traffic;
     pass it as ``message_history`` to the next run so the last answer is stored.
+
+    ``recall=True``: the agent has the ``recall`` tool (``memory.recall_tool(resource=...,
+    thread=...)``), so the context tells the model how to use it.
     """
-    state = _Thread(memory, ThreadRef.of({"resource": resource, "thread": thread}))
+    state = _Thread(memory, ThreadRef.of({"resource": resource, "thread": thread}), recall=recall)
 
     async def process(
         ctx: RunContext[Any], messages: list[pa.ModelMessage]
     ) -> list[pa.ModelMessage]:
-        model = _actor(ctx)
         reply, new_input = state.new(messages)
-        await state.save(reply, model)
-        has_context = any(_mark_of(m, state.ref.thread) == "context" for m in messages)
-        if new_input or not has_context:
-            return await state.context(messages, new_input, model)
+        if reply or new_input or not _has_context(messages, state.ref.thread):
+            return await state.context(messages, [*reply, *new_input], _actor(ctx))
         return messages
 
     return process
