@@ -232,7 +232,10 @@ def _detached_as_text(message: Message, adjacent: set[str]) -> Message:
             parts.append(part)
     keeps_results = any(isinstance(p, ToolResultPart) for p in parts)
     role = message.role if keeps_results or message.role != "tool" else "user"
-    return replace(message, role=role, parts=tuple(parts))
+    # The message is no longer what a framework stored: drop the framework's own copy of it
+    # (the converters send a kept copy back as it was), so it goes out as shown here.
+    kept = {k: v for k, v in message.metadata.items() if k == "obsmem"}
+    return replace(message, role=role, parts=tuple(parts), metadata=kept)
 
 
 def _synthetic_results(

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -45,7 +45,7 @@ from .records import OMRecord
 from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
-from .window import ThreadWindow, windows_of
+from .window import HELD_CALLS_KEY, ThreadWindow, windows_of
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
@@ -310,6 +310,19 @@ class ObservationalMemory:
         return list(snapshot.stored)
 
     # -- manual operations -----------------------------------------------------------------------
+
+    async def hold_calls(
+        self, thread_id: str, resource_id: str | None, call_ids: Collection[str], *, held: bool
+    ) -> None:
+        """Hold the tool calls ``call_ids`` of the thread back while they wait (an approval
+        given later, maybe after more turns), or stop holding them (``held=False``). A held call
+        is never observed as interrupted and stays raw with the messages after it."""
+        self._check_open()
+        subject = self.subject(thread_id, resource_id)
+        patch = ThreadPatch(
+            thread_id=thread_id, set=tuple(((HELD_CALLS_KEY, c), held) for c in call_ids)
+        )
+        await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
 
     async def observe(self, thread_id: str, resource_id: str | None = None) -> bool:
         """Observe every unobserved message now (activating buffered chunks first). False when

@@ -7,7 +7,7 @@ memory on, runs the engine (``memory.om``). Without it, the whole thread is sent
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -165,6 +165,18 @@ class Memory:
             at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
             messages = [*messages[:at], shown, *messages[at:]]
         return MemoryContext(messages=messages, stored_input=stored)
+
+    async def hold_calls(
+        self, ref: ThreadRef | Mapping[str, Any], call_ids: Collection[str], *, held: bool = True
+    ) -> None:
+        """Hold tool calls back while they wait for a result that comes later (an approval the
+        user gives after more turns): memory never observes them as interrupted, and the
+        context answers them "waiting" until their result is stored. ``held=False`` lets them
+        go (a call that will never get its result). The front doors call this where their
+        framework says a call waits; use it for your own pauses."""
+        ref = ThreadRef.of(ref)
+        if self.om is not None and call_ids:
+            await self.om.hold_calls(ref.thread, ref.resource, call_ids, held=held)
 
     # -- recall ------------------------------------------------------------------------------------
 

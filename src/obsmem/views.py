@@ -18,7 +18,7 @@ from .options import ResolvedOptions
 from .planner import activation_count
 from .recall import recall_guidance
 from .snapshot import Snapshot
-from .window import ThreadWindow
+from .window import ThreadWindow, held_calls, pending_calls
 from .working_memory import WorkingMemory, stored_working_memory, working_memory_message
 
 __all__ = ["CacheSignals", "actor_context", "cache_signals", "model_label", "status_event"]
@@ -51,6 +51,7 @@ def actor_context(
             ),
             extracted=_shared_values(options, meta),
             raw_messages=snapshot.main.unobserved,
+            pending_calls=pending_calls(snapshot.main.unobserved, held_calls(meta)),
             other_threads=[(t.id, t.unobserved) for t in snapshot.threads[1:] if t.unobserved],
             retrieval_instructions=recall_guidance(options.retrieval) if recalls else None,
             temporal_markers=options.temporal_markers,

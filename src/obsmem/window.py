@@ -8,7 +8,7 @@ covered by buffered chunks and the unbuffered rest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -18,9 +18,11 @@ from .tokens import TokenEstimator
 
 __all__ = [
     "DEFERRED",
+    "HELD_CALLS_KEY",
     "HeldMessages",
     "ThreadWindow",
     "binding_calls",
+    "held_calls",
     "is_deferred",
     "mark_deferred",
     "pending_calls",
@@ -42,11 +44,13 @@ class ThreadWindow:
     tokens: tuple[int, ...]
     covered_through: int
     """The seq up to which chunks already cover this thread (≥ the cursor)."""
+    held: frozenset[str] = frozenset()
+    """Calls the thread holds back while they wait (:func:`held_calls`)."""
 
     @property
     def binding(self) -> frozenset[str]:
         """Tool calls no cut may separate from their results (:func:`binding_calls`)."""
-        return binding_calls(self.messages)
+        return binding_calls(self.messages, self.held)
 
     @property
     def total(self) -> int:
@@ -94,6 +98,7 @@ def windows_of(
             messages=state.unobserved,
             tokens=tuple(count(m) for m in state.unobserved),
             covered_through=record.covered_through(state.id),
+            held=held_calls(state.thread.metadata),
         )
         for state in snapshot.threads
     )
@@ -151,6 +156,10 @@ class HeldMessages:
         return len(self._messages)
 
 
+HELD_CALLS_KEY = "om:held_calls"
+"""Thread metadata naming the calls held back while they wait, for front doors that store a
+call before they know it will wait (``Memory.hold_calls``)."""
+
 DEFERRED = "deferred"
 """``ToolCallPart.metadata["obsmem"]["deferred"] = True`` marks a call that waits on purpose (an
 approval pending across turns): held back while it has no result, wherever it is."""
@@ -185,11 +194,23 @@ def _answered(messages: Sequence[Message]) -> set[str]:
     return {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
 
 
-def pending_calls(messages: Sequence[Message]) -> frozenset[str]:
+def held_calls(thread_metadata: Mapping[str, Any]) -> frozenset[str]:
+    """The calls a thread holds back while they wait (``Memory.hold_calls``), from its
+    metadata: ``{HELD_CALLS_KEY: {call_id: True}}``."""
+    held = thread_metadata.get(HELD_CALLS_KEY)
+    if not isinstance(held, dict):
+        return frozenset()
+    return frozenset(str(k) for k, v in cast(dict[str, Any], held).items() if v)
+
+
+def pending_calls(
+    messages: Sequence[Message], held: Collection[str] = frozenset()
+) -> frozenset[str]:
     """Tool calls still waiting for their result in ``messages`` (a thread's unobserved
     messages, in order): the unanswered calls of the latest step (the last assistant message,
-    while nothing but tool results came after it), and unanswered calls marked deferred. Any
-    other unanswered call was interrupted (an aborted run, a crash): it will get no result."""
+    while nothing but tool results came after it), unanswered calls marked deferred, and those
+    among ``held`` (:func:`held_calls`). Any other unanswered call was interrupted (an aborted
+    run, a crash): it will get no result."""
     answered = _answered(messages)
     pending: set[str] = set()
     last = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=None)
@@ -203,7 +224,9 @@ def pending_calls(messages: Sequence[Message]) -> frozenset[str]:
         p.tool_call_id
         for m in messages
         for p in m.parts
-        if isinstance(p, ToolCallPart) and p.tool_call_id not in answered and is_deferred(p)
+        if isinstance(p, ToolCallPart)
+        and p.tool_call_id not in answered
+        and (is_deferred(p) or p.tool_call_id in held)
     }
     return frozenset(pending)
 
@@ -212,10 +235,12 @@ def _only_results(message: Message) -> bool:
     return bool(message.parts) and all(isinstance(p, ToolResultPart) for p in message.parts)
 
 
-def binding_calls(messages: Sequence[Message]) -> frozenset[str]:
+def binding_calls(
+    messages: Sequence[Message], held: Collection[str] = frozenset()
+) -> frozenset[str]:
     """The tool calls a cut must not separate from their results: those answered in
     ``messages`` and those still pending. An interrupted call binds nothing."""
-    return frozenset(_answered(messages)) | pending_calls(messages)
+    return frozenset(_answered(messages)) | pending_calls(messages, held)
 
 
 def safe_prefix(messages: Sequence[Message], binding: frozenset[str] | None = None) -> int:

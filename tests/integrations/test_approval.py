@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from obsmem import Memory
-from obsmem.messages import Message, ToolCallPart, ToolResultPart
+from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from obsmem.stores import InMemoryStore
 from obsmem.testing import ModelCalls, scripted_observer, scripted_reflector
 from obsmem.window import is_deferred
@@ -186,7 +186,7 @@ async def test_langgraph_interrupt_pauses_and_resumes() -> None:
     from langgraph.prebuilt import create_react_agent
     from langgraph.types import Command, interrupt
 
-    from obsmem.integrations.langgraph import post_model_hook, pre_model_hook
+    from obsmem.integrations.langgraph import hold_waiting_calls, post_model_hook, pre_model_hook
 
     calls = ModelCalls()
     memory = _memory(calls)
@@ -211,6 +211,8 @@ async def test_langgraph_interrupt_pauses_and_resumes() -> None:
     for i in range(4):
         paused = await graph.ainvoke({"messages": [("user", _text(i))]}, config=config)
         assert "__interrupt__" in paused
+        held = await hold_waiting_calls(memory, paused, config, resource=RESOURCE)
+        assert held == [f"call-{i + 1}"]
         await _observe_while_waiting(memory, calls)
         done = await graph.ainvoke(Command(resume=True), config=config)
         assert str(done["messages"][-1].content).startswith("Here is what I found.")
@@ -269,4 +271,82 @@ async def test_a_deferred_call_waits_across_turns() -> None:
     for n, request in enumerate(brain.requests):
         for provider in PROVIDERS:
             assert await unpaired_calls(request, provider) == [], f"request {n} ({provider})"
+    await memory.aclose()
+
+
+def _approve_on_request(messages: list[Message]) -> Any:
+    """Call ``lookup`` when the user asks for an approval; otherwise just answer."""
+    from .drivers import Reply
+
+    last = next(m for m in reversed(messages) if m.role != "system")
+    if last.role == "user" and "approve" in last.text:
+        return Reply(text="Checking.", calls=[("lookup", {"query": "the page"})])
+    if last.role == "tool":
+        return Reply(text="Here is what I found. " + "Done. " * 5)
+    return Reply(text="Noted. " * 10)
+
+
+async def test_agents_sdk_approval_waits_across_turns() -> None:
+    """The Agents SDK run stops on an approval, the user goes on with new runs, then the saved
+    run is approved: the call is held back meanwhile (never observed as interrupted), every
+    request is valid, and the late result is stored once."""
+    from agents import Runner
+
+    calls = ModelCalls()
+    memory = _memory(calls)
+    brain = Brain(_approve_on_request)
+    tools = Tools()
+    driver = SdkDriver(memory, brain, tools, thread=THREAD, recall=False)
+    agent = driver.agent(needs_approval=True)
+    paused = await Runner.run(
+        agent, "Please approve a lookup.", session=driver.session, run_config=driver.run_config()
+    )
+    [waiting] = paused.interruptions
+    state = paused.to_state()
+    for i in range(8):
+        await Runner.run(agent, _text(i), session=driver.session, run_config=driver.run_config())
+    assert not any("interrupted" in p for p in calls.prompts), "the waiting call was interrupted"
+    tools.page = "approved page"
+    state.approve(waiting)
+    await Runner.run(agent, state, session=driver.session, run_config=driver.run_config())
+    stored = await memory.messages(THREAD)
+    results = [p for m in stored for p in m.parts if isinstance(p, ToolResultPart)]
+    assert [str(r.content) for r in results] == ["approved page"]
+    texts = [p.text for m in stored for p in m.parts if isinstance(p, TextPart)]
+    for i in range(8):
+        assert sum(t.startswith(f"Turn {i}:") for t in texts) == 1, i
+    await assert_requests_valid(brain)
+    await memory.aclose()
+
+
+async def test_a_held_call_waits_until_it_is_let_go() -> None:
+    """``Memory.hold_calls``: a held call is answered "waiting" in the context and never
+    observed while held; once let go it is observed as interrupted and observation moves on."""
+    from obsmem.context import WAITING
+    from obsmem.memory import ThreadRef
+
+    calls = ModelCalls()
+    memory = _memory(calls)
+    assert memory.om is not None
+    ref = ThreadRef(thread=THREAD, resource=RESOURCE)
+    call = ToolCallPart(tool_name="lookup", args={}, tool_call_id="asked")
+    await memory.save(
+        ref,
+        [Message.user("Ask the boss."), Message(role="assistant", parts=(call,))],
+        actor_model=None,
+    )
+    await memory.hold_calls(ref, ["asked"])
+    for i in range(6):
+        context = await memory.context(ref, [Message.user(_text(i))], actor_model=None)
+        await memory.save(ref, [Message.assistant("Noted. " * 10)], actor_model=None)
+        answers = [p for m in context.messages for p in m.parts if isinstance(p, ToolResultPart)]
+        assert [str(a.content) for a in answers] == [WAITING]
+    await memory.settle()
+    assert not any("interrupted" in p for p in calls.prompts)
+    assert (await memory.om.status(THREAD, RESOURCE)).message_tokens > 300
+    await memory.hold_calls(ref, ["asked"], held=False)
+    await memory.context(ref, [Message.user("And now?")], actor_model=None)
+    await memory.settle()
+    assert any("interrupted" in p for p in calls.prompts)
+    assert (await memory.om.status(THREAD, RESOURCE)).message_tokens <= 360
     await memory.aclose()

@@ -67,6 +67,7 @@ __all__ = [
     "LangGraphMemory",
     "ModelHook",
     "from_langchain",
+    "hold_waiting_calls",
     "post_model_hook",
     "pre_model_hook",
     "recall_tool",
@@ -326,6 +327,22 @@ class LangGraphMemory:
         system = [m for m in messages if isinstance(m, SystemMessage)]
         return {"llm_input_messages": [*system, *to_langchain(context.messages)]}
 
+    async def hold(self, state: Any, config: RunnableConfig) -> list[str]:
+        """After a run stopped on an ``interrupt`` (an approval asked of a person), hold its
+        waiting tool calls back until their results come, even if the conversation goes on
+        meanwhile: memory never observes them as interrupted. Returns the held call ids."""
+        ref = self._ref(config)
+        messages = _state_messages(state)
+        answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+        last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+        waiting = [
+            str(c["id"]) for c in (last.tool_calls if last is not None else []) if c.get("id")
+        ]
+        waiting = [c for c in waiting if c not in answered]
+        await self._save(ref, await self._new(ref, messages))
+        await self.memory.hold_calls(ref, waiting)
+        return waiting
+
     def recall_tool(self) -> BaseTool:
         """The ``recall`` tool as a LangChain tool, for ``create_react_agent`` and
         ``langchain.agents.create_agent`` alike (add it to the agent's tools, and build the
@@ -365,6 +382,14 @@ def pre_model_hook(
     """A ``pre_model_hook`` for ``create_react_agent`` giving it observational memory
     (``recall=True`` when the agent has :func:`recall_tool`)."""
     return LangGraphMemory(memory, resource=resource, thread=thread, recall=recall).pre_model_hook
+
+
+async def hold_waiting_calls(
+    memory: Memory, state: Any, config: RunnableConfig, *, resource: str, thread: str | None = None
+) -> list[str]:
+    """After ``ainvoke`` returned on an interrupt: hold the waiting calls back until their
+    results come (see :meth:`LangGraphMemory.hold`)."""
+    return await LangGraphMemory(memory, resource=resource, thread=thread).hold(state, config)
 
 
 def recall_tool(memory: Memory, *, resource: str, thread: str | None = None) -> BaseTool:

@@ -306,6 +306,24 @@ def to_agents_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 
 
+def _waiting_calls(items: Sequence[Any], approving: frozenset[str]) -> list[str]:
+    """The calls in ``items`` of tools that need approval, stored without their output."""
+    answered = {
+        str(_field(i, "call_id")) for i in items if _field(i, "type") == "function_call_output"
+    }
+    return [
+        str(_field(i, "call_id"))
+        for i in items
+        if _field(i, "type") == "function_call"
+        and _field(i, "name") in approving
+        and str(_field(i, "call_id")) not in answered
+    ]
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
+
+
 class InnerSession(Protocol):
     """The part of the SDK's ``Session`` protocol a wrapped session must have."""
 
@@ -344,6 +362,9 @@ class ObservationalSession:
         self._step_from: int | None = None
         """The seq of the first message stored since the last model call (the step the
         next call answers: it stays raw)."""
+        self._approving: frozenset[str] = frozenset()
+        """The agent's tools that may wait for an approval (``needs_approval``): a call of one
+        stored without its output is held back until the output comes."""
         self.recall_offered = False
         """This session made a ``recall`` tool (:meth:`recall_tool`), so ``get_items()`` tells
         the model how to use it. The input filter looks at the agent's own tools instead."""
@@ -395,7 +416,11 @@ class ObservationalSession:
         of the Runner's own input (whose items this session has already stored)."""
         from agents.run_config import ModelInputData
 
-        recall = any(getattr(tool, "name", None) == "recall" for tool in data.agent.tools)
+        tools = data.agent.tools
+        recall = any(getattr(tool, "name", None) == "recall" for tool in tools)
+        self._approving = frozenset(
+            str(getattr(t, "name", "")) for t in tools if getattr(t, "needs_approval", False)
+        )
         step, self._step_from = self._step_from, None
         context = await self.memory.context(
             self.ref, (), actor_model=None, recall=recall, keep_raw_from=step
@@ -436,6 +461,9 @@ class ObservationalSession:
         first = next((m.seq for m in stored if m.seq is not None), None)
         if self._step_from is None:
             self._step_from = first
+        waiting = _waiting_calls(items, self._approving)
+        if waiting:
+            await self.memory.hold_calls(self.ref, waiting)
 
     async def pop_item(self) -> TResponseInputItem | None:
         if self.inner is not None:
