@@ -110,10 +110,11 @@ async def test_an_orphan_result_never_fails_a_turn(door: str) -> None:
     await memory.aclose()
 
 
+@pytest.mark.parametrize("where", ["tool result", "user text"])
 @pytest.mark.parametrize("door", DOORS)
-async def test_a_5mb_tool_result_is_observed_within_the_cap(door: str) -> None:
-    """A 5 MB tool result: the Observer sees it capped, it gets observed, and observation
-    carries on for the turns after it; the stored message stays whole."""
+async def test_a_5mb_part_is_observed_within_the_cap(door: str, where: str) -> None:
+    """A 5 MB tool result, or a 5 MB message from the user: the Observer sees it capped, it gets
+    observed, and observation carries on for the turns after it; the stored part stays whole."""
     calls = ModelCalls()
     memory = _memory(calls)
     tools = Tools()
@@ -122,9 +123,12 @@ async def test_a_5mb_tool_result_is_observed_within_the_cap(door: str) -> None:
     huge = "".join(f"<div id=n{i}>node {i} of the snapshot</div>\n" for i in range(130_000))
     assert len(huge) > 5_000_000
     assert await driver.turn(_turn_text(0))
-    tools.page = huge
-    assert await driver.turn(_turn_text(1))
-    tools.page = "nothing special"
+    if where == "tool result":
+        tools.page = huge
+        assert await driver.turn(_turn_text(1))
+        tools.page = "nothing special"
+    else:
+        assert await driver.turn(_turn_text(1) + huge)
     for i in range(2, 14):
         assert await driver.turn(_turn_text(i))
     await memory.settle()
@@ -133,8 +137,13 @@ async def test_a_5mb_tool_result_is_observed_within_the_cap(door: str) -> None:
     assert any("Turn 10:" in p for p in calls.prompts), "observation stopped after it"
     assert await _unobserved(memory) <= BLOCK_AFTER
     stored = await memory.messages(THREAD)
-    results = [p for m in stored for p in m.parts if isinstance(p, ToolResultPart)]
-    assert any(len(str(p.content)) == len(huge) for p in results), "the stored part was cut"
+    sizes = [
+        len(p.text if isinstance(p, TextPart) else str(p.content))
+        for m in stored
+        for p in m.parts
+        if isinstance(p, TextPart | ToolResultPart)
+    ]
+    assert max(sizes) >= len(huge), "the stored part was cut"
     await memory.aclose()
 
 
@@ -255,4 +264,34 @@ async def test_a_crash_mid_turn_loses_no_step_already_taken(door: str) -> None:
     results = [p.tool_call_id for m in stored for p in m.parts if isinstance(p, ToolResultPart)]
     assert calls == results == ["call-1", "call-2", "call-3"]
     assert stored[0].role == "user"
+    await memory.aclose()
+
+
+async def test_the_langchain_recall_tool_works_in_create_agent() -> None:
+    """The same LangChain recall tool in ``langchain.agents.create_agent``: the model pages a
+    stored 240 KB result within the budget, bound to the run's thread."""
+    from langchain.agents import create_agent
+
+    from obsmem.integrations.langgraph import recall_tool
+
+    from .drivers import langchain_model
+
+    memory = _memory(ModelCalls(), retrieval=True)
+    big = Message(role="user", parts=(TextPart(text="row " * 60_000),))
+    [stored] = await memory.save(REF, [big], actor_model=None)
+
+    def policy(messages: list[Message]) -> Reply:
+        if messages[-1].role == "tool":
+            return Reply(text="Read it.")
+        return Reply(calls=[("recall", {"cursor": stored.id, "part_index": 0})])
+
+    brain = Brain(policy)
+    agent = create_agent(langchain_model(brain), [recall_tool(memory, resource=RESOURCE)])
+    await agent.ainvoke(
+        {"messages": [("user", "What did I paste?")]},
+        config={"configurable": {"thread_id": THREAD}},
+    )
+    [answer] = brain.tool_results("recall")
+    assert "row row" in answer
+    assert HeuristicEstimator().count_text(answer) <= DEFAULT_BUDGET
     await memory.aclose()
