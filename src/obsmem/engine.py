@@ -33,7 +33,7 @@ from .cycles import (
     Outcome,
 )
 from .embeddings import Embedder, resolve_embedder
-from .errors import ConfigError
+from .errors import ConfigError, check_id
 from .events import EventBus, Hooks, Listener, StatusEvent
 from .llm import CallListener, ModelCaller
 from .messages import Message, utcnow
@@ -150,7 +150,18 @@ class ObservationalMemory:
     # -- identity --------------------------------------------------------------------------------
 
     def subject(self, thread_id: str, resource_id: str | None) -> Subject:
-        """What work on this thread is about (the resource defaults to the thread id)."""
+        """What work on this thread is about (in thread scope the resource defaults to the
+        thread id; resource scope needs it). Ids are checked here, before anything is written."""
+        check_id("thread_id", thread_id)
+        if resource_id is not None:
+            check_id("resource_id", resource_id)
+        elif self.options.scope == "resource":
+            raise ConfigError(
+                "resource_id",
+                None,
+                "resource scope shares memory across a resource's threads: give the resource id "
+                "(the user or account the thread belongs to)",
+            )
         return Subject(
             scope=self.options.scope,
             thread_id=thread_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "MAX_ID_LENGTH",
     "ConfigError",
     "ConflictError",
     "MissingExtraError",
@@ -12,6 +13,7 @@ __all__ = [
     "ObserverOutputError",
     "ObsmemError",
     "StoreError",
+    "check_id",
 ]
 
 
@@ -76,3 +78,19 @@ class ModelError(ObsmemError):
 
 class ObserverOutputError(ModelError):
     """The Observer or Reflector answered with output that cannot be used (empty or degenerate)."""
+
+
+def check_id(field: str, value: object) -> str:
+    """``value`` if it can name a thread or resource; else ConfigError saying why."""
+    if not isinstance(value, str):
+        raise ConfigError(field, value, f"give a string id (str({value!r}))")
+    if not value.strip():
+        raise ConfigError(field, value, "give a non-empty id")
+    if len(value) > MAX_ID_LENGTH:
+        raise ConfigError(field, value[:40] + "...", f"ids are at most {MAX_ID_LENGTH} characters")
+    if any(c == "\x00" or "\ud800" <= c <= "\udfff" for c in value):
+        raise ConfigError(field, value, "ids cannot hold NUL characters or lone surrogates")
+    return value
+
+
+MAX_ID_LENGTH = 512

@@ -7,6 +7,7 @@ memory on, runs the engine (``memory.om``). Without it, the whole thread is sent
 
 from __future__ import annotations
 
+import os
 from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -93,6 +94,10 @@ class Memory:
         clock: Callable[[], datetime] = utcnow,
         estimator: TokenEstimator | None = None,
     ) -> None:
+        if isinstance(store, str | os.PathLike):
+            raise ConfigError(
+                "store", store, f"give a store, not a path: Memory(SQLiteStore({str(store)!r}))"
+            )
         self.store: Store = store if store is not None else SQLiteStore(DEFAULT_DB)
         self.options = resolve_options(observational_memory)
         managed = self.options is not None and self.options.observation.manage_working_memory

@@ -37,6 +37,7 @@ __all__ = [
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "system", "tool"]
+ROLES: frozenset[str] = frozenset(("user", "assistant", "system", "tool"))
 ImageDetail: TypeAlias = Literal["auto", "low", "high"]
 
 
@@ -143,6 +144,7 @@ class DataPart:
 Part: TypeAlias = (
     TextPart | ImagePart | FilePart | ToolCallPart | ToolResultPart | ReasoningPart | DataPart
 )
+PART_TYPES = (TextPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ReasoningPart, DataPart)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -170,6 +172,25 @@ class Message:
             )
         if not isinstance(self.parts, tuple):  # pyright: ignore[reportUnnecessaryIsInstance]
             object.__setattr__(self, "parts", tuple(self.parts))
+        if self.role not in ROLES:
+            from .errors import ConfigError
+
+            raise ConfigError(
+                "Message.role",
+                self.role,
+                "use 'user', 'assistant', 'system' or 'tool' (an OpenAI 'developer' message is "
+                "a 'system' message)",
+            )
+        for part in self.parts:
+            if not isinstance(part, PART_TYPES):  # pyright: ignore[reportUnnecessaryIsInstance]
+                from .errors import ConfigError
+
+                raise ConfigError(
+                    "Message.parts",
+                    part,
+                    "give obsmem parts (TextPart, ToolCallPart, ToolResultPart, ...); "
+                    "Message.user(text) builds a text message",
+                )
 
     @classmethod
     def user(cls, text: str, **kwargs: Any) -> Message:

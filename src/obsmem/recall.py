@@ -13,7 +13,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -65,6 +65,10 @@ WINDOW_CHARS_PER_TOKEN = 8
 spends per token)."""
 _ESTIMATOR = HeuristicEstimator()
 
+MAX_PAGE = 1_000_000
+MAX_TEXT = 2_000
+"""Bounds of the recall arguments a model may send (pages, part indexes, text lengths)."""
+
 RECALL_DESCRIPTION = (
     'Read the raw messages behind your notes (mode "messages": page from a `cursor` message '
     'id, forward with page=1 or backward with page=-1; `detail` "high" or '
@@ -82,16 +86,30 @@ class RecallRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: str = Field("messages", description='"messages", "threads" or "search"')
-    cursor: str | None = Field(None, description="a message id to page from (mode messages)")
-    page: int = Field(1, description="1 pages forward from the cursor, -1 backward")
-    limit: int = Field(MAX_LIMIT, description=f"messages per page, at most {MAX_LIMIT}")
+    cursor: str | None = Field(
+        None, description="a message id to page from (mode messages)", max_length=MAX_TEXT
+    )
+    page: int = Field(
+        1, description="1 pages forward from the cursor, -1 backward", ge=-MAX_PAGE, le=MAX_PAGE
+    )
+    limit: int = Field(MAX_LIMIT, description=f"messages per page, at most {MAX_LIMIT}", ge=1)
     detail: str = Field("low", description='"low" (shortened parts) or "high"')
-    part_index: int | None = Field(None, description="read one part of the cursor message")
-    char_offset: int = Field(0, description="where to start reading that part")
-    query: str | None = Field(None, description="what to search for (mode search)")
-    thread_id: str | None = Field(None, description="another conversation of this user")
-    before: str | None = Field(None, description="search notes dated before (ISO date)")
-    after: str | None = Field(None, description="search notes dated after (ISO date)")
+    part_index: int | None = Field(
+        None, description="read one part of the cursor message", ge=0, le=MAX_PAGE
+    )
+    char_offset: int = Field(0, description="where to start reading that part", ge=0)
+    query: str | None = Field(
+        None, description="what to search for (mode search)", max_length=MAX_TEXT
+    )
+    thread_id: str | None = Field(
+        None, description="another conversation of this user", max_length=MAX_TEXT
+    )
+    before: str | None = Field(
+        None, description="search notes dated before (ISO date)", max_length=64
+    )
+    after: str | None = Field(
+        None, description="search notes dated after (ISO date)", max_length=64
+    )
 
 
 def _tokens(text: str) -> int:
@@ -216,21 +234,41 @@ async def recall(
     budget: int = DEFAULT_BUDGET,
 ) -> str:
     """Run one recall request and render the answer for the model, never more than ``budget``
-    tokens whatever is asked (long parts are paged by ``part_index`` and ``char_offset``)."""
+    tokens whatever is asked (long parts are paged by ``part_index`` and ``char_offset``).
+    Arguments of the wrong type or out of range come back as a message saying what to send:
+    whatever a model passes, recall answers and never raises."""
+    checked = parse_request(
+        {
+            "mode": mode,
+            "cursor": cursor,
+            "page": page,
+            "limit": limit,
+            "detail": detail,
+            "part_index": part_index,
+            "char_offset": char_offset,
+            "query": query,
+            "thread_id": thread_id,
+            "before": before,
+            "after": after,
+        }
+    )
+    if isinstance(checked, str):
+        return _within(checked, budget)
+    request = RecallRequest.model_validate(checked)
     answer = await _answer(
         store,
         boundary,
-        mode=mode,
-        cursor=cursor,
-        page=page,
-        limit=limit,
-        detail=detail,
-        part_index=part_index,
-        char_offset=char_offset,
-        query=query,
-        thread_id=thread_id,
-        before=before,
-        after=after,
+        mode=request.mode,
+        cursor=request.cursor,
+        page=request.page,
+        limit=request.limit,
+        detail=request.detail,
+        part_index=request.part_index,
+        char_offset=request.char_offset,
+        query=request.query,
+        thread_id=request.thread_id,
+        before=request.before,
+        after=request.after,
         search=search,
         budget=max(MIN_BUDGET, budget - HINT_TOKENS),
     )
@@ -516,12 +554,16 @@ def _date(value: str | None) -> datetime | None:
 def parse_request(arguments: str | Mapping[str, Any] | None) -> dict[str, Any] | str:
     """The keyword arguments of a ``recall`` call from a model's raw arguments (JSON text or a
     mapping), or, when they do not fit :class:`RecallRequest`, the message telling the model
-    what to send instead."""
+    what to send instead. A null value means the parameter's default."""
     try:
-        if isinstance(arguments, Mapping):
-            request = RecallRequest.model_validate(arguments)
-        else:
-            request = RecallRequest.model_validate_json(arguments or "{}")
+        raw: Any = arguments if isinstance(arguments, Mapping) else json.loads(arguments or "{}")
+    except (ValueError, RecursionError) as exc:
+        return f"recall was not run: the arguments are not JSON ({exc}). Send a JSON object."
+    if not isinstance(raw, Mapping):
+        return "recall was not run: send a JSON object of the tool's parameters."
+    given = {k: v for k, v in cast(Mapping[str, Any], raw).items() if v is not None}
+    try:
+        request = RecallRequest.model_validate(given)
     except ValidationError as exc:
         return invalid_request(exc)
     return request.model_dump(exclude_unset=True)

@@ -7,6 +7,7 @@ given and the rule in words, including what to do instead.
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
 
@@ -93,6 +94,7 @@ def _resolve(value: object) -> ResolvedOptions | None:
 
 
 def _validate(raw: Mapping[str, Any]) -> ObservationalMemoryOptions:
+    _no_option_twice(raw, ObservationalMemoryOptions, "")
     try:
         return ObservationalMemoryOptions.model_validate(dict(raw))
     except ValidationError as exc:
@@ -370,3 +372,27 @@ class _Resolver:
         if "activate_after_idle" in self.obs.model_fields_set:
             return parse_idle("observation.activate_after_idle", self.obs.activate_after_idle)
         return parse_idle("activate_after_idle", self.top.activate_after_idle)
+
+
+def _no_option_twice(raw: Mapping[str, Any], model: type[BaseModel], prefix: str) -> None:
+    """Refuse an option given under both its names (``messageTokens`` and ``message_tokens``),
+    at any depth: which one would win is not obvious."""
+    for name, info in model.model_fields.items():
+        alias = info.alias
+        if alias and alias != name and name in raw and alias in raw:
+            raise ConfigError(
+                f"{prefix}{name}",
+                {alias: raw[alias], name: raw[name]},
+                f"given twice, as {alias!r} and {name!r}: keep one",
+            )
+        value = raw.get(name, raw.get(alias) if alias else None)
+        nested = next(
+            (
+                t
+                for t in typing.get_args(info.annotation) or (info.annotation,)
+                if isinstance(t, type) and issubclass(t, BaseModel)
+            ),
+            None,
+        )
+        if nested is not None and isinstance(value, Mapping):
+            _no_option_twice(cast("Mapping[str, Any]", value), nested, f"{prefix}{name}.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -25,8 +26,16 @@ __all__ = [
 ]
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    """Compact JSON; text with lone surrogates (which UTF-8 cannot carry) is written with
+    ``\\u`` escapes, so it is stored and read back exactly."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    if _SURROGATE.search(text):
+        return json.dumps(value, ensure_ascii=True, separators=(",", ":"), sort_keys=True)
+    return text
 
 
 def loads(text: str | None) -> Any:

@@ -6,9 +6,9 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
-from ..messages import Message, part_from_dict, part_to_dict
+from ..messages import Message, Role, part_from_dict, part_to_dict
 from ..records import GroupEmbedding, OMRecord, Thread
 from ..vectors import encode
 from .codec import (
@@ -76,13 +76,17 @@ def message_to_row(msg: Message) -> Row:
     )
 
 
+_LEGACY_ROLES = {"developer": "system"}
+"""Roles older versions stored without checking, read as the role they mean."""
+
+
 def message_from_row(row: Row) -> Message:
     return Message(
         id=row[0],
         thread_id=row[1],
         resource_id=row[2],
         seq=row[3],
-        role=row[4],
+        role=cast(Role, _LEGACY_ROLES.get(row[4], row[4])),
         parts=tuple(part_from_dict(p) for p in loads(row[5])),
         metadata=loads(row[6]),
         created_at=dt_from_text(row[7]),

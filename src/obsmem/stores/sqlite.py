@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeAlias, TypeVar
 
-from ..errors import StoreError
+from ..errors import ConfigError, StoreError
 from . import flows
 from . import schema as sql
 from .flows import Flow, NeedsWrite, Op, Rows
@@ -293,6 +293,10 @@ class SQLiteStore(SQLStore):
     def __init__(
         self, path: str | os.PathLike[str] = "obsmem.db", *, busy_timeout_ms: int = 30_000
     ) -> None:
+        if not isinstance(path, str | os.PathLike) or not str(path):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise ConfigError(
+                "SQLiteStore.path", path, 'give a file path ("obsmem.db") or ":memory:"'
+            )
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
         super().__init__(_SQLiteDriver(self.path, busy_timeout_ms))
