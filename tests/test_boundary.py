@@ -112,6 +112,17 @@ def test_an_option_given_under_both_names_is_refused(options: dict[str, Any], op
         Memory(InMemoryStore(), observational_memory=options)
 
 
+def _recalling_memory() -> Memory:
+    return Memory(
+        InMemoryStore(),
+        observational_memory={
+            "observation": {"model": scripted_observer()},
+            "reflection": {"model": scripted_reflector()},
+            "retrieval": True,
+        },
+    )
+
+
 HOSTILE: list[dict[str, Any]] = [
     {"page": 5e17},
     {"page": "x"},
@@ -135,14 +146,7 @@ HOSTILE: list[dict[str, Any]] = [
 async def test_recall_answers_any_argument_a_model_sends(arguments: dict[str, Any]) -> None:
     """Whatever the model passes, recall answers with text (saying what to send instead) and
     never raises into the turn."""
-    memory = Memory(
-        InMemoryStore(),
-        observational_memory={
-            "observation": {"model": scripted_observer()},
-            "reflection": {"model": scripted_reflector()},
-            "retrieval": True,
-        },
-    )
+    memory = _recalling_memory()
     ref = ThreadRef(thread="t", resource="r")
     await memory.save(ref, [Message.user("hello")], actor_model=None)
     answer = await memory.recall_function(ref)(**arguments)
@@ -152,14 +156,7 @@ async def test_recall_answers_any_argument_a_model_sends(arguments: dict[str, An
 
 
 async def test_recall_takes_null_as_the_default() -> None:
-    memory = Memory(
-        InMemoryStore(),
-        observational_memory={
-            "observation": {"model": scripted_observer()},
-            "reflection": {"model": scripted_reflector()},
-            "retrieval": True,
-        },
-    )
+    memory = _recalling_memory()
     ref = ThreadRef(thread="t", resource="r")
     await memory.save(ref, [Message.user("hello there")], actor_model=None)
     answer = await memory.recall_function(ref)(limit=None, mode=None, page=None)  # type: ignore[arg-type]

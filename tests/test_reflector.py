@@ -8,7 +8,7 @@ import pytest
 from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from obsmem.errors import ConfigError, ObserverOutputError
+from obsmem.errors import ConfigError, ModelError, ObserverOutputError
 from obsmem.llm import ModelCaller
 from obsmem.reflector import COMPRESSION_GUIDANCE, reflect, strip_group_tags
 from obsmem.tokens import HeuristicEstimator
@@ -127,26 +127,69 @@ async def test_keeps_the_smallest_valid_candidate_when_none_reaches_target() -> 
     assert failed == [1, 2, 3]  # the last level ends the ladder: no failure reported for it
 
 
-async def test_failed_attempts_are_skipped() -> None:
+async def test_invalid_answers_are_skipped_and_a_failed_call_ends_the_climb() -> None:
+    """Degenerate and empty answers climb to the next level; a failed model call (retried
+    already if it was transient) ends the climb: another level would send the same log again."""
     script = Script(DEGENERATE, "", ValueError("provider exploded"), answer(40))
     failed: list[tuple[int, str]] = []
-    result = await reflect(
-        SOURCE,
-        caller=ModelCaller(),
-        model=script.model,
-        estimator=EST,
-        target_tokens=tokens_of(10),
-        start_level=1,
-        on_attempt_failed=lambda level, reason: failed.append((level, reason)),
-    )
-    assert result.level == 4
-    assert result.attempts == 4
-    assert len(result.calls) == 3  # the failed call has no result
-    assert result.parsed.observations == log(40)
+    with pytest.raises(ModelError, match="provider exploded"):
+        await reflect(
+            SOURCE,
+            caller=ModelCaller(),
+            model=script.model,
+            estimator=EST,
+            target_tokens=tokens_of(10),
+            start_level=1,
+            on_attempt_failed=lambda level, reason: failed.append((level, reason)),
+        )
+    assert len(script.users) == 3  # level 4 was never asked
     assert [level for level, _ in failed] == [1, 2, 3]
     assert "degenerate" in failed[0][1]
     assert "empty" in failed[1][1]
     assert "provider exploded" in failed[2][1]
+
+
+async def test_a_refused_request_is_not_sent_again_at_every_level() -> None:
+    """A 400 (context too long) at the first level: one call, not one per level."""
+    from pydantic_ai.exceptions import ModelHTTPError
+
+    script = Script(ModelHTTPError(400, "scripted", {"error": "context too long"}), answer(40))
+    with pytest.raises(ModelError):
+        await reflect(
+            SOURCE,
+            caller=ModelCaller(),
+            model=script.model,
+            estimator=EST,
+            target_tokens=tokens_of(10),
+            start_level=0,
+        )
+    assert len(script.users) == 1
+
+
+async def test_an_answer_longer_than_its_input_is_never_taken() -> None:
+    """A Reflector that makes the log longer has not reflected: each such answer is skipped,
+    and with no other candidate the reflection fails (the log stays as it was)."""
+    longer = answer(140, "longer")
+    script = Script(longer, longer, answer(150, "longest"), longer)
+    with pytest.raises(ObserverOutputError, match="not shorter than its input"):
+        await reflect(
+            SOURCE,
+            caller=ModelCaller(),
+            model=script.model,
+            estimator=EST,
+            target_tokens=tokens_of(10),
+            start_level=1,
+        )
+    shorter = Script(longer, answer(60, "shorter"))
+    result = await reflect(
+        SOURCE,
+        caller=ModelCaller(),
+        model=shorter.model,
+        estimator=EST,
+        target_tokens=tokens_of(10),
+        start_level=3,
+    )
+    assert "shorter" in result.parsed.observations
 
 
 async def test_an_invalid_candidate_never_wins_even_if_smaller() -> None:
@@ -164,7 +207,7 @@ async def test_an_invalid_candidate_never_wins_even_if_smaller() -> None:
 
 
 async def test_raises_when_every_attempt_fails() -> None:
-    script = Script(DEGENERATE, "", RuntimeError("down"))
+    script = Script(DEGENERATE, "", DEGENERATE)
     with pytest.raises(ObserverOutputError, match="kept unchanged") as caught:
         await reflect(
             SOURCE,
@@ -175,7 +218,8 @@ async def test_raises_when_every_attempt_fails() -> None:
             start_level=2,
         )
     assert "level 2: degenerate" in str(caught.value)
-    assert "level 4: model call failed" in str(caught.value)
+    assert "level 3: empty" in str(caught.value)
+    assert "level 4: degenerate" in str(caught.value)
     assert script.answers == []
 
 

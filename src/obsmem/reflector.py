@@ -163,9 +163,10 @@ async def reflect(
     """Condense ``observations`` to fewer than ``target_tokens`` tokens if the model can.
 
     Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``), one
-    call through ``caller`` each. The first valid candidate under target is returned; otherwise
-    the smallest valid one. Raises ``ObserverOutputError`` when no attempt produced a valid
-    candidate. Cancellation propagates.
+    call through ``caller`` each. A valid candidate is shorter than its input; the first one
+    under target is returned, otherwise the smallest. Raises ``ObserverOutputError`` when no
+    attempt produced a valid candidate; a failed model call (already retried if transient) ends
+    the climb and propagates. Cancellation propagates.
     ``extra_sections`` (``(slug, description)``) are inline extractor sections to ask for, and
     ``prior_values`` their earlier values, shown as hints.
     """
@@ -212,8 +213,10 @@ async def reflect(
         try:
             result = await caller.call(request)
         except Exception as exc:  # CancelledError is a BaseException and propagates
+            # The call already retried what was transient; another level sends the same log
+            # again and fails the same way (a 4xx, a context too long): stop here.
             failed(level, f"model call failed: {exc}")
-            continue
+            raise
         calls.append(result)
         if is_degenerate(result.text):
             failed(level, "degenerate output (repeated text)")
@@ -223,6 +226,9 @@ async def reflect(
             failed(level, "empty output (no observations)")
             continue
         tokens = estimator.count_text(parsed.observations)
+        if tokens >= input_tokens:
+            failed(level, f"{tokens} tokens, not shorter than its input of {input_tokens}")
+            continue
         candidate = ReflectionResult(
             parsed=parsed, tokens=tokens, level=level, attempts=attempts, calls=calls
         )
