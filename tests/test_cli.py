@@ -251,3 +251,52 @@ async def test_inspect_unknown_thread_lists_known_ones(tmp_path: Path) -> None:
     bad_range = obsmem("inspect", "--thread", "t1", "--range", "x", cwd=tmp_path)
     assert bad_range.returncode == 2
     assert "is not FIRST:LAST" in bad_range.stderr
+
+
+async def test_inspect_never_changes_the_database(tmp_path: Path) -> None:
+    """inspect opens the file read-only: its bytes stay as they were, an empty file gets no
+    tables, and a file that is not an obsmem database is said to be so (exit 2, one line)."""
+    import hashlib
+
+    db = tmp_path / "obsmem.db"
+    await _populate(db)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    for args in (("inspect",), ("inspect", "--thread", "t1"), ("inspect", "--json")):
+        assert obsmem(*args, cwd=tmp_path).returncode == 0
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    result = obsmem("inspect", "--db", "empty.db", cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0
+    assert "not an obsmem database" in result.stderr
+    assert empty.stat().st_size == 0
+
+
+def test_replay_user_errors_are_one_line_before_any_work(tmp_path: Path) -> None:
+    """A binary conversation file, a bad --buffer-tokens, an unwritable --plot or --report:
+    exit 2 with one line saying what to fix, before any model call or database write."""
+    (tmp_path / "binary.json").write_bytes(bytes(range(256)) * 4)
+    (tmp_path / "chat.jsonl").write_text(
+        '{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n'
+    )
+    binary = obsmem("replay", "binary.json", "--model", "test", cwd=tmp_path)
+    assert binary.returncode == 2
+    assert "is not UTF-8 text" in binary.stderr
+    assert "Traceback" not in binary.stderr
+    for option, value, says in (
+        ("--buffer-tokens", "abc", "give a ratio of the threshold"),
+        ("--message-tokens", "lots", "not a whole number of tokens"),
+    ):
+        bad = obsmem("replay", "chat.jsonl", "--model", "test", option, value, cwd=tmp_path)
+        assert bad.returncode == 2
+        assert says in bad.stderr
+        assert "Traceback" not in bad.stderr
+    for option in ("--plot", "--report"):
+        unwritable = obsmem(
+            "replay", "chat.jsonl", "--model", "test", option, "missing/dir/out", cwd=tmp_path
+        )
+        assert unwritable.returncode == 2
+        assert "does not exist" in unwritable.stderr
+        assert "Traceback" not in unwritable.stderr
+    assert not (tmp_path / "obsmem.db").exists()

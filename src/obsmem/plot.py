@@ -8,7 +8,15 @@ from typing import Any
 from .errors import MissingExtraError
 from .replay import ReplayReport
 
-__all__ = ["plot_sawtooth"]
+__all__ = ["can_plot", "plot_sawtooth"]
+
+
+def can_plot() -> None:
+    """Raise MissingExtraError (with the install line) when matplotlib is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("matplotlib") is None:
+        raise MissingExtraError("drawing the context plot", "cli", package="matplotlib")
 
 
 def plot_sawtooth(report: ReplayReport, path: str | Path, *, title: str = "") -> Path:

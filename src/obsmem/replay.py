@@ -44,6 +44,10 @@ def load_conversation(path: str | Path, *, question: str | None = None) -> list[
         text = file.read_text(encoding="utf-8")
     except OSError as exc:
         raise ReplayError(f"cannot read {file}: {exc.strerror or exc}") from exc
+    except UnicodeDecodeError as exc:
+        raise ReplayError(
+            f"{file} is not UTF-8 text (byte {exc.start}): give a JSONL or JSON conversation"
+        ) from exc
     stripped = text.lstrip()
     if not stripped:
         raise ReplayError(f"{file} is empty")

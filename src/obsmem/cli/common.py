@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ __all__ = [
     "Progress",
     "add_memory_options",
     "check_model",
+    "check_output_path",
     "memory_options",
     "pick_model",
 ]
@@ -35,21 +37,62 @@ def add_memory_options(
     parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
     parser.add_argument(
         "--message-tokens",
-        type=int,
+        type=_positive_int,
         default=message_tokens,
         help=f"observe when unobserved messages reach this (default {message_tokens:,})",
     )
     parser.add_argument(
         "--observation-tokens",
-        type=int,
+        type=_positive_int,
         default=observation_tokens,
         help=f"reflect when the log reaches this (default {observation_tokens:,})",
     )
     parser.add_argument(
         "--buffer-tokens",
+        type=_buffer_tokens,
         default="0.2",
         help="background buffering interval: a ratio, tokens, or 'off'",
     )
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text.replace(",", "").replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens above 0")
+    return value
+
+
+def _buffer_tokens(text: str) -> str:
+    """A ratio of the threshold (0.2), a token count (6000) or 'off'."""
+    if text.lower() in ("off", "false", "0"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give a ratio of the threshold (0.2), a token count (6000) or 'off'"
+        ) from None
+    if not value > 0 or value != value or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r}: give a ratio or a token count above 0")
+    return text
+
+
+def check_output_path(path: str | None, what: str) -> str | None:
+    """A message when ``path`` cannot be written (checked before long work), else None."""
+    if path is None:
+        return None
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path()
+    if target.is_dir():
+        return f"{what} {path} is a directory: give a file name"
+    if not parent.is_dir():
+        return f"cannot write {what} {path}: the folder {parent} does not exist"
+    if not os.access(parent, os.W_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        return f"cannot write {what} {path}: permission denied"
+    return None
 
 
 def memory_options(args: argparse.Namespace, model: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
+from ..errors import StoreError
 from ..messages import message_to_dict, utcnow
 from ..records import OMRecord, record_key
 from .common import DEFAULT_DB
@@ -58,13 +59,19 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             print(f"obsmem: --range {args.range!r} is not FIRST:LAST, e.g. 10:20", file=sys.stderr)
             return 2
         span = (first, last)
-    return asyncio.run(_inspect(args, out, span))
+    try:
+        return asyncio.run(_inspect(args, out, span))
+    except StoreError as exc:
+        if "schema" not in str(exc) and "no such database" not in str(exc):
+            raise
+        print(f"obsmem: {exc}", file=sys.stderr)
+        return 2
 
 
 async def _inspect(args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None) -> int:
     from ..stores import SQLiteStore
 
-    store = SQLiteStore(args.db)
+    store = SQLiteStore(args.db, read_only=True)
     try:
         if args.thread:
             return await _thread(store, args, out, span)

@@ -11,7 +11,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .common import Progress, add_memory_options, check_model, memory_options, pick_model
+from ..errors import MissingExtraError
+from .common import (
+    Progress,
+    add_memory_options,
+    check_model,
+    check_output_path,
+    memory_options,
+    pick_model,
+)
 
 if TYPE_CHECKING:
     from ..messages import Message
@@ -97,7 +105,18 @@ async def _replay(
     from ..replay import replay
     from ..stores import SQLiteStore
 
-    problem = await check_model(model)
+    problem = check_output_path(args.plot, "the plot") or check_output_path(
+        args.report, "the report"
+    )
+    if problem is None and args.plot:
+        from ..plot import can_plot
+
+        try:
+            can_plot()
+        except MissingExtraError as exc:
+            problem = str(exc)
+    if problem is None:
+        problem = await check_model(model)
     if problem is not None:
         print(f"obsmem: {problem}", file=sys.stderr)
         return 2

@@ -100,9 +100,10 @@ class _SQLiteDriver:
 
     pgvector = False
 
-    def __init__(self, path: str, busy_timeout_ms: int) -> None:
+    def __init__(self, path: str, busy_timeout_ms: int, *, read_only: bool = False) -> None:
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
+        self.read_only = read_only
         self._worker = _Worker("obsmem-sqlite")
         self._conn: sqlite3.Connection | None = None
         self._inline: sqlite3.Connection | None = None
@@ -160,6 +161,8 @@ class _SQLiteDriver:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
 
     def _open(self) -> sqlite3.Connection:
+        if self.read_only:
+            return self._open_read_only()
         if self.path != ":memory:":
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(
@@ -182,6 +185,42 @@ class _SQLiteDriver:
         except BaseException:
             conn.close()
             raise
+        self._conn = conn
+        return conn
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """A connection that cannot change the file: no WAL switch, no migration, no tables
+        made; the schema must be this version's."""
+        if not Path(self.path).is_file():
+            raise StoreError(f"{self.path}: no such database file")
+        uri = f"{Path(self.path).resolve().as_uri()}?mode=ro"
+        conn = sqlite3.connect(
+            uri,
+            uri=True,
+            isolation_level=None,
+            check_same_thread=False,
+            timeout=self.busy_timeout_ms / 1000,
+        )
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout_ms)}")
+            version = int(conn.execute("PRAGMA user_version").fetchone()[0])
+        except BaseException:
+            conn.close()
+            raise
+        if version != sql.SCHEMA_VERSION:
+            conn.close()
+            if version == 0:
+                raise StoreError(f"{self.path}: not an obsmem database (it has no obsmem schema)")
+            newer = version > sql.SCHEMA_VERSION
+            raise StoreError(
+                f"{self.path}: the database schema is version {version}, "
+                + (
+                    f"newer than this obsmem understands ({sql.SCHEMA_VERSION}); upgrade obsmem"
+                    if newer
+                    else f"older than this obsmem's ({sql.SCHEMA_VERSION}); open it once for "
+                    "writing (any obsmem command that stores) to upgrade it"
+                )
+            )
         self._conn = conn
         return conn
 
@@ -291,7 +330,11 @@ class SQLiteStore(SQLStore):
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] = "obsmem.db", *, busy_timeout_ms: int = 30_000
+        self,
+        path: str | os.PathLike[str] = "obsmem.db",
+        *,
+        busy_timeout_ms: int = 30_000,
+        read_only: bool = False,
     ) -> None:
         if not isinstance(path, str | os.PathLike) or not str(path):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise ConfigError(
@@ -299,7 +342,9 @@ class SQLiteStore(SQLStore):
             )
         self.path = str(path)
         self.busy_timeout_ms = busy_timeout_ms
-        super().__init__(_SQLiteDriver(self.path, busy_timeout_ms))
+        self.read_only = read_only
+        """Open the file read-only (``mode=ro``): nothing in it changes, and a write raises."""
+        super().__init__(_SQLiteDriver(self.path, busy_timeout_ms, read_only=read_only))
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self.path!r})"
