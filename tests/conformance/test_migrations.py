@@ -146,3 +146,23 @@ async def test_sqlite_refuses_a_database_from_a_newer_obsmem(tmp_path: Path) -> 
             await store.list_resources()
     finally:
         await store.aclose()
+
+
+async def test_an_unreachable_postgres_is_a_store_error_that_says_what_to_check() -> None:
+    """No server on the port: the call fails within the store's timeout with a StoreError that
+    names what to check (not the pool's own timeout error after 30 s), and the next call tries
+    again."""
+    import logging
+
+    pool_log = logging.getLogger("psycopg.pool")
+    level = pool_log.level
+    pool_log.setLevel(logging.CRITICAL)  # its own reconnect warnings
+    store = PostgresStore("postgresql://obsmem@127.0.0.1:1/none", timeout=0.3)
+    try:
+        for _ in range(2):
+            with pytest.raises(StoreError, match=r"within 0.3 s; is the server running") as failed:
+                await store.list_threads("r")
+            assert failed.value.__cause__ is not None
+    finally:
+        await store.aclose()
+        pool_log.setLevel(level)

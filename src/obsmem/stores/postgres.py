@@ -12,7 +12,8 @@ ConflictError carrying the current head.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MissingExtraError, StoreError
@@ -61,12 +62,13 @@ async def _drive(conn: Any, flow: Flow[T]) -> T:
 
 
 class _PostgresDriver:
-    def __init__(self, dsn: str, *, min_size: int, max_size: int) -> None:
+    def __init__(self, dsn: str, *, min_size: int, max_size: int, timeout: float) -> None:
         try:
             from psycopg_pool import AsyncConnectionPool  # needs psycopg itself
         except ImportError as exc:
             raise MissingExtraError("PostgreSQL storage", "postgres", package="psycopg") from exc
         self.dsn = dsn
+        self.timeout = timeout
         self.name = f"PostgresStore({dsn.split('@')[-1]!r})"
         self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=min_size, max_size=max_size, open=False
@@ -88,7 +90,7 @@ class _PostgresDriver:
                 if not self._pool_opened:
                     await self._pool.open()
                     self._pool_opened = True
-                async with self._pool.connection() as conn, conn.transaction():
+                async with self._connection() as conn, conn.transaction():
                     await _migrate(conn, self.name)
                     self.pgvector = await _enable_pgvector(conn)
                 self._ready = True
@@ -96,8 +98,8 @@ class _PostgresDriver:
 
     async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
         try:
-            pool = await self._prepare()
-            async with pool.connection() as conn:
+            await self._prepare()
+            async with self._connection() as conn:
                 try:
                     async with conn.transaction():
                         return await _drive(conn, make(write))
@@ -108,6 +110,21 @@ class _PostgresDriver:
             raise
         except Exception as exc:
             raise StoreError(f"PostgreSQL error on {self.name}: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _connection(self) -> AsyncGenerator[Any]:
+        """A pooled connection within ``timeout`` seconds, or StoreError saying what to check."""
+        from psycopg_pool import PoolTimeout
+
+        try:
+            async with self._pool.connection(timeout=self.timeout) as conn:
+                yield conn
+        except PoolTimeout as exc:
+            raise StoreError(
+                f"{self.name}: no connection to PostgreSQL within {self.timeout:g} s; is the "
+                "server running and the DSN right (host, port, database, user, password)? "
+                f"The next call tries again. ({exc})"
+            ) from exc
 
     async def schema_version(self) -> int:
         def read(_: bool) -> Flow[int]:
@@ -167,9 +184,13 @@ class PostgresStore(SQLStore):
     ``pip install "obsmem[postgres]"``.
     """
 
-    def __init__(self, dsn: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+    ) -> None:
+        """``timeout``: seconds to wait for a connection before a call fails with
+        StoreError (the pool keeps trying to connect in the background)."""
         self.dsn = dsn
-        self._pg = _PostgresDriver(dsn, min_size=min_size, max_size=max_size)
+        self._pg = _PostgresDriver(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
         super().__init__(self._pg)
 
     def __repr__(self) -> str:
