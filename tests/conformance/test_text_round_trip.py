@@ -37,3 +37,30 @@ async def test_awkward_text_round_trips_exactly(store: Store) -> None:
     # The thread still takes more.
     await store.append_messages("t-text", [Message.user("after")])
     assert (await store.list_messages("t-text"))[-1].text == "after"
+
+
+async def test_awkward_titles_and_metadata_round_trip(store: Store) -> None:
+    """A title or metadata value with NUL, a lone surrogate or NaN (from an Observer's answer or
+    a caller) never breaks the thread: metadata is read back exactly, a title (display text)
+    with U+FFFD in their place."""
+    from obsmem.snapshot import Subject
+    from obsmem.stores import LoadRequest, ThreadPatch
+
+    meta = {"note": "a\x00b\ud800", "score": math.nan}
+    await store.create_thread("t-meta", "r-meta", title="t\x00itle \udc00", metadata=meta)
+    thread = await store.get_thread("t-meta")
+    assert thread is not None
+    assert thread.title == "t\ufffditle \ufffd"  # a title is display text
+    assert thread.metadata["note"] == "a\x00b\ud800"
+    assert math.isnan(thread.metadata["score"])
+    patch = ThreadPatch(
+        thread_id="t-meta", set=((("om:x",), "v\x00\udfff"),), suggested_title="new\x00 title"
+    )
+    subject = Subject(scope="thread", thread_id="t-meta", resource_id="r-meta")
+    await store.load(LoadRequest(subject=subject, patches=[patch]))
+    thread = await store.get_thread("t-meta")
+    assert thread is not None
+    assert thread.metadata["om:x"] == "v\x00\udfff"
+    assert thread.title == "new\ufffd title"
+    await store.append_messages("t-meta", [Message.user("still works")])
+    assert (await store.list_messages("t-meta"))[-1].text == "still works"

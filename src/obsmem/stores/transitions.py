@@ -15,6 +15,7 @@ rules (ARCHITECTURE.md, "Invariants"):
 from __future__ import annotations
 
 import copy
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -78,6 +79,15 @@ def initial_record(subject: Subject, *, now: datetime) -> OMRecord:
     )
 
 
+_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def display_text(text: str | None) -> str | None:
+    """A title as every store can keep it in a text column: NUL and lone surrogates (from a
+    model's answer, or a caller) become U+FFFD. Message text and metadata keep them exactly."""
+    return None if text is None else _UNSHOWABLE.sub("\ufffd", text)
+
+
 def new_thread(
     thread_id: str,
     resource_id: str,
@@ -89,7 +99,7 @@ def new_thread(
     return Thread(
         id=thread_id,
         resource_id=resource_id,
-        title=title,
+        title=display_text(title),
         metadata=dict(metadata or {}),
         created_at=now,
         updated_at=now,
@@ -382,9 +392,9 @@ def apply_thread_patch(thread: Thread, patch: ThreadPatch, *, now: datetime) -> 
         metadata = set_path(metadata, path, value)
     title = thread.title
     if patch.title is not None:
-        title = patch.title
+        title = display_text(patch.title)
     elif patch.suggested_title is not None:
-        suggested = patch.suggested_title.strip()
+        suggested = display_text(patch.suggested_title.strip()) or ""
         if (
             len(suggested) >= MIN_TITLE_LENGTH
             and suggested != thread.title
