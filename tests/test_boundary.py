@@ -11,7 +11,7 @@ import pytest
 from obsmem import Memory, Message, ObservationalMemory
 from obsmem.errors import ConfigError
 from obsmem.memory import ThreadRef
-from obsmem.messages import TextPart
+from obsmem.messages import TextPart, ToolCallPart, ToolResultPart
 from obsmem.stores import InMemoryStore, SQLiteStore
 from obsmem.stores.rows import message_from_row
 from obsmem.testing import scripted_observer, scripted_reflector
@@ -162,3 +162,74 @@ async def test_recall_takes_null_as_the_default() -> None:
     answer = await memory.recall_function(ref)(limit=None, mode=None, page=None)  # type: ignore[arg-type]
     assert "hello there" in answer
     await memory.aclose()
+
+
+def _deep(levels: int) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    node = root
+    for _ in range(levels):
+        node["x"] = {}
+        node = node["x"]
+    return root
+
+
+@pytest.mark.parametrize(
+    ("make", "field"),
+    [
+        (lambda: Message(role="user", parts=(TextPart(text=b"hi"),)), r"parts\[0\]\.text"),  # type: ignore[arg-type]
+        (lambda: Message(role="user", parts=(TextPart(text=None),)), r"parts\[0\]\.text"),  # type: ignore[arg-type]
+        (
+            lambda: Message(
+                role="assistant",
+                parts=(ToolCallPart(tool_name=3, tool_call_id="c"),),  # type: ignore[arg-type]
+            ),
+            r"parts\[0\]\.tool_name",
+        ),
+    ],
+)
+def test_a_part_field_that_must_be_text_is_checked(make: Any, field: str) -> None:
+    with pytest.raises(ConfigError, match=field):
+        make()
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (
+            Message(role="user", parts=(TextPart(text="hi"),), metadata={"s": {1}}),
+            "Message.metadata",
+        ),
+        (
+            Message(
+                role="assistant",
+                parts=(ToolCallPart(tool_name="f", tool_call_id="c", args={"o": object()}),),
+            ),
+            r"parts\[0\]\.args",
+        ),
+        (
+            Message(
+                role="tool",
+                parts=(ToolResultPart(tool_name="f", tool_call_id="c", content={1, 2}),),
+            ),
+            r"parts\[0\]\.content",
+        ),
+        (Message(role="user", parts=(TextPart(text="hi"),), metadata=_deep(5_000)), "too deeply"),
+    ],
+)
+async def test_what_json_cannot_store_is_refused_before_anything_is_written(
+    message: Message, field: str, tmp_path: Path
+) -> None:
+    """The same on every store: the in-memory store would keep a set, SQLite would fail inside
+    its transaction with a TypeError or RecursionError."""
+    for store in (InMemoryStore(), SQLiteStore(tmp_path / "x.db")):
+        om = ObservationalMemory(
+            store,
+            {
+                "observation": {"model": scripted_observer()},
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        with pytest.raises(ConfigError, match=field):
+            await om.prepare("t", "r", [message])
+        assert await store.list_threads("r") == []
+        await om.aclose()

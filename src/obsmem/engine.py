@@ -36,7 +36,7 @@ from .embeddings import Embedder, resolve_embedder
 from .errors import ConfigError, check_id
 from .events import EventBus, Hooks, Listener, StatusEvent
 from .llm import CallListener, ModelCaller
-from .messages import Message, utcnow
+from .messages import Message, check_json, utcnow
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .planner import Backoff
@@ -581,6 +581,7 @@ class ObservationalMemory:
         """``messages`` with their token estimates cached in their parts, so every later read
         of the window (from any store, in any process) reuses them instead of re-counting."""
         for message in messages:
+            check_json(message)
             self._deps.estimator.count_message(message)
         return messages
 

@@ -28,6 +28,7 @@ __all__ = [
     "TextPart",
     "ToolCallPart",
     "ToolResultPart",
+    "check_json",
     "message_from_dict",
     "message_to_dict",
     "new_message_id",
@@ -147,6 +148,62 @@ Part: TypeAlias = (
 PART_TYPES = (TextPart, ImagePart, FilePart, ToolCallPart, ToolResultPart, ReasoningPart, DataPart)
 
 
+_TEXT_FIELDS: dict[type, tuple[str, ...]] = {
+    TextPart: ("text",),
+    ReasoningPart: ("text",),
+    ToolCallPart: ("tool_call_id", "tool_name"),
+    ToolResultPart: ("tool_call_id", "tool_name"),
+    DataPart: ("name",),
+}
+
+
+def _check_part_fields(part: Part, index: int) -> None:
+    """The fields of ``part`` that must be strings are strings (``bytes``, ``None`` or a number
+    there would fail later, at the store or in a cycle)."""
+    for name in _TEXT_FIELDS.get(type(part), ()):
+        value = getattr(part, name)
+        if not isinstance(value, str):
+            from .errors import ConfigError
+
+            raise ConfigError(
+                f"Message.parts[{index}].{name}",
+                value,
+                "must be a string"
+                + (" (decode the bytes first)" if isinstance(value, bytes) else ""),
+            )
+
+
+def check_json(message: Message) -> None:
+    """Raise ConfigError naming the field when ``message`` holds what JSON cannot store (a set,
+    an object, nesting too deep): every store keeps metadata, tool arguments and results as
+    JSON, and this is checked before anything is written."""
+    import json
+
+    from .errors import ConfigError
+
+    def check(field: str, value: Any) -> None:
+        try:
+            json.dumps(value, allow_nan=True)
+        except (TypeError, ValueError, RecursionError) as exc:
+            problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            raise ConfigError(
+                field,
+                type(value).__name__,
+                f"must be JSON data (dicts, lists, strings, numbers): {problem}",
+            ) from None
+
+    check("Message.metadata", message.metadata)
+    for index, part in enumerate(message.parts):
+        where = f"Message.parts[{index}]"
+        check(f"{where}.metadata", part.metadata)
+        if isinstance(part, ToolCallPart):
+            check(f"{where}.args", part.args)
+        elif isinstance(part, ToolResultPart):
+            check(f"{where}.content", part.content)
+        elif isinstance(part, DataPart):
+            check(f"{where}.data", part.data)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Message:
     """One message of a conversation.
@@ -181,7 +238,7 @@ class Message:
                 "use 'user', 'assistant', 'system' or 'tool' (an OpenAI 'developer' message is "
                 "a 'system' message)",
             )
-        for part in self.parts:
+        for index, part in enumerate(self.parts):
             if not isinstance(part, PART_TYPES):  # pyright: ignore[reportUnnecessaryIsInstance]
                 from .errors import ConfigError
 
@@ -191,6 +248,7 @@ class Message:
                     "give obsmem parts (TextPart, ToolCallPart, ToolResultPart, ...); "
                     "Message.user(text) builds a text message",
                 )
+            _check_part_fields(part, index)
 
     @classmethod
     def user(cls, text: str, **kwargs: Any) -> Message:
