@@ -25,6 +25,7 @@ from obsmem.planner import (
     plan_after_reply,
     plan_observation,
     plan_reflection,
+    raw_cut,
     reflection_slice,
     suppression_after,
     sync_batches,
@@ -655,3 +656,41 @@ def test_activation_never_takes_a_chunk_of_the_current_step() -> None:
         )
         assert plan.activate <= activatable
         assert plan.observe_sync == (activatable == 0)
+
+
+def _raw_window(*specs: tuple[str, int]) -> ThreadWindow:
+    """Messages from ``(kind, tokens)``: "m" text, "c<id>" a call, "r<id>" its result."""
+    messages: list[Message] = []
+    for seq, (kind, _) in enumerate(specs, start=1):
+        if kind.startswith("c"):
+            part: Any = ToolCallPart(tool_name="f", tool_call_id=kind[1:])
+            role = "assistant"
+        elif kind.startswith("r"):
+            part = ToolResultPart(tool_name="f", tool_call_id=kind[1:], content="x")
+            role = "tool"
+        else:
+            part, role = TextPart(text="x"), "user"
+        messages.append(Message(role=role, parts=(part,), seq=seq))
+    return ThreadWindow(
+        thread_id="t",
+        messages=tuple(messages),
+        tokens=tuple(t for _, t in specs),
+        covered_through=0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("specs", "limit", "keep_from", "cut"),
+    [
+        ([("m", 100), ("m", 100)], 500, None, 0),  # fits: nothing left out
+        ([("m", 300), ("m", 300), ("m", 100)], 350, None, 2),  # the fewest that make it fit
+        ([("m", 300), ("m", 300), ("m", 100)], 700, None, 0),
+        ([("m", 100), ("c1", 300), ("r1", 300), ("m", 100)], 450, None, 3),  # never split a pair
+        ([("m", 300), ("m", 300), ("m", 300)], 100, 2, 1),  # never into the current step
+        ([("m", 300), ("m", 300)], 100, 1, 0),
+    ],
+)
+def test_raw_cut_leaves_out_the_oldest_at_safe_points(
+    specs: list[tuple[str, int]], limit: int, keep_from: int | None, cut: int
+) -> None:
+    assert raw_cut(_raw_window(*specs), limit=limit, keep_from=keep_from) == cut

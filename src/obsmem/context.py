@@ -113,6 +113,11 @@ class ContextInput:
     working_memory: Message | None = None
     """The working-memory message, shown after the log and its values, before the raw
     messages."""
+    left_out: Sequence[Message] = ()
+    """The oldest unobserved messages, left out so the raw messages fit ``block_after`` while
+    observation catches up (``planner.raw_cut``); a note says so before the raw messages."""
+    recall_available: bool = False
+    """The actor has the ``recall`` tool (the left-out note then says how to read them)."""
     pending_calls: frozenset[str] | None = None
     """Tool calls of the raw messages still waiting for their result (``window.pending_calls``;
     taken from the raw messages when None)."""
@@ -383,6 +388,30 @@ def with_temporal_markers(raw: Sequence[Message], tz: tzinfo) -> list[Message]:
     return out
 
 
+def _left_out_note(left_out: Sequence[Message], tz: tzinfo, *, recall: bool) -> Message:
+    first, last = left_out[0], left_out[-1]
+    span = (
+        f"from {format_timestamp(first.created_at, tz)} to {format_timestamp(last.created_at, tz)}"
+    )
+    how = (
+        f' Read them with the recall tool (cursor="{first.id}", page=1) when you need them.'
+        if recall
+        else " They will be in your notes soon."
+    )
+    text = (
+        f"<system-reminder>{len(left_out)} earlier messages of this conversation ({span}) are "
+        f"not in your notes yet and are left out here to keep this request small.{how}"
+        "</system-reminder>"
+    )
+    return Message(
+        role="user",
+        parts=(TextPart(text=text),),
+        id="obsmem-left-out",
+        created_at=first.created_at,
+        metadata={"obsmem": {"synthetic": "left_out", "count": len(left_out)}},
+    )
+
+
 def build_context(inp: ContextInput) -> list[Message]:
     """The messages the actor sees this turn: memory messages, then the raw messages.
 
@@ -394,6 +423,8 @@ def build_context(inp: ContextInput) -> list[Message]:
     raw = close_tool_pairs(inp.raw_messages, inp.pending_calls)
     if inp.temporal_markers:
         raw = with_temporal_markers(raw, inp.tz)
+    if inp.left_out:
+        raw = [_left_out_note(inp.left_out, inp.tz, recall=inp.recall_available), *raw]
     out: list[Message] = []
     others = _other_conversations(inp.other_threads)
     if not inp.observations.strip():

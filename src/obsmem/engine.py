@@ -277,7 +277,7 @@ class ObservationalMemory:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
         snapshot = await self._reflection_step(snapshot, signals)
         return PreparedContext(
-            messages=self._context(snapshot, recall=recall),
+            messages=self._context(snapshot, recall=recall, keep_from=protect.get(thread_id)),
             status=status,
             record=snapshot.record,
             stored_input=stored,
@@ -541,7 +541,10 @@ class ObservationalMemory:
 
     # -- context and status ----------------------------------------------------------------------
 
-    def _context(self, snapshot: Snapshot, *, recall: bool) -> list[Message]:
+    def _context(
+        self, snapshot: Snapshot, *, recall: bool, keep_from: int | None = None
+    ) -> list[Message]:
+        main = windows_of(snapshot, self._deps.estimator, self._deps.held)[0]
         return views.actor_context(
             snapshot,
             self.options,
@@ -549,6 +552,8 @@ class ObservationalMemory:
             tz=self._deps.tz,
             working_memory=self.working_memory,
             recall=recall,
+            window=main,
+            keep_from=keep_from,
         )
 
     def _status(

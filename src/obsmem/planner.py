@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeAlias
 
-from .messages import Message
+from .messages import Message, ToolCallPart, ToolResultPart
 from .options import ResolvedOptions
 from .records import BufferedChunk
 from .window import ThreadWindow, take_prefix
@@ -43,6 +43,7 @@ __all__ = [
     "plan_after_reply",
     "plan_observation",
     "plan_reflection",
+    "raw_cut",
     "reflection_slice",
     "suppression_after",
     "sync_batches",
@@ -512,3 +513,30 @@ def sync_batches(
             )
             excess -= tokens
     return batches
+
+
+def raw_cut(window: ThreadWindow, *, limit: int, keep_from: int | None = None) -> int:
+    """How many of the oldest unobserved messages to leave out of the actor's context so the
+    rest fits in ``limit`` tokens (while observation catches up, or the Observer is away): the
+    fewest that do it, cut only where no tool call is split from its result, never into the
+    current step (messages from seq ``keep_from`` on). 0 when everything fits."""
+    if window.total <= limit:
+        return 0
+    binding = window.binding
+    open_calls: set[str] = set()
+    remaining = window.total
+    best = 0
+    for i, (message, tokens) in enumerate(zip(window.messages, window.tokens, strict=True)):
+        if keep_from is not None and (message.seq or 0) >= keep_from:
+            break
+        for part in message.parts:
+            if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
+                open_calls.add(part.tool_call_id)
+            elif isinstance(part, ToolResultPart):
+                open_calls.discard(part.tool_call_id)
+        remaining -= tokens
+        if not open_calls:
+            best = i + 1
+            if remaining <= limit:
+                break
+    return best

@@ -15,7 +15,7 @@ from .messages import Message
 from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
 from .observations import strip_recall_ranges
 from .options import ResolvedOptions
-from .planner import activation_count
+from .planner import activation_count, message_threshold, raw_cut
 from .recall import recall_guidance
 from .snapshot import Snapshot
 from .window import ThreadWindow, held_calls, pending_calls
@@ -32,6 +32,8 @@ def actor_context(
     tz: tzinfo,
     working_memory: WorkingMemory | None,
     recall: bool,
+    window: ThreadWindow | None = None,
+    keep_from: int | None = None,
 ) -> list[Message]:
     """The messages the actor gets from ``snapshot`` (after the caller's own instructions).
     Only an actor that has the ``recall`` tool (``recall``) is told about it: the guidance and
@@ -40,6 +42,12 @@ def actor_context(
     hints = options.observation.continuation_hints
     observations = snapshot.record.observations
     recalls = recall and options.retrieval is not None
+    raw = snapshot.main.unobserved
+    cut = 0
+    if window is not None:
+        obs = options.observation
+        limit = obs.block_after or message_threshold(options, snapshot.record.observation_tokens)
+        cut = raw_cut(window, limit=limit, keep_from=keep_from)
     return build_context(
         ContextInput(
             observations=observations if recalls else strip_recall_ranges(observations),
@@ -50,8 +58,10 @@ def actor_context(
                 meta.get(META_SUGGESTED_RESPONSE) if hints.suggested_response else None
             ),
             extracted=_shared_values(options, meta),
-            raw_messages=snapshot.main.unobserved,
-            pending_calls=pending_calls(snapshot.main.unobserved, held_calls(meta)),
+            raw_messages=raw[cut:],
+            left_out=raw[:cut],
+            recall_available=recalls,
+            pending_calls=pending_calls(raw, held_calls(meta)),
             other_threads=[(t.id, t.unobserved) for t in snapshot.threads[1:] if t.unobserved],
             retrieval_instructions=recall_guidance(options.retrieval) if recalls else None,
             temporal_markers=options.temporal_markers,

@@ -291,7 +291,8 @@ class InvariantChecker:
     # 2 ---------------------------------------------------------------------------------------
 
     async def check_context(self, prepared: PreparedContext, *, concurrent: bool) -> None:
-        """The raw messages the actor sees are exactly the stored ones after the cursor.
+        """The raw messages the actor sees are exactly the stored ones after the cursor (but the
+        oldest ones a left-out note stands for).
 
         With another engine on the thread, messages it appends after this prepare read its record
         may follow, so the raw messages must be a prefix of the stored ones after the cursor.
@@ -305,6 +306,9 @@ class InvariantChecker:
         cursor = record.cursor.get(self.thread_id, 0)
         after = [m.id for m in stored if (m.seq or 0) > cursor]
         raw = [m.id for m in raw_messages(prepared.messages)]
+        # The oldest may be left out (while observation catches up), a note standing for them.
+        notes = [m for m in prepared.messages if m.id == "obsmem-left-out"]
+        after = after[notes[0].metadata["obsmem"]["count"] :] if notes else after
         if concurrent:
             # (The other engine may already have observed this step's input: it is history to it.)
             assert raw == after[: len(raw)], "raw messages are not the ones right after the cursor"

@@ -70,8 +70,14 @@ async def test_a_hanging_synchronous_observation_ends_at_its_budget(store: Store
     assert failed, events.types()
     assert failed[0].operation_type == "observation"
     assert "timed out" in failed[0].error
-    # The turn went on with the raw history: every message is still in the context.
-    assert [m.id for m in raw_messages(prepared.messages)] == sent
+    # The turn went on with the raw history, capped at the threshold: the newest messages are
+    # sent, and a note stands for the oldest ones left out.
+    shown = [m.id for m in raw_messages(prepared.messages) if not m.id.startswith("obsmem-")]
+    assert shown == sent[len(sent) - len(shown) :]
+    assert shown[-1] == sent[-1]
+    notes = [m for m in prepared.messages if m.id == "obsmem-left-out"]
+    left_out = notes[0].metadata["obsmem"]["count"] if notes else 0
+    assert left_out == len(sent) - len(shown)
     assert await om.observations("t1", "u1") == ""
 
 
@@ -140,3 +146,46 @@ async def test_a_failed_reflection_keeps_the_old_log(store: Store) -> None:
     # The log only ever grew: nothing was lost to the failing Reflector.
     for before, after in itertools.pairwise(nonempty):
         assert after.startswith(before.rstrip()[:200])
+
+
+async def test_while_the_observer_is_away_the_context_stays_within_block_after() -> None:
+    """An Observer outage past block_after: the turns go on, the raw messages sent stay within
+    block_after (the oldest are left out, with a note saying so), and once the Observer answers
+    again memory catches up and the note goes away."""
+    from obsmem.tokens import HeuristicEstimator
+
+    failing = {"on": True}
+    conv = Conversation()
+    om = engine(
+        InMemoryStore(),
+        {
+            "observation": {
+                "model": scripted_observer(fault=lambda n: "error" if failing["on"] else None),
+                "messageTokens": 2_000,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+        clock=conv.clock,
+    )
+    block_after = 2_400
+    count = HeuristicEstimator().count_messages
+    notes = 0
+    for _ in range(20):
+        prepared = await om.prepare("t1", "u1", [conv.user(200)])
+        raw = [
+            m for m in prepared.messages if m.role != "system" and not m.id.startswith("obsmem-")
+        ]
+        assert count(raw) <= block_after, count(raw)
+        notes += any(m.id == "obsmem-left-out" for m in prepared.messages)
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    assert (await om.status("t1", "u1")).message_tokens > block_after  # nothing was observed
+    assert notes > 0
+    failing["on"] = False
+    for _ in range(8):
+        prepared = await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    assert (await om.status("t1", "u1")).message_tokens <= block_after
+    assert not any(m.id == "obsmem-left-out" for m in prepared.messages)
+    await om.aclose()
