@@ -230,6 +230,7 @@ class ObservationalMemory:
                 or ref.activate_after_idle is not None,
             ),
         )
+        loaded = snapshot
         stored = list(snapshot.stored)
         step = [s for s in (keep_raw_from, stored[0].seq if stored else None) if s]
         protect = {thread_id: min(step)} if step else {}
@@ -276,8 +277,11 @@ class ObservationalMemory:
         if plan.start_buffering:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
         snapshot = await self._reflection_step(snapshot, signals)
+        main = windows[0] if snapshot is loaded else None  # a plain turn: counted already
         return PreparedContext(
-            messages=self._context(snapshot, recall=recall, keep_from=protect.get(thread_id)),
+            messages=self._context(
+                snapshot, recall=recall, keep_from=protect.get(thread_id), window=main
+            ),
             status=status,
             record=snapshot.record,
             stored_input=stored,
@@ -542,9 +546,14 @@ class ObservationalMemory:
     # -- context and status ----------------------------------------------------------------------
 
     def _context(
-        self, snapshot: Snapshot, *, recall: bool, keep_from: int | None = None
+        self,
+        snapshot: Snapshot,
+        *,
+        recall: bool,
+        keep_from: int | None = None,
+        window: ThreadWindow | None = None,
     ) -> list[Message]:
-        main = windows_of(snapshot, self._deps.estimator, self._deps.held)[0]
+        main = window or windows_of(snapshot, self._deps.estimator, self._deps.held)[0]
         return views.actor_context(
             snapshot,
             self.options,

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast, get_args
 
 __all__ = [
     "DataPart",
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 Role: TypeAlias = Literal["user", "assistant", "system", "tool"]
-ROLES: frozenset[str] = frozenset(("user", "assistant", "system", "tool"))
+ROLES: frozenset[str] = frozenset(get_args(Role))
 ImageDetail: TypeAlias = Literal["auto", "low", "high"]
 
 
@@ -173,24 +173,50 @@ def _check_part_fields(part: Part, index: int) -> None:
             )
 
 
+_JSON_SCALARS = (str, int, float, bool, type(None))
+MAX_JSON_DEPTH = 200
+"""Deepest nesting a message's JSON values may have (every store's JSON handles it)."""
+
+
+def _not_json(value: Any, depth: int) -> str | None:
+    """What keeps ``value`` from being JSON data, or None."""
+    if isinstance(value, _JSON_SCALARS):
+        return None
+    if depth >= MAX_JSON_DEPTH:
+        return f"nested too deeply (more than {MAX_JSON_DEPTH} levels)"
+    if isinstance(value, dict):
+        for key, item in cast(dict[Any, Any], value).items():
+            if not isinstance(key, str | int | float | bool) and key is not None:
+                return f"a key of type {type(key).__name__}"
+            problem = _not_json(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(value, list | tuple):
+        for item in cast(list[Any], value):
+            problem = _not_json(item, depth + 1)
+            if problem is not None:
+                return problem
+        return None
+    return f"Object of type {type(value).__name__} is not JSON serializable"
+
+
 def check_json(message: Message) -> None:
     """Raise ConfigError naming the field when ``message`` holds what JSON cannot store (a set,
     an object, nesting too deep): every store keeps metadata, tool arguments and results as
-    JSON, and this is checked before anything is written."""
-    import json
-
-    from .errors import ConfigError
+    JSON, and this is checked before anything is written (a walk over the values, no
+    serialising: the stores serialise once, when they write)."""
 
     def check(field: str, value: Any) -> None:
-        try:
-            json.dumps(value, allow_nan=True)
-        except (TypeError, ValueError, RecursionError) as exc:
-            problem = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+        problem = _not_json(value, 0)
+        if problem is not None:
+            from .errors import ConfigError
+
             raise ConfigError(
                 field,
                 type(value).__name__,
                 f"must be JSON data (dicts, lists, strings, numbers): {problem}",
-            ) from None
+            )
 
     check("Message.metadata", message.metadata)
     for index, part in enumerate(message.parts):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, TypeAlias
 
-from .messages import Message, ToolCallPart, ToolResultPart
+from .messages import Message
 from .options import ResolvedOptions
 from .records import BufferedChunk
 from .window import ThreadWindow, take_prefix
@@ -522,21 +522,15 @@ def raw_cut(window: ThreadWindow, *, limit: int, keep_from: int | None = None) -
     current step (messages from seq ``keep_from`` on). 0 when everything fits."""
     if window.total <= limit:
         return 0
-    binding = window.binding
-    open_calls: set[str] = set()
-    remaining = window.total
-    best = 0
-    for i, (message, tokens) in enumerate(zip(window.messages, window.tokens, strict=True)):
-        if keep_from is not None and (message.seq or 0) >= keep_from:
-            break
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
-                open_calls.add(part.tool_call_id)
-            elif isinstance(part, ToolResultPart):
-                open_calls.discard(part.tool_call_id)
-        remaining -= tokens
-        if not open_calls:
-            best = i + 1
-            if remaining <= limit:
-                break
-    return best
+    before = [
+        (m, t)
+        for m, t in zip(window.messages, window.tokens, strict=True)
+        if keep_from is None or (m.seq or 0) < keep_from
+    ]
+    return take_prefix(
+        [m for m, _ in before],
+        [t for _, t in before],
+        at_least=window.total - limit,
+        at_most=None,
+        binding=window.binding,
+    )

@@ -40,6 +40,7 @@ __all__ = [
     "RecallBoundary",
     "RecallRequest",
     "SearchHit",
+    "check_request",
     "invalid_request",
     "parse_request",
     "recall",
@@ -237,7 +238,7 @@ async def recall(
     tokens whatever is asked (long parts are paged by ``part_index`` and ``char_offset``).
     Arguments of the wrong type or out of range come back as a message saying what to send:
     whatever a model passes, recall answers and never raises."""
-    checked = parse_request(
+    checked = check_request(
         {
             "mode": mode,
             "cursor": cursor,
@@ -254,7 +255,7 @@ async def recall(
     )
     if isinstance(checked, str):
         return _within(checked, budget)
-    request = RecallRequest.model_validate(checked)
+    request = checked
     answer = await _answer(
         store,
         boundary,
@@ -555,6 +556,12 @@ def parse_request(arguments: str | Mapping[str, Any] | None) -> dict[str, Any] |
     """The keyword arguments of a ``recall`` call from a model's raw arguments (JSON text or a
     mapping), or, when they do not fit :class:`RecallRequest`, the message telling the model
     what to send instead. A null value means the parameter's default."""
+    request = check_request(arguments)
+    return request if isinstance(request, str) else request.model_dump(exclude_unset=True)
+
+
+def check_request(arguments: str | Mapping[str, Any] | None) -> RecallRequest | str:
+    """:func:`parse_request`, as the validated request."""
     try:
         raw: Any = arguments if isinstance(arguments, Mapping) else json.loads(arguments or "{}")
     except (ValueError, RecursionError) as exc:
@@ -563,10 +570,9 @@ def parse_request(arguments: str | Mapping[str, Any] | None) -> dict[str, Any] |
         return "recall was not run: send a JSON object of the tool's parameters."
     given = {k: v for k, v in cast(Mapping[str, Any], raw).items() if v is not None}
     try:
-        request = RecallRequest.model_validate(given)
+        return RecallRequest.model_validate(given)
     except ValidationError as exc:
         return invalid_request(exc)
-    return request.model_dump(exclude_unset=True)
 
 
 def invalid_request(exc: ValidationError) -> str:

@@ -306,22 +306,17 @@ def to_agents_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------------------------------------
 
 
-def _waiting_calls(items: Sequence[Any], approving: frozenset[str]) -> list[str]:
-    """The calls in ``items`` of tools that need approval, stored without their output."""
-    answered = {
-        str(_field(i, "call_id")) for i in items if _field(i, "type") == "function_call_output"
-    }
+def _waiting_calls(stored: Sequence[Message], approving: frozenset[str]) -> list[str]:
+    """The calls in ``stored`` of tools that need approval, stored without their output."""
+    parts = [p for m in stored for p in m.parts]
+    answered = {p.tool_call_id for p in parts if isinstance(p, ToolResultPart)}
     return [
-        str(_field(i, "call_id"))
-        for i in items
-        if _field(i, "type") == "function_call"
-        and _field(i, "name") in approving
-        and str(_field(i, "call_id")) not in answered
+        p.tool_call_id
+        for p in parts
+        if isinstance(p, ToolCallPart)
+        and p.tool_name in approving
+        and p.tool_call_id not in answered
     ]
-
-
-def _field(item: Any, name: str) -> Any:
-    return item.get(name) if isinstance(item, Mapping) else getattr(item, name, None)
 
 
 class InnerSession(Protocol):
@@ -461,7 +456,7 @@ class ObservationalSession:
         first = next((m.seq for m in stored if m.seq is not None), None)
         if self._step_from is None:
             self._step_from = first
-        waiting = _waiting_calls(items, self._approving)
+        waiting = _waiting_calls(stored, self._approving)
         if waiting:
             await self.memory.hold_calls(self.ref, waiting)
 
