@@ -233,3 +233,31 @@ async def test_what_json_cannot_store_is_refused_before_anything_is_written(
             await om.prepare("t", "r", [message])
         assert await store.list_threads("r") == []
         await om.aclose()
+
+
+@pytest.mark.parametrize(
+    ("messages", "field"),
+    [
+        ("hello", r"messages=.*list of Message"),
+        (Message.user("hi"), r"messages=.*list of Message"),
+        (["hello"], r"messages\[0\]=.*obsmem Message"),
+        ([Message.user("hi"), {"role": "user", "content": "x"}], r"messages\[1\]=.*obsmem Message"),
+    ],
+)
+async def test_what_is_not_a_list_of_messages_is_refused_before_anything_is_written(
+    messages: Any, field: str
+) -> None:
+    store = InMemoryStore()
+    om = ObservationalMemory(
+        store,
+        {
+            "observation": {"model": scripted_observer()},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    with pytest.raises(ConfigError, match=field):
+        await om.prepare("t", "r", messages)
+    with pytest.raises(ConfigError, match=field):
+        await om.record("t", "r", messages)
+    assert await store.list_threads("r") == []
+    await om.aclose()

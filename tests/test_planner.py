@@ -694,3 +694,48 @@ def test_raw_cut_leaves_out_the_oldest_at_safe_points(
     specs: list[tuple[str, int]], limit: int, keep_from: int | None, cut: int
 ) -> None:
     assert raw_cut(_raw_window(*specs), limit=limit, keep_from=keep_from) == cut
+
+
+@pytest.mark.parametrize(
+    ("options", "pending", "chunks", "in_flight", "sync", "catch_up"),
+    [
+        (DEFAULTS, 66_000, [], False, True, False),  # one Observer call past block_after: wait
+        (DEFAULTS, 66_001, [], False, False, True),  # more: catch up in the background
+        (DEFAULTS, 80_000, [6_000] * 2, False, False, True),
+        (DEFAULTS, 80_000, [], True, False, True),  # beside a buffering cycle too
+        (SYNC, 60_000, [], False, True, False),
+        (SYNC, 60_001, [], False, False, True),
+    ],
+)
+def test_a_backlog_past_one_observer_call_is_caught_up_in_the_background(
+    options: Any,
+    pending: int,
+    chunks: list[int],
+    in_flight: bool,
+    sync: bool,
+    catch_up: bool,
+) -> None:
+    plan = plan_observation(
+        options,
+        pending_tokens=pending,
+        chunk_message_tokens=chunks,
+        observation_tokens=0,
+        buffering_in_flight=in_flight,
+    )
+    assert (plan.observe_sync, plan.catch_up) == (sync, catch_up)
+    if chunks and catch_up:
+        assert plan.activate == len(chunks), "activation needs no model: it happens now"
+
+
+def test_while_a_catch_up_runs_no_turn_observes_or_buffers() -> None:
+    for options in (DEFAULTS, SYNC):
+        for pending in range(0, 200_000, 5_000):
+            plan = plan_observation(
+                options,
+                pending_tokens=pending,
+                chunk_message_tokens=[],
+                observation_tokens=0,
+                buffering_in_flight=True,
+                catching_up=True,
+            )
+            assert (plan.observe_sync, plan.start_buffering, plan.catch_up) == (False,) * 3, pending

@@ -55,6 +55,9 @@ log = logging.getLogger("obsmem")
 MAX_REMEMBERED_LOGS = 10_000
 """Most logs whose back-off state one engine keeps (the least recently used go first)."""
 
+CATCH_UP_CONCURRENCY = 2
+"""Most background catch-ups one engine runs at once; the others wait their turn."""
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PreparedContext:
@@ -141,6 +144,7 @@ class ObservationalMemory:
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._logs: OrderedDict[str, _LogState] = OrderedDict()
+        self._catch_up_slots = asyncio.Semaphore(CATCH_UP_CONCURRENCY)
         self._closed = False
 
     @property
@@ -232,7 +236,11 @@ class ObservationalMemory:
         )
         loaded = snapshot
         stored = list(snapshot.stored)
-        step = [s for s in (keep_raw_from, stored[0].seq if stored else None) if s]
+        # The step being answered: from the last new user message on (a whole history passed
+        # in at once is mostly backlog), or all the new messages (a step of tool traffic).
+        users = [m for m in stored if m.role == "user"]
+        first = (users[-1] if users else stored[0]).seq if stored else None
+        step = [s for s in (keep_raw_from, first) if s]
         protect = {thread_id: min(step)} if step else {}
         signals = self._signals(snapshot, actor_model)
         windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
@@ -243,7 +251,10 @@ class ObservationalMemory:
             pending_tokens=sum(w.total for w in windows),
             chunk_message_tokens=[c.message_tokens for c in record.chunks],
             observation_tokens=record.observation_tokens,
-            buffering_in_flight=self._running(f"obs:{subject.key}"),
+            buffering_in_flight=self._running(f"obs:{subject.key}")
+            or self._running(f"catch-up:{subject.key}"),
+            catching_up=self._running(f"catch-up:{subject.key}"),
+            step_tokens=windows[0].tokens_from(protect.get(thread_id)),
             idle_expired=signals.observation_idle,
             provider_changed=signals.provider_changed,
             observer_backoff=state.observer,
@@ -276,6 +287,10 @@ class ObservationalMemory:
             self._observer_outcome(subject.key, result.error)
         if plan.start_buffering:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
+        if plan.catch_up:
+            newest = snapshot.main.unobserved[-1].seq if snapshot.main.unobserved else None
+            upto = dict(protect) or {thread_id: (newest or 0) + 1}
+            self._spawn(f"catch-up:{subject.key}", self._catch_up(snapshot, upto))
         snapshot = await self._reflection_step(snapshot, signals)
         main = windows[0] if snapshot is loaded else None  # a plain turn: counted already
         return PreparedContext(
@@ -385,7 +400,7 @@ class ObservationalMemory:
     async def clear(self, thread_id: str, resource_id: str | None = None) -> None:
         """Forget the memory of this thread (or resource); the messages stay."""
         key = self.key(thread_id, resource_id)
-        for name in (f"obs:{key}", f"refl:{key}"):
+        for name in (f"obs:{key}", f"catch-up:{key}", f"refl:{key}"):
             task = self._tasks.get(name)
             if task is not None:
                 task.cancel()
@@ -456,6 +471,15 @@ class ObservationalMemory:
                 observation_tokens=snapshot.record.observation_tokens,
             ):
                 return
+
+    async def _catch_up(self, snapshot: Snapshot, upto: dict[str, int]) -> None:
+        """A background catch-up (see :func:`obsmem.cycles.catch_up`), at most
+        ``CATCH_UP_CONCURRENCY`` at a time per engine so a fleet of old threads waking up at once
+        does not flood the Observer."""
+        async with self._catch_up_slots:
+            snapshot = await self._load(snapshot.subject)
+            result = await cycles.catch_up(self._deps, snapshot, upto=upto)
+        self._observer_outcome(snapshot.subject.key, result.error)
 
     async def _reflection_step(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
         """Activate, run or start a reflection when the planner says so; the snapshot after."""
@@ -591,10 +615,20 @@ class ObservationalMemory:
             replace(snapshot, threads=snapshot.threads[:1]), self._deps.estimator, self._deps.held
         )[0]
 
-    def _counted(self, messages: Sequence[Message]) -> Sequence[Message]:
+    def _counted(self, messages: Sequence[Any]) -> Sequence[Message]:
         """``messages`` with their token estimates cached in their parts, so every later read
         of the window (from any store, in any process) reuses them instead of re-counting."""
-        for message in messages:
+        if isinstance(messages, str | Message):
+            raise ConfigError(
+                "messages", type(messages).__name__, "pass a list of Message (Message.user(...))"
+            )
+        for index, message in enumerate(messages):
+            if not isinstance(message, Message):
+                raise ConfigError(
+                    f"messages[{index}]",
+                    type(message).__name__,
+                    "must be an obsmem Message (Message.user(...), Message.assistant(...))",
+                )
             check_json(message)
             self._deps.estimator.count_message(message)
         return messages

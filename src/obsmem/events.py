@@ -234,7 +234,7 @@ class EventBus:
 
 # -- hooks -------------------------------------------------------------------------------------
 
-Trigger: TypeAlias = Literal["manual", "turn-sync", "async-buffer"]
+Trigger: TypeAlias = Literal["manual", "turn-sync", "async-buffer", "catch-up"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

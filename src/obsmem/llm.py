@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from obsmem.errors import ModelError, ObsmemError
-from obsmem.messages import FilePart, ImagePart
+from obsmem.messages import FilePart, ImagePart, display_text
 from obsmem.models.describe import provider_of
 from obsmem.models.providers import resolve_model
 from obsmem.models.retry import call_with_retry
@@ -144,7 +144,10 @@ class ModelCaller:
             if cost is not None:
                 span.set_attribute("obsmem.cost_usd", cost)
             result = LLMResult(
-                text="".join(p.content for p in response.parts if isinstance(p, pa.TextPart)),
+                text=display_text(
+                    "".join(p.content for p in response.parts if isinstance(p, pa.TextPart))
+                )
+                or "",
                 model_name=model_name,
                 provider=provider,
                 input_tokens=usage.input_tokens,

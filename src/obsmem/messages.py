@@ -11,6 +11,7 @@ Conversions to and from pydantic-ai message lists and OpenAI chat-completions di
 from __future__ import annotations
 
 import base64
+import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -199,6 +200,16 @@ def _not_json(value: Any, depth: int) -> str | None:
                 return problem
         return None
     return f"Object of type {type(value).__name__} is not JSON serializable"
+
+
+_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def display_text(text: str | None) -> str | None:
+    """``text`` as every store can keep it in a text column: NUL and lone surrogates become
+    U+FFFD. For text a model or a hook wrote (observations, titles, hints); message text and
+    metadata keep them exactly."""
+    return None if text is None else _UNSHOWABLE.sub("\ufffd", text)
 
 
 def check_json(message: Message) -> None:

@@ -149,6 +149,9 @@ class ObservationPlan:
     """Observe synchronously (after activating) because the window is still too large."""
     start_buffering: bool = False
     """Start (or keep) a background buffering cycle for the unbuffered messages."""
+    catch_up: bool = False
+    """Start a background catch-up: more is unobserved than one turn should wait for (a large
+    thread that existed before memory was on, or a long Observer outage)."""
 
 
 def plan_observation(
@@ -163,6 +166,8 @@ def plan_observation(
     observer_backoff: Backoff | None = None,
     now: datetime | None = None,
     activatable: int | None = None,
+    catching_up: bool = False,
+    step_tokens: int = 0,
 ) -> ObservationPlan:
     """Decide activation, synchronous observation and buffering for one step.
 
@@ -178,13 +183,23 @@ def plan_observation(
       and ``block_after`` nothing blocks: the unbuffered rest is buffered in the background.
     - After an Observer failure (``observer_backoff``), nothing calls the Observer until the
       back-off has passed at ``now``; activation needs no model and still happens.
+    - A turn waits for at most about one Observer call (``message_tokens``) past the point
+      where it must observe. A larger backlog is a *catch-up*: it runs in the background
+      (``catch_up``) while the turn goes on with its raw messages capped (:func:`raw_cut`).
+      The current step (``step_tokens`` of the pending) is never observed now, so it does not
+      count towards a backlog. While a catch-up runs (``catching_up``) no turn observes or
+      buffers.
     """
     obs = options.observation
     threshold = message_threshold(options, observation_tokens)
-    observer_ready = may_retry(observer_backoff, now)
+    observer_ready = may_retry(observer_backoff, now) and not catching_up
     if not options.async_buffering or obs.buffer_tokens is None:
+        due = observer_ready and pending_tokens >= threshold
+        backlog = due and pending_tokens - step_tokens > threshold + obs.message_tokens
         return ObservationPlan(
-            threshold=threshold, observe_sync=observer_ready and pending_tokens >= threshold
+            threshold=threshold,
+            observe_sync=due and not backlog,
+            catch_up=backlog,
         )
 
     floor = obs.retention_floor or 0
@@ -211,6 +226,12 @@ def plan_observation(
     buffered_left = sum(chunk_message_tokens[count:])
     unbuffered = max(0, remaining - buffered_left)
     if remaining >= block_after and observer_ready:
+        if remaining - step_tokens > block_after + obs.message_tokens:
+            # A catch-up (even beside a buffering cycle: whichever commits second finds its
+            # work redundant). Activation needs no model and still happens now.
+            return ObservationPlan(
+                threshold=threshold, activate=count, trigger=trigger, catch_up=True
+            )
         return ObservationPlan(
             threshold=threshold,
             activate=len(ready),  # going synchronous: take every chunk that may go first

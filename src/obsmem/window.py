@@ -56,6 +56,14 @@ class ThreadWindow:
     def total(self) -> int:
         return sum(self.tokens)
 
+    def tokens_from(self, seq: int | None) -> int:
+        """Tokens of the messages from ``seq`` on (none when ``seq`` is None)."""
+        if seq is None:
+            return 0
+        return sum(
+            t for m, t in zip(self.messages, self.tokens, strict=True) if (m.seq or 0) >= seq
+        )
+
     @property
     def unbuffered(self) -> tuple[Message, ...]:
         return tuple(m for m in self.messages if (m.seq or 0) > self.covered_through)

@@ -3,8 +3,11 @@ written by a newer one is refused."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import socket
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +169,114 @@ async def test_an_unreachable_postgres_is_a_store_error_that_says_what_to_check(
     finally:
         await store.aclose()
         pool_log.setLevel(level)
+
+
+class _Forwarder:
+    """A TCP port that leads to PostgreSQL only once opened: a database that comes up late."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.server: asyncio.Server | None = None
+        self.writers: set[asyncio.StreamWriter] = set()
+        self.tasks: set[asyncio.Task[Any]] = set()
+        sock = socket.socket()
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        sock.close()  # nothing listens here until open()
+
+    async def open(self) -> None:
+        async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                while data := await reader.read(65_536):
+                    writer.write(data)
+                    await writer.drain()
+            except ConnectionError:
+                pass
+            finally:
+                writer.close()
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            task = asyncio.current_task()
+            assert task is not None
+            self.tasks.add(task)
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+            self.writers |= {writer, up_writer}
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+        self.server = await asyncio.start_server(serve, "127.0.0.1", self.port)
+
+    async def aclose(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in self.writers:
+                writer.close()
+            await asyncio.gather(*self.tasks, return_exceptions=True)
+            await self.server.wait_closed()
+
+
+async def _first_answer(call: Callable[[], Any]) -> Any:
+    """What ``call`` returns once the pool has reconnected (its own back-off takes a second or
+    two): every call before fails with the store's StoreError saying what to check."""
+    for _ in range(60):
+        try:
+            return await call()
+        except StoreError as exc:
+            if "is the server running" not in str(exc):
+                raise
+    raise AssertionError("the store never reconnected")
+
+
+@contextlib.asynccontextmanager
+async def _late_database(postgres_dsn: str) -> AsyncIterator[tuple[PostgresStore, _Forwarder]]:
+    """A store whose database is not reachable yet (its port leads nowhere until the forwarder
+    opens), with the pool's own reconnect warnings silenced."""
+    import logging
+
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    info = conninfo_to_dict(postgres_dsn)
+    target = (str(info.get("host") or "127.0.0.1"), int(info.get("port") or 5432))
+    forwarder = _Forwarder(*target)
+    pool_log = logging.getLogger("psycopg.pool")
+    level = pool_log.level
+    pool_log.setLevel(logging.CRITICAL)
+    store = PostgresStore(
+        make_conninfo(postgres_dsn, host="127.0.0.1", port=forwarder.port), timeout=0.5
+    )
+    try:
+        with pytest.raises(StoreError, match="is the server running"):
+            await store.list_resources()
+        yield store, forwarder
+    finally:
+        await store.aclose()
+        await forwarder.aclose()
+        pool_log.setLevel(level)
+
+
+async def test_a_store_started_before_its_database_recovers_when_it_comes_up(
+    postgres_dsn: str,
+) -> None:
+    """The first calls fail (nothing answers yet) with a StoreError; once the database is up,
+    the next call connects, migrates and works."""
+    async with _late_database(postgres_dsn) as (store, forwarder):
+        await forwarder.open()
+        assert await _first_answer(store.list_resources) == []
+        assert await store.schema_version() == sql.SCHEMA_VERSION
+
+
+async def test_postgres_refuses_a_newer_schema_even_after_a_failed_first_call(
+    postgres_dsn: str,
+) -> None:
+    import psycopg
+
+    store = PostgresStore(postgres_dsn)
+    await store.list_resources()
+    await store.aclose()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        conn.execute("INSERT INTO obsmem_schema VALUES (%s, '')", (sql.SCHEMA_VERSION + 1,))
+    async with _late_database(postgres_dsn) as (store, forwarder):
+        await forwarder.open()
+        with pytest.raises(StoreError, match="newer than this obsmem understands"):
+            await _first_answer(store.list_resources)
+        with pytest.raises(StoreError, match="newer than this obsmem understands"):
+            await store.list_resources()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 
+import pytest
+
 from obsmem.stores import InMemoryStore, Store
 from obsmem.testing import scripted_observer, scripted_reflector
 
@@ -188,4 +190,82 @@ async def test_while_the_observer_is_away_the_context_stays_within_block_after()
         await om.settle()
     assert (await om.status("t1", "u1")).message_tokens <= block_after
     assert not any(m.id == "obsmem-left-out" for m in prepared.messages)
+    await om.aclose()
+
+
+async def test_a_failing_reflector_is_called_rarely_and_never_climbs_the_ladder() -> None:
+    """The Reflector answers only errors for 70 turns, 30 s apart: reflection backs off in time
+    (5 s doubling to 10 min), so it is tried about a dozen times, not on every turn, and each
+    failed try is one call (a failed call does not climb the compression levels). Once it
+    answers again, the next due reflection works."""
+    from obsmem.testing import ModelCalls
+
+    failing = {"on": True}
+    calls = ModelCalls()
+    conv = Conversation(minutes_per_turn=0)
+    om = engine(
+        InMemoryStore(),
+        {
+            "observation": {"model": scripted_observer(words=40), "messageTokens": 1_000},
+            "reflection": {
+                "model": scripted_reflector(
+                    fault=lambda n: "error" if failing["on"] else None, calls=calls
+                ),
+                "observationTokens": 600,
+            },
+        },
+        clock=conv.clock,
+    )
+    events = Recorder()
+    om.subscribe(events)
+    for _ in range(70):
+        await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    failed = [
+        e
+        for e in events.of("data-om-observation-failed") + events.of("data-om-buffering-failed")
+        if e.operation_type == "reflection"
+    ]
+    assert failed, events.types()
+    assert calls.count == len(failed), "a failed call ended its ladder"
+    assert calls.count <= 15, calls.count
+    failing["on"] = False
+    for _ in range(25):
+        await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+    assert len(await om.history("t1", "u1")) > 1, "reflection resumed"
+    await om.aclose()
+
+
+async def test_back_off_state_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An engine remembers the back-off of at most MAX_REMEMBERED_LOGS logs (the least recently
+    failed go first), however many threads fail, and forgets a log's back-off on success."""
+    import obsmem.engine as engine_module
+
+    monkeypatch.setattr(engine_module, "MAX_REMEMBERED_LOGS", 8)
+    failing = {"on": True}
+    conv = Conversation()
+    om = engine(
+        InMemoryStore(),
+        {
+            "observation": {
+                "model": scripted_observer(fault=lambda n: "error" if failing["on"] else None),
+                "messageTokens": 1_000,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+        clock=conv.clock,
+    )
+    for i in range(30):
+        await om.prepare(f"t{i}", "u1", [conv.user(1_200)])
+        await om.prepare(f"t{i}", "u1", [conv.user(50)])  # the first is history now: observed
+        assert len(om._logs) <= 8
+    assert len(om._logs) == 8
+    failing["on"] = False
+    for i in range(22, 30):
+        await om.prepare(f"t{i}", "u1", [conv.user(100)])
+    assert not om._logs, "a success clears the back-off"
     await om.aclose()

@@ -21,7 +21,7 @@ from .common import (
     load,
 )
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
-from .observation import SyncObservation, observe_sync
+from .observation import SyncObservation, catch_up, observe_sync
 from .reflection import activate_reflection, buffer_reflection, reflect_now
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "attachment_filter",
     "buffer_chunk",
     "buffer_reflection",
+    "catch_up",
     "join_log",
     "load",
     "observe_sync",

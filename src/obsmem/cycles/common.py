@@ -17,7 +17,7 @@ from ..errors import ConflictError, ModelError, StoreError
 from ..events import EventBus, Hooks, ThreadUpdateEvent, call_hook
 from ..extractors import Exchange
 from ..llm import ModelCaller
-from ..messages import Message
+from ..messages import Message, display_text
 from ..models import model_input_capabilities
 from ..observations import ParsedOutput, boundary_line
 from ..observer import ObserverInput, observe_exchange
@@ -288,7 +288,7 @@ async def run_observer(
 async def call_transform(hook: Callable[[str], Any] | None, text: str) -> str:
     """A transform hook's replacement for ``text`` (``text`` itself when it returns no text)."""
     changed = await call_hook(hook, text)
-    return changed if isinstance(changed, str) else text
+    return (display_text(changed) or "") if isinstance(changed, str) else text
 
 
 def previous_for_observer(record: OMRecord) -> str:

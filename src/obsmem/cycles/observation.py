@@ -33,7 +33,7 @@ from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .retrieval import group_for, index_groups, label, retrieval_on
 
-__all__ = ["SyncObservation", "observe_sync"]
+__all__ = ["SyncObservation", "catch_up", "observe_sync"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,6 +53,7 @@ async def observe_sync(
     protect: Mapping[str, int] | None = None,
     trigger: Trigger,
     deadline: float | None = None,
+    batch_budget: float | None = None,
 ) -> SyncObservation:
     """Observe unobserved messages now, oldest first, until about ``keep_tokens`` stay raw.
 
@@ -61,7 +62,8 @@ async def observe_sync(
     ends at the deadline. ``protect`` gives, per thread, the first seq that must stay raw (the
     current step's messages); a chunk that reaches them stays buffered, and the observation stops
     where it starts. On failure the turn goes on with raw history and a
-    ``data-om-observation-failed`` event (invariant 7).
+    ``data-om-observation-failed`` event (invariant 7). With ``batch_budget`` each Observer
+    call gets that long and there is no overall deadline (a background catch-up).
     """
     deadline = deadline if deadline is not None else time.monotonic() + deps.sync_timeout
     protect = protect or {}
@@ -81,13 +83,29 @@ async def observe_sync(
         )
         if not batches:
             return SyncObservation(snapshot=snapshot)
-        remaining = deadline - time.monotonic()
+        remaining = batch_budget or deadline - time.monotonic()
         if remaining <= 0:
             return SyncObservation(snapshot=snapshot, error="out of time (sync_timeout)")
         outcome = await observe_batches(deps, snapshot, batches, trigger=trigger, budget=remaining)
         if isinstance(outcome, Failure):
             return SyncObservation(snapshot=snapshot, error=outcome.error)
         snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
+
+
+async def catch_up(deps: Deps, snapshot: Snapshot, *, upto: Mapping[str, int]) -> SyncObservation:
+    """Observe, in the background, the backlog that was unobserved when a turn found more than it
+    should wait for: oldest first, one Observer call of at most ``message_tokens`` at a time,
+    each within ``background_timeout``, until about the retention floor stays raw. ``upto``
+    gives, per thread, the first seq the catch-up leaves alone (the turn that started it, and
+    everything after: later turns' own steps are never observed from under them)."""
+    return await observe_sync(
+        deps,
+        snapshot,
+        keep_tokens=deps.options.observation.retention_floor or 0,
+        protect=upto,
+        trigger="catch-up",
+        batch_budget=deps.background_timeout,
+    )
 
 
 async def observe_batches(

@@ -15,7 +15,6 @@ rules (ARCHITECTURE.md, "Invariants"):
 from __future__ import annotations
 
 import copy
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -23,7 +22,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..errors import ConflictError, StoreError
-from ..messages import Message
+from ..messages import Message, display_text
 from ..records import BufferedChunk, BufferedReflection, OMRecord, Thread
 from ..snapshot import Subject
 from .changes import (
@@ -77,15 +76,6 @@ def initial_record(subject: Subject, *, now: datetime) -> OMRecord:
         created_at=now,
         updated_at=now,
     )
-
-
-_UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")
-
-
-def display_text(text: str | None) -> str | None:
-    """A title as every store can keep it in a text column: NUL and lone surrogates (from a
-    model's answer, or a caller) become U+FFFD. Message text and metadata keep them exactly."""
-    return None if text is None else _UNSHOWABLE.sub("\ufffd", text)
 
 
 def new_thread(
