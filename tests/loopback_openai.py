@@ -1,4 +1,5 @@
-"""A loopback OpenAI-compatible chat-completions server for tests: real HTTP, no network.
+"""A loopback OpenAI-compatible chat-completions server for tests: real HTTP, no network, as
+strict as llama.cpp's and vLLM's chat templates.
 
 It answers like a tiny model: Observer calls (a system prompt that asks for <observations>) get
 one observation line per user sentence it was shown; other calls get an answer that repeats a
@@ -7,17 +8,11 @@ remembered favorite color when anything it was sent mentions one. It counts requ
 
 from __future__ import annotations
 
-import json
+import contextlib
 import re
-import threading
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-
-@dataclass
-class LoopbackStats:
-    requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+from .strict_server import StrictServer, strict_server_thread
 
 
 def _text(content: Any) -> str:
@@ -46,58 +41,32 @@ def answer(body: dict[str, Any]) -> str:
     return "Noted."
 
 
-class _Handler(BaseHTTPRequestHandler):
-    stats: LoopbackStats
-
-    def do_POST(self) -> None:
-        length = int(self.headers.get("content-length", "0"))
-        body = json.loads(self.rfile.read(length) or b"{}")
-        self.stats.requests.append(body)
-        text = answer(body)
-        payload = {
-            "id": f"chatcmpl-{len(self.stats.requests)}",
-            "object": "chat.completion",
-            "created": 0,
-            "model": body.get("model", "local"),
-            "choices": [
-                {
-                    "index": 0,
-                    "message": {"role": "assistant", "content": text},
-                    "finish_reason": "stop",
-                }
-            ],
-            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-        }
-        data = json.dumps(payload).encode()
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-
 class LoopbackServer:
-    """``with LoopbackServer() as server: server.base_url``"""
+    """``with LoopbackServer() as server: server.base_url``: the strict server
+    (:mod:`tests.strict_server`: string content, one leading system message, alternating roles,
+    streaming) answering like the tiny model above, on its own thread."""
 
-    def __init__(self) -> None:
-        self.stats = LoopbackStats()
-        handler = type("Handler", (_Handler,), {"stats": self.stats})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def __init__(self, *, reject_params: frozenset[str] = frozenset()) -> None:
+        self._kwargs: dict[str, Any] = {"answer": answer, "reject_params": reject_params}
+        self._context: contextlib.AbstractContextManager[StrictServer] | None = None
+        self.server: StrictServer | None = None
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        assert self.server is not None
+        return self.server.base_url
+
+    @property
+    def stats(self) -> StrictServer:
+        """``stats.requests``: every request body; ``stats.refusals``: the rules broken."""
+        assert self.server is not None
+        return self.server
 
     def __enter__(self) -> LoopbackServer:
-        self._thread.start()
+        self._context = strict_server_thread(**self._kwargs)
+        self.server = self._context.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        assert self._context is not None
+        self._context.__exit__(None, None, None)

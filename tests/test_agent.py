@@ -189,8 +189,8 @@ async def test_an_image_reaches_the_observer_as_placeholder_and_attachment() -> 
     def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
         for m in messages:
             for p in m.parts:
-                if isinstance(p, pa.UserPromptPart) and not isinstance(p.content, str):
-                    received.append(list(p.content))
+                if isinstance(p, pa.UserPromptPart):  # text only comes as one string
+                    received.append([p.content] if isinstance(p.content, str) else list(p.content))
         return pa.ModelResponse(
             parts=[
                 pa.TextPart(
@@ -286,8 +286,8 @@ async def test_images_inside_tool_results_reach_the_observer_too() -> None:
     def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
         for m in messages:
             for p in m.parts:
-                if isinstance(p, pa.UserPromptPart) and not isinstance(p.content, str):
-                    received.append(list(p.content))
+                if isinstance(p, pa.UserPromptPart):  # text only comes as one string
+                    received.append([p.content] if isinstance(p.content, str) else list(p.content))
         return pa.ModelResponse(
             parts=[
                 pa.TextPart(content="<observations>\n* 🟡 (10:00) A screenshot.\n</observations>")

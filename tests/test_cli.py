@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -300,3 +301,58 @@ def test_replay_user_errors_are_one_line_before_any_work(tmp_path: Path) -> None
         assert "does not exist" in unwritable.stderr
         assert "Traceback" not in unwritable.stderr
     assert not (tmp_path / "obsmem.db").exists()
+
+
+def _on(url: str, model: str = "openai/local-test") -> dict[str, str]:
+    return {**_env(None), "OPENAI_BASE_URL": url, "OBSMEM_MODEL": model}
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "obsmem", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_doctor_says_a_model_that_follows_the_format_is_ready(
+    tmp_path: Path, server: LoopbackServer
+) -> None:
+    result = obsmem("doctor", cwd=tmp_path, server=server)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "reachable      yes" in result.stdout
+    assert "requests       accepted" in result.stdout
+    assert "observer call" in result.stdout
+    assert "1 lines" in result.stdout
+    assert "verdict: ready for memory work." in result.stdout
+
+
+def test_doctor_names_a_model_that_runs_away(tmp_path: Path) -> None:
+    from .strict_server import endless, strict_server_thread
+
+    def answer(request: dict[str, Any]) -> Any:
+        return "OK" if "single word OK" in str(request["messages"][0]) else endless()(request)
+
+    with strict_server_thread(answer=answer) as server:
+        result = _run(["doctor", "--timeout", "60"], tmp_path, _on(server.base_url))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "cut off: repeating itself" in result.stdout
+    assert "ran away" in result.stdout
+    assert "verdict: not ready." in result.stdout
+
+
+def test_demo_reports_a_server_error_as_a_server_error(tmp_path: Path) -> None:
+    """A server that answers every request with an error was reached: the demo says what it
+    answered and points at obsmem doctor, not that no model is configured."""
+    from .strict_server import strict_server_thread
+
+    with strict_server_thread(reject_params=frozenset({"messages"})) as server:
+        result = _run(["demo"], tmp_path, _on(server.base_url))
+    assert result.returncode == 2
+    assert "answered HTTP 400: Unsupported parameter: 'messages'" in result.stderr
+    assert "obsmem doctor --model openai/local-test" in result.stderr
+    assert "No model is configured" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

@@ -4,16 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,8 @@ from obsmem.longmemeval import (
     summarize,
 )
 from obsmem.testing import scripted_observer, scripted_reflector
+
+from .strict_server import StrictServer, strict_server_thread
 
 FIXTURE = Path(__file__).parent / "fixtures" / "longmemeval_small.json"
 
@@ -436,68 +437,38 @@ async def test_a_failing_question_is_reported_and_left_for_the_next_run() -> Non
 
 
 class ScriptedServer:
-    """An OpenAI-compatible loopback server that answers by model name: ``observer`` writes an
-    observation line per message, ``reader`` and ``judge`` follow the tables above. The first
-    ``barrier`` reader requests wait (up to 20 s) until that many are in flight at once."""
+    """The strict loopback server (:mod:`tests.strict_server`) answering by model name:
+    ``observer`` writes an observation line per message, ``reader`` and ``judge`` follow the
+    tables above. The first ``barrier`` reader requests wait (up to 20 s) until that many are
+    in flight at once."""
 
     def __init__(self, barrier: int = 0) -> None:
-        self.requests: list[dict[str, Any]] = []
         self.barrier = barrier
         self.max_readers = 0
         self._readers = 0
         self._waited = 0
-        self._lock = threading.Lock()
-        self._everyone = threading.Event()
-        server = self
+        self._everyone: asyncio.Event | None = None
+        self._context = strict_server_thread(answer=self.answer)
+        self.server: StrictServer | None = None
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers.get("content-length", "0"))))
-                text = server.answer(body)
-                payload = {
-                    "id": f"chatcmpl-{len(server.requests)}",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": body.get("model", "local"),
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": text},
-                            "finish_reason": "stop",
-                        }
-                    ],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-                }
-                data = json.dumps(payload).encode()
-                self.send_response(200)
-                self.send_header("content-type", "application/json")
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        assert self.server is not None
+        return self.server.requests
 
     @property
     def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
+        assert self.server is not None
+        return self.server.base_url
 
     def __enter__(self) -> ScriptedServer:
-        self._thread.start()
+        self.server = self._context.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        self._context.__exit__(None, None, None)
 
-    def answer(self, body: dict[str, Any]) -> str:
-        with self._lock:
-            self.requests.append(body)
+    async def answer(self, body: dict[str, Any]) -> str:
         everything = "\n".join(_content(m.get("content")) for m in body.get("messages", []))
         if "Reply with the single word OK." in everything:
             return "OK"
@@ -507,21 +478,21 @@ class ScriptedServer:
         if model == "judge":
             return judge_reply(everything)
         assert model == "reader", model
-        self._reader_waits()
+        await self._reader_waits()
         return reader_reply(_QUESTION.findall(everything)[-1], everything)
 
-    def _reader_waits(self) -> None:
-        with self._lock:
-            self._readers += 1
-            self.max_readers = max(self.max_readers, self._readers)
-            wait = self._waited < self.barrier
-            self._waited += 1
-            if self._readers >= self.barrier:
-                self._everyone.set()
+    async def _reader_waits(self) -> None:
+        everyone = self._everyone = self._everyone or asyncio.Event()
+        self._readers += 1
+        self.max_readers = max(self.max_readers, self._readers)
+        wait = self._waited < self.barrier
+        self._waited += 1
+        if self._readers >= self.barrier:
+            everyone.set()
         if wait:
-            self._everyone.wait(timeout=20)
-        with self._lock:
-            self._readers -= 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(everyone.wait(), timeout=20)
+        self._readers -= 1
 
 
 def _content(content: Any) -> str:

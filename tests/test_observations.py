@@ -358,3 +358,25 @@ def test_split_segments_inverts_joining() -> None:
     assert split_segments(segments[0]) == [segments[0]]
     assert split_segments("") == []
     assert split_segments(boundary_line(times[0]) + "* x") == ["* x"]
+
+
+def test_lines_appended_during_a_reflection_keep_their_date() -> None:
+    """Lines appended under the reflected part's last date header, before a header of their
+    own, take that header with them: they are not filed under the reflection's last date."""
+    from obsmem.observations import with_reflection
+
+    reflected = "Date: Dec 1, 2025\n* 🔴 (09:00) A.\nDate: Dec 3, 2025\n* 🟡 (10:00) B."
+    reflection = "Date: Dec 1, 2025\n* 🔴 (09:00) A and B."
+    tail = (
+        "\n--- message boundary (2025-12-03T11:00:00Z) ---\n* 🟡 (11:00) C.\n"
+        "Date: Dec 4, 2025\n* 🟡 (09:00) D."
+    )
+    log = with_reflection(reflection, reflected, tail)
+    assert log == (
+        "Date: Dec 1, 2025\n* 🔴 (09:00) A and B.\n\n"
+        "--- message boundary (2025-12-03T11:00:00Z) ---\nDate: Dec 3, 2025\n* 🟡 (11:00) C.\n"
+        "Date: Dec 4, 2025\n* 🟡 (09:00) D."
+    )
+    dated = "Date: Dec 4, 2025\n* 🟡 (09:00) D."
+    assert with_reflection(reflection, reflected, dated) == f"{reflection}\n\n{dated}"
+    assert with_reflection(reflection, reflected, "  ") == reflection

@@ -410,8 +410,8 @@ async def test_observe_without_previous_log_or_hints() -> None:
     system, user = request.parts
     assert isinstance(system, pa.SystemPromptPart)
     assert isinstance(user, pa.UserPromptPart)
-    assert not isinstance(user.content, str)
-    [text] = user.content
+    assert isinstance(user.content, str), "text only: one string, as strict servers require"
+    text = user.content
     assert isinstance(text, str)
     assert "Previous Observations" not in text
     assert "hidden" not in text
@@ -434,8 +434,8 @@ async def test_previous_observations_are_truncated_to_the_budget() -> None:
     assert isinstance(request, pa.ModelRequest)
     user = request.parts[1]
     assert isinstance(user, pa.UserPromptPart)
-    assert not isinstance(user.content, str)
-    text = user.content[0]
+    assert isinstance(user.content, str)
+    text = user.content
     assert isinstance(text, str)
     assert "observations truncated here]" in text
     assert "old observation number 59" in text
@@ -490,8 +490,8 @@ async def test_observe_multi_thread() -> None:
     assert isinstance(system, pa.SystemPromptPart)
     assert isinstance(user, pa.UserPromptPart)
     assert '<thread id="..."> ... </thread>' in system.content
-    assert not isinstance(user.content, str)
-    assert '<thread id="t1">\nDec 4 2025:\nUser (9:00 AM): one\n</thread>' in str(user.content[0])
+    assert isinstance(user.content, str)
+    assert '<thread id="t1">\nDec 4 2025:\nUser (9:00 AM): one\n</thread>' in user.content
 
 
 async def test_single_thread_observe_strips_thread_tags() -> None:

@@ -44,9 +44,8 @@ class Script:
         system, user = request.parts
         assert isinstance(system, pa.SystemPromptPart)
         assert isinstance(user, pa.UserPromptPart)
-        assert not isinstance(user.content, str)
-        [text] = user.content
-        assert isinstance(text, str)
+        assert isinstance(user.content, str), "text only: one string, as strict servers require"
+        text = user.content
         self.systems.append(system.content)
         self.users.append(text)
         reply = self.answers.pop(0)
@@ -283,7 +282,7 @@ async def test_invalid_levels_are_config_errors(start: int, max_level: int | Non
 async def test_prompt_contents() -> None:
     source = (
         '<observation-group id="g1" range="m1:m5">\n'
-        "Date: Dec 4, 2025\n* 🔴 (09:00) User is Ana.\n"
+        "Date: Dec 4, 2025\n* 🟡 (09:00) User is Ana.\n"
         "</observation-group>\n"
         '<observation-group id="g2">* 🟡 (09:30) inline group</observation-group>'
     )
@@ -304,7 +303,7 @@ async def test_prompt_contents() -> None:
     assert "<observational-memory-instruction>" in system
     assert "<current-task>" not in system
     assert "observation-group" not in user
-    assert "Date: Dec 4, 2025\n* 🔴 (09:00) User is Ana.\n* 🟡 (09:30) inline group" in user
+    assert "Date: Dec 4, 2025\n* 🟡 (09:00) User is Ana.\n* 🟡 (09:30) inline group" in user
     assert "## Specific guidance\n\nFocus on the travel plans." in user
     assert "Output <observations> every time." in user
     assert "ENTIRE" in user
@@ -345,3 +344,30 @@ def test_compression_guidance_covers_every_level() -> None:
 )
 def test_strip_group_tags(text: str, expected: str) -> None:
     assert strip_group_tags(text) == expected
+
+
+async def test_a_candidate_that_drops_every_critical_line_of_a_date_is_rejected() -> None:
+    """Keeping a day but none of the 🔴 lines the user asserted on it is no reflection: the
+    candidate is skipped and the next level asked."""
+    source = (
+        "Date: Dec 1, 2025\n* 🔴 (09:00) User is allergic to peanuts.\n* 🟡 (09:05) Chat.\n"
+        "Date: Dec 2, 2025\n* 🟡 (10:00) More chat.\n* 🟡 (10:05) Even more chat."
+    )
+    careless = "<observations>\nDate: Dec 1, 2025\n* 🟡 (09:05) Chat.\n</observations>"
+    careful = (
+        "<observations>\nDate: Dec 1, 2025\n* 🔴 (09:00) User is allergic to peanuts.\n"
+        "</observations>"
+    )
+    script = Script(careless, careful)
+    failed: list[tuple[int, str]] = []
+    result = await reflect(
+        source,
+        caller=ModelCaller(),
+        model=script.model,
+        estimator=EST,
+        target_tokens=1_000,
+        start_level=0,
+        on_attempt_failed=lambda level, reason: failed.append((level, reason)),
+    )
+    assert failed == [(0, "dropped every 🔴 line of Date: Dec 1, 2025")]
+    assert "peanuts" in result.parsed.observations

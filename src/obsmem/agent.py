@@ -32,7 +32,12 @@ from pydantic_ai.usage import UsageLimits
 from .convert import from_pydantic_ai, to_pydantic_ai
 from .errors import ConfigError
 from .events import Event
-from .integrations.pydantic_ai import ObservationalMemoryCapability, mark_as_context
+from .integrations.pydantic_ai import (
+    ObservationalMemoryCapability,
+    for_model,
+    mark_as_context,
+    merged_requests,
+)
 from .memory import Memory, ThreadRef
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCallPart
 from .models import ModelByInputTokens, ModelSpec, resolve_model
@@ -250,22 +255,25 @@ class Agent:
                 ref, new, actor_model=self.model, recall=self.memory.retrieval
             )
             sent = context.messages
-            capabilities.append(_StepMemory(self.memory, ref))
+            capabilities.append(_StepMemory(self.memory, ref, self.instructions))
             if self.memory.agent_updates_working_memory:
                 tools.append(_working_memory_tool(self.memory, ref))
             if self.memory.retrieval:
                 tools.append(self.memory.recall_tool(ref))
         else:
             sent = list(new)
+        model = self._actor_model(sent)
         history = to_pydantic_ai(sent)
+        if capabilities:  # the instructions first, then memory's context
+            instructions = pa.ModelRequest(parts=[pa.SystemPromptPart(self.instructions)])
+            history = for_model(merged_requests([instructions, *history]), model)
         if resume is not None:
             _check_waiting(history, resume)
         for step in capabilities:
             step.started_from(history)
-        model = self._actor_model(sent)
         agent = PydanticAgent(
             model,
-            instructions=self.instructions,
+            instructions=None if capabilities else self.instructions,
             tools=tools,
             capabilities=capabilities,
             output_type=[str, DeferredToolRequests],
@@ -305,8 +313,11 @@ class _StepMemory(ObservationalMemoryCapability):
     agent already assembled; each later step's traffic is stored and the context assembled
     again before the next request. The agent offers ``recall`` itself."""
 
-    def __init__(self, memory: Memory, ref: ThreadRef) -> None:
+    def __init__(self, memory: Memory, ref: ThreadRef, instructions: str) -> None:
         super().__init__(memory, resource=ref.resource, thread=ref.thread, recall=True)
+        # The agent's instructions lead every request, before memory (SPEC §6: the stable
+        # prefix a prompt cache keeps).
+        self._thread.system_prompts.append(instructions)
 
     def started_from(self, history: list[pa.ModelMessage]) -> None:
         """The run's starting history: memory's context, its input already stored."""

@@ -491,7 +491,6 @@ class ObservationalMemory:
             tail = "\n".join(record.observations.split("\n")[br.line_count :])
             tail_tokens = self._deps.estimator.count_text(tail)
         state = self._state(key)
-        ref = self.options.reflection
         plan = planner.plan_reflection(
             self.options,
             observation_tokens=record.observation_tokens,
@@ -500,7 +499,7 @@ class ObservationalMemory:
             unreflected_tail_tokens=tail_tokens,
             reflection_in_flight=self._running(f"refl:{key}"),
             idle_expired=signals.reflection_idle,
-            provider_changed=signals.provider_changed and ref.activate_on_provider_change,
+            provider_changed=signals.reflection_provider_changed,
             reflector_backoff=state.reflector,
             now=self._deps.now(),
             suppressed_at=state.suppressed_reflection_at,

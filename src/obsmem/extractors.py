@@ -528,6 +528,10 @@ def follow_up_user_message(slot: Slot, previous: Any, exchange: Exchange) -> str
     return "\n\n".join(parts)
 
 
+EXTRACTOR_OUTPUT_CAP = 4_000
+"""Most tokens an extractor's follow-up answer (one JSON value) may take."""
+
+
 async def _follow_up(
     slot: Slot,
     previous: Any,
@@ -555,9 +559,12 @@ async def _follow_up(
             timeout=timeout,
             operation=f"{operation}-extraction",
             cycle_id=cycle_id,
+            max_output_tokens=EXTRACTOR_OUTPUT_CAP,
         )
         try:
             result = await caller.call(request)
+            if result.cut_off is not None:
+                raise ValueError(f"the answer was cut off while streaming ({result.cut_off})")
             value = parse_json(result.text)
             return None if value is None else slot.validate(value)
         except asyncio.CancelledError:

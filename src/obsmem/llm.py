@@ -1,10 +1,14 @@
 """The one seam every memory-model call goes through (Observer, Reflector, extractors).
 
 A ``ModelCaller`` resolves the model (routing a ``ModelByInputTokens`` by the request's
-input-token estimate), sends one system message and one user message through pydantic-ai's direct
-API, retries transient errors within a budget, bounds the whole call by a timeout, and reports the
-answer with its token usage and cost to its listeners. Each call is one OpenTelemetry span named
-``obsmem.<role>``; without an OpenTelemetry SDK configured the span costs nothing.
+input-token estimate), sends one system message and one user message (a plain string when it is
+text only, as strict OpenAI-compatible servers require) through pydantic-ai's direct API,
+streams the answer and cuts it off when it runs away (past the request's output cap, or
+repeating itself), retries transient errors within a budget, bounds the whole call by a timeout,
+and reports the answer with its token usage and cost to its listeners. A model that cannot
+stream (a ``FunctionModel`` without a stream function) is called once and checked afterwards.
+Each call is one OpenTelemetry span named ``obsmem.<role>``; without an OpenTelemetry SDK
+configured the span costs nothing.
 
 Importing this module loads neither pydantic-ai nor OpenTelemetry; the first call does.
 """
@@ -12,6 +16,7 @@ Importing this module loads neither pydantic-ai nor OpenTelemetry; the first cal
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +27,7 @@ from obsmem.messages import FilePart, ImagePart, display_text
 from obsmem.models.describe import provider_of
 from obsmem.models.providers import resolve_model
 from obsmem.models.retry import call_with_retry
+from obsmem.models.settings import call_settings
 from obsmem.models.specs import ModelByInputTokens, ModelSpec
 
 if TYPE_CHECKING:
@@ -39,6 +45,8 @@ __all__ = [
 ]
 
 Role = Literal["observer", "reflector", "extractor"]
+
+log = logging.getLogger("obsmem")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +70,10 @@ class LLMRequest:
     operation: str = ""
     """What the call is for (``"observation"``, ``"buffering"``, ``"reflection"``), for traces."""
     cycle_id: str = ""
+    max_output_tokens: int | None = None
+    """Most tokens the answer may take. Sent as ``max_tokens`` unless the settings name one,
+    and enforced while the answer streams (a server may ignore ``max_tokens``): the answer is
+    cut off there, and also as soon as it repeats itself (``LLMResult.cut_off``)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,6 +90,8 @@ class LLMResult:
     cost_usd: float | None
     """Priced with ``genai_prices``; ``None`` when the model is not in its price list."""
     duration_ms: float
+    cut_off: str | None = None
+    """Why the answer was cut off (past the output cap, repeating itself); None when whole."""
 
 
 CallListener: TypeAlias = Callable[[LLMRequest, LLMResult], None]
@@ -92,12 +106,14 @@ class ModelCaller:
     ``sleep`` waits between retries (tests pass one that records the delays and returns at once).
     """
 
-    __slots__ = ("_listeners", "_resolved", "_sleep")
+    __slots__ = ("_listeners", "_resolved", "_sleep", "_text_only")
 
     def __init__(self, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self._sleep = sleep
         self._listeners: list[CallListener] = []
         self._resolved: dict[str, Model] = {}
+        self._text_only: set[tuple[str, str]] = set()
+        """Models (name, base URL) whose server refused attachments: sent text only since."""
         """Models resolved from strings, kept so each spec builds its SDK client once."""
 
     async def call(self, request: LLMRequest) -> LLMResult:
@@ -108,7 +124,6 @@ class ModelCaller:
         ``timeout``.
         """
         from opentelemetry import trace
-        from pydantic_ai import messages as pa
 
         started = time.perf_counter()
         tracer = trace.get_tracer("obsmem")
@@ -129,7 +144,7 @@ class ModelCaller:
             if provider is not None:
                 span.set_attribute("gen_ai.provider.name", provider)
 
-            response = await self._request(request, model)
+            response, cut_off = await self._request(request, model)
 
             model_name = response.model_name or model.model_name
             usage = response.usage
@@ -144,17 +159,17 @@ class ModelCaller:
             if cost is not None:
                 span.set_attribute("obsmem.cost_usd", cost)
             result = LLMResult(
-                text=display_text(
-                    "".join(p.content for p in response.parts if isinstance(p, pa.TextPart))
-                )
-                or "",
+                text=display_text(_text_of(response)) or "",
                 model_name=model_name,
                 provider=provider,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
                 cost_usd=cost,
                 duration_ms=(time.perf_counter() - started) * 1000,
+                cut_off=cut_off,
             )
+            if cut_off is not None:
+                span.set_attribute("obsmem.cut_off", cut_off)
             for listener in list(self._listeners):
                 listener(request, result)
             return result
@@ -187,26 +202,57 @@ class ModelCaller:
             tier, spec = spec.select(request.input_tokens)
         return self.resolve(spec), tier
 
-    async def _request(self, request: LLMRequest, model: Model) -> pa.ModelResponse:
+    async def _request(
+        self, request: LLMRequest, model: Model
+    ) -> tuple[pa.ModelResponse, str | None]:
         from pydantic_ai import messages as pa
         from pydantic_ai.direct import model_request
         from pydantic_ai.settings import ModelSettings
 
         what = f"the {request.role} call to model {model.model_name!r}"
-        messages: list[pa.ModelMessage] = [
-            pa.ModelRequest(
-                parts=[
-                    pa.SystemPromptPart(content=request.system),
-                    pa.UserPromptPart(content=[_content(item) for item in request.user]),
-                ]
-            )
-        ]
-        settings = (
-            cast(ModelSettings, dict(request.model_settings)) if request.model_settings else None
-        )
+        content = [_content(item) for item in request.user]
+        texts = [c for c in content if isinstance(c, str)]
 
-        async def attempt() -> pa.ModelResponse:
-            return await model_request(model, messages, model_settings=settings)
+        def ask(user: str | list[pa.UserContent]) -> list[pa.ModelMessage]:
+            system = pa.SystemPromptPart(content=request.system)
+            return [pa.ModelRequest(parts=[system, pa.UserPromptPart(content=user)])]
+
+        # Text only: one string (strict servers' chat templates refuse a list). Attachments
+        # also stand in the text as placeholders, which is what is left when a server
+        # refuses them.
+        text_only = ask("\n\n".join(texts))
+        messages = text_only if len(texts) == len(content) else ask(content)
+        key = (model.model_name, str(getattr(model, "base_url", "")))
+        wanted = call_settings(request.role, model, request.model_settings)
+        if request.max_output_tokens is not None:
+            wanted.setdefault("max_tokens", request.max_output_tokens)
+        settings = cast(ModelSettings, wanted) if wanted else None
+        guard = _RunawayGuard(request.max_output_tokens)
+
+        async def send(sent: list[pa.ModelMessage]) -> tuple[pa.ModelResponse, str | None]:
+            if not _can_stream(model):
+                response = await model_request(model, sent, model_settings=settings)
+                return response, guard.check_whole(_text_of(response))
+            return await _stream(model, sent, settings, guard)
+
+        async def attempt() -> tuple[pa.ModelResponse, str | None]:
+            if messages is text_only or key in self._text_only:
+                return await send(text_only)
+            try:
+                return await send(messages)
+            except Exception as exc:
+                status = getattr(exc, "status_code", None)
+                if not isinstance(status, int) or status in (408, 425, 429):
+                    raise
+                log.warning(
+                    "%s: the server refused a request with attachments (HTTP %s: %s); sending "
+                    "their text placeholders from now on",
+                    what,
+                    status,
+                    exc,
+                )
+                self._text_only.add(key)
+                return await send(text_only)
 
         deadline = asyncio.timeout(request.timeout)
         try:
@@ -226,6 +272,90 @@ class ModelCaller:
                 f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
                 "the model name, its settings and the provider account"
             ) from exc
+
+
+REPEATING = "repeating itself"
+"""``LLMResult.cut_off`` for an answer stuck in a loop (the other reason names the cap)."""
+
+CHECK_EVERY_CHARS = 1_000
+"""How often (in characters of answer) a streaming answer is checked for running away."""
+
+
+class _RunawayGuard:
+    """Decides whether an answer has run away: past ``cap`` tokens (as the local estimate counts
+    them), or repeating itself (:func:`obsmem.observations.is_degenerate`)."""
+
+    def __init__(self, cap: int | None) -> None:
+        from obsmem.tokens import HeuristicEstimator
+
+        self.cap = cap
+        self._count = HeuristicEstimator().count_text
+
+    def check(self, text: str) -> str | None:
+        from obsmem.observations import is_degenerate
+
+        if is_degenerate(text):
+            return REPEATING
+        if self.cap is not None and self._count(text) > self.cap:
+            return f"past the output cap of {self.cap} tokens"
+        return None
+
+    def check_whole(self, text: str) -> str | None:
+        """For an answer that did not stream: the same verdict, after the fact."""
+        return self.check(text)
+
+
+async def _stream(
+    model: Model,
+    messages: list[pa.ModelMessage],
+    settings: Any,
+    guard: _RunawayGuard,
+) -> tuple[pa.ModelResponse, str | None]:
+    """Stream the answer, checking it every ``CHECK_EVERY_CHARS`` characters; leaving the
+    stream early closes the connection, so the server stops generating."""
+    from pydantic_ai import messages as pa
+    from pydantic_ai.direct import model_request_stream
+
+    pieces: list[str] = []
+    size = 0
+    next_check = CHECK_EVERY_CHARS
+    verdict: str | None = None
+    async with model_request_stream(model, messages, model_settings=settings) as stream:
+        async for event in stream:
+            if isinstance(event, pa.PartStartEvent) and isinstance(event.part, pa.TextPart):
+                piece = event.part.content
+            elif isinstance(event, pa.PartDeltaEvent) and isinstance(event.delta, pa.TextPartDelta):
+                piece = event.delta.content_delta
+            else:
+                continue
+            pieces.append(piece)
+            size += len(piece)
+            if size >= next_check:
+                next_check = size + CHECK_EVERY_CHARS
+                verdict = guard.check("".join(pieces))
+                if verdict is not None:
+                    break
+        response = stream.get()
+    if verdict is None:
+        verdict = guard.check(_text_of(response))
+    return response, verdict
+
+
+def _can_stream(model: Model) -> bool:
+    """False for a model that can only answer whole (a ``FunctionModel`` without a stream
+    function), looking through wrapper models."""
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.models.wrapper import WrapperModel
+
+    while isinstance(model, WrapperModel):
+        model = model.wrapped
+    return not (isinstance(model, FunctionModel) and model.stream_function is None)
+
+
+def _text_of(response: pa.ModelResponse) -> str:
+    from pydantic_ai import messages as pa
+
+    return "".join(p.content for p in response.parts if isinstance(p, pa.TextPart))
 
 
 def _content(item: str | ImagePart | FilePart) -> pa.UserContent:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -22,11 +22,14 @@ __all__ = [
     "RECALL_RANGE",
     "ParsedOutput",
     "boundary_line",
+    "dropped_critical_dates",
     "is_degenerate",
+    "match_thread_blocks",
     "parse_output",
     "split_segments",
     "strip_recall_ranges",
     "truncate_observations",
+    "with_reflection",
 ]
 
 BOUNDARY = "--- message boundary ({iso}) ---"
@@ -69,7 +72,8 @@ _OBS_OPEN = re.compile(r"^[ \t]*<observations>[ \t]*\n?", re.MULTILINE)
 _OBS_CLOSE = re.compile(r"</observations>")
 _SECTION = re.compile(r"<([a-z][a-z0-9_-]*)>(.*?)</\1>", re.DOTALL)
 _THREAD_BLOCK = re.compile(
-    r"<thread\s+id\s*=\s*[\"']([^\"']*)[\"']\s*>(.*?)</thread>", re.DOTALL | re.IGNORECASE
+    r"<thread\s+id\s*=\s*(?:[\"']([^\"']*)[\"']|([^\s\"'>]+))\s*>(.*?)</thread>",
+    re.DOTALL | re.IGNORECASE,
 )
 _THREAD_TAG = re.compile(r"[ \t]*</?thread\b[^>]*>[ \t]*\n?", re.IGNORECASE)
 _LIST_LINE = re.compile(r"^\s*(?:[*\-•]\s|\d+[.)]\s)")
@@ -164,8 +168,46 @@ def _inner(text: str) -> ParsedOutput:
     )
 
 
+def match_thread_blocks(
+    thread_ids: Sequence[str], blocks: Mapping[str, ParsedOutput]
+) -> dict[str, ParsedOutput]:
+    """Which of the Observer's ``<thread id>`` blocks belongs to which of ``thread_ids`` (the
+    threads it was shown, in order), tolerating what models get wrong: an exact id first, then
+    the same id up to case and surrounding space, then a unique prefix either way (a cut or
+    extended id), then, when as many blocks as threads are left, their order. A thread no block
+    can be matched to is absent from the result (its messages stay unobserved)."""
+    left = dict(blocks)
+    found: dict[str, ParsedOutput] = {}
+
+    def take(tid: str, key: str) -> None:
+        found[tid] = left.pop(key)
+
+    for tid in thread_ids:
+        if tid in left:
+            take(tid, tid)
+    for tid in [t for t in thread_ids if t not in found]:
+        same = [k for k in left if k.strip().lower() == tid.strip().lower()]
+        if len(same) == 1:
+            take(tid, same[0])
+    for tid in [t for t in thread_ids if t not in found]:
+        near = [k for k in left if _near(tid, k)]
+        rivals = [t for t in thread_ids if t not in found and near and _near(t, near[0])]
+        if len(near) == 1 and rivals == [tid]:
+            take(tid, near[0])
+    missing = [t for t in thread_ids if t not in found]
+    if missing and len(left) == len(missing):
+        for tid, key in zip(missing, list(left), strict=True):
+            take(tid, key)
+    return {t: found[t] for t in thread_ids if t in found}
+
+
+def _near(thread_id: str, key: str) -> bool:
+    key = key.strip()
+    return bool(key) and (thread_id.startswith(key) or key.startswith(thread_id))
+
+
 def _take_thread(match: re.Match[str], into: dict[str, ParsedOutput]) -> str:
-    thread_id, content = match.group(1), match.group(2)
+    thread_id, content = match.group(1) or match.group(2) or "", match.group(3)
     parsed = _inner(content)
     into[thread_id] = parsed
     return f'<thread id="{thread_id}">\n{parsed.observations}\n</thread>'
@@ -334,6 +376,47 @@ def _render_kept(lines: list[str], keep: set[int]) -> str:
 # ---------------------------------------------------------------------------------------------
 
 _BOUNDARY_LINE = re.compile(r"\n*^--- message boundary \([^)\n]*\) ---$\n*", re.MULTILINE)
+
+
+def dropped_critical_dates(source: str, candidate: str) -> list[str]:
+    """The dates (``Date:`` headers) that ``candidate`` still has but under which it dropped
+    every 🔴 line ``source`` had there: a rewrite that keeps a day but loses all that the user
+    asserted on it has lost what matters most."""
+
+    def critical_by_date(log: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        date: str | None = None
+        for line in log.split("\n"):
+            if _DATE_LINE.match(line):
+                date = line.strip()
+                found.setdefault(date, 0)
+            elif date is not None and "🔴" in line:
+                found[date] += 1
+        return found
+
+    before, after = critical_by_date(source), critical_by_date(candidate)
+    return [d for d, n in before.items() if n and d in after and not after[d]]
+
+
+def with_reflection(reflection: str, reflected: str, tail: str) -> str:
+    """The log after a reflection: ``reflection`` (the rewrite of ``reflected``), then ``tail``,
+    the lines appended after ``reflected`` meanwhile. Tail lines that came before any ``Date:``
+    header of their own sat under ``reflected``'s last header: that header goes with them, so
+    they are not read as belonging to the reflection's last date."""
+    tail = tail.strip()
+    if not tail:
+        return reflection
+    lines = tail.split("\n")
+    first_date = next((i for i, ln in enumerate(lines) if _DATE_LINE.match(ln)), len(lines))
+    undated = any(_LIST_LINE.match(ln) for ln in lines[:first_date])
+    governing = next(
+        (ln.strip() for ln in reversed(reflected.split("\n")) if _DATE_LINE.match(ln)), None
+    )
+    if undated and governing is not None:
+        at = next(i for i, ln in enumerate(lines) if _LIST_LINE.match(ln))
+        lines.insert(at, governing)
+        tail = "\n".join(lines)
+    return f"{reflection}\n\n{tail}"
 
 
 def boundary_line(at: datetime) -> str:

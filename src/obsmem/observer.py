@@ -16,7 +16,7 @@ from datetime import UTC, date, datetime, tzinfo
 from typing import Any, cast
 
 from obsmem.errors import ObserverOutputError
-from obsmem.llm import LLMRequest, LLMResult, ModelCaller
+from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
 from obsmem.messages import (
     FilePart,
     ImagePart,
@@ -48,6 +48,12 @@ _ROLE_LABELS = {"user": "User", "assistant": "Assistant", "tool": "Tool"}
 DEFAULT_PART_CAP = 5_000
 """The most tokens of one part the Observer sees, unless ``observation.max_part_tokens`` says
 otherwise."""
+
+
+def observer_output_cap(input_tokens: int) -> int:
+    """Most tokens an Observer answer may take: a third of what it observes (observations
+    compress 5-40x), and never under 2,000 (the hints, a title, extracted values)."""
+    return max(2_000, input_tokens // 3)
 
 
 def _allow_all(media_type: str) -> bool:
@@ -394,15 +400,19 @@ async def observe_exchange(
         ),
         user=[observer_user_message(inp, transcript, estimator), *attachments],
         model_settings=dict(model_settings or {}),
-        input_tokens=estimator.count_text(transcript),
+        input_tokens=(input_tokens := estimator.count_text(transcript)),
         timeout=timeout,
         operation=operation,
         cycle_id=cycle_id,
+        max_output_tokens=observer_output_cap(input_tokens),
     )
     problem = ""
     for _ in range(2):
         result = await caller.call(request)
-        if is_degenerate(result.text):
+        if result.cut_off not in (None, REPEATING):
+            problem = f"cut off: {result.cut_off} (the model rambles)"
+            continue
+        if result.cut_off == REPEATING or is_degenerate(result.text):
             problem = "degenerate (the same text repeated over and over)"
             continue
         parsed = parse_output(

@@ -16,9 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from obsmem.errors import ConfigError, ObserverOutputError
-from obsmem.llm import LLMRequest, LLMResult, ModelCaller
+from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
 from obsmem.models import ModelSpec
-from obsmem.observations import ParsedOutput, is_degenerate, parse_output
+from obsmem.observations import (
+    ParsedOutput,
+    dropped_critical_dates,
+    is_degenerate,
+    parse_output,
+)
 from obsmem.prompts import reflector_system_prompt
 from obsmem.tokens import TokenEstimator
 
@@ -163,7 +168,8 @@ async def reflect(
     """Condense ``observations`` to fewer than ``target_tokens`` tokens if the model can.
 
     Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``), one
-    call through ``caller`` each. A valid candidate is shorter than its input; the first one
+    call through ``caller`` each. A valid candidate is shorter than its input and keeps, for
+    every date it still has, at least one of the 🔴 lines the input had there; the first one
     under target is returned, otherwise the smallest. Raises ``ObserverOutputError`` when no
     attempt produced a valid candidate; a failed model call (already retried if transient) ends
     the climb and propagates. Cancellation propagates.
@@ -209,6 +215,8 @@ async def reflect(
             timeout=timeout,
             operation="reflection",
             cycle_id=cycle_id,
+            # An answer not shorter than its input is never taken: no use generating more.
+            max_output_tokens=max(1_000, input_tokens),
         )
         try:
             result = await caller.call(request)
@@ -218,12 +226,19 @@ async def reflect(
             failed(level, f"model call failed: {exc}")
             raise
         calls.append(result)
-        if is_degenerate(result.text):
+        if result.cut_off not in (None, REPEATING):
+            # The cap is the input's size: an answer that reaches it is no reflection.
+            failed(level, f"not shorter than its input of {input_tokens} tokens (cut off)")
+            continue
+        if result.cut_off == REPEATING or is_degenerate(result.text):
             failed(level, "degenerate output (repeated text)")
             continue
         parsed = parse_output(result.text, extra_slugs=extra_slugs)
         if parsed.is_empty:
             failed(level, "empty output (no observations)")
+            continue
+        if lost := dropped_critical_dates(observations, parsed.observations):
+            failed(level, f"dropped every 🔴 line of {', '.join(lost)}")
             continue
         tokens = estimator.count_text(parsed.observations)
         if tokens >= input_tokens:

@@ -148,8 +148,8 @@ def scripted_reflector(
     fault: FaultFn | None = None,
     calls: ModelCalls | None = None,
 ) -> FunctionModel:
-    """A Reflector that keeps every date line and the newest ``keep`` share of the other lines,
-    each cut to ``words`` words."""
+    """A Reflector that keeps every date line, the first 🔴 line under each date, and the newest
+    ``keep`` share of the other lines, each cut to ``words`` words."""
     counter = {"n": 0}
 
     async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
@@ -163,8 +163,16 @@ def scripted_reflector(
             return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
         log = text.split("## Observations to Reflect On", 1)[-1].split("\n---", 1)[0]
         lines = [ln for ln in log.splitlines() if ln.strip()]
+        date = ""
         bullets = [ln for ln in lines if not ln.startswith("Date:") and "<" not in ln]
         kept = set(bullets[int(len(bullets) * (1 - keep)) :])
+        date_seen: set[str] = set()  # and the first 🔴 line under each date (user assertions)
+        for line in lines:
+            if line.startswith("Date:"):
+                date = line
+            elif "🔴" in line and date not in date_seen:
+                date_seen.add(date)
+                kept.add(line)
         out: list[str] = []
         for line in lines:
             if line.startswith("Date:"):

@@ -151,6 +151,9 @@ class CacheSignals:
     observation_idle: bool = False
     reflection_idle: bool = False
     provider_changed: bool = False
+    """The actor's model changed and ``observation.activate_on_provider_change`` is on."""
+    reflection_provider_changed: bool = False
+    """The actor's model changed and ``reflection.activate_on_provider_change`` is on."""
     last_activity_at: datetime | None = None
     previous_model: str | None = None
     current_model: str | None = None
@@ -166,15 +169,12 @@ def cache_signals(
     previous = snapshot.thread_metadata.get(META_LAST_MODEL) if current else None
     last = snapshot.last_reply_at
     idle_ms = (now - last).total_seconds() * 1000 if last is not None else None
+    changed = current is not None and previous is not None and previous != current
     return CacheSignals(
         current_model=current,
         previous_model=previous,
-        provider_changed=bool(
-            obs.activate_on_provider_change
-            and current is not None
-            and previous is not None
-            and previous != current
-        ),
+        provider_changed=bool(obs.activate_on_provider_change and changed),
+        reflection_provider_changed=bool(ref.activate_on_provider_change and changed),
         last_activity_at=last,
         observation_idle=_expired(obs.activate_after_idle, idle_ms, actor_model),
         reflection_idle=_expired(ref.activate_after_idle, idle_ms, actor_model),

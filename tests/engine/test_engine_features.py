@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 from datetime import timedelta
+from typing import Any
 
 from pydantic_ai.models.test import TestModel
 
@@ -261,3 +262,48 @@ async def test_temporal_markers_reach_the_observer(store: Store) -> None:
     assert "2 hours 5 minutes later" in gaps[0]
     assert calls.prompts
     assert "2 hours 5 minutes later" in calls.prompts[0]
+
+
+async def test_reflection_provider_change_works_on_its_own() -> None:
+    """``reflection.activate_on_provider_change`` alone (the observation one off) swaps a
+    finished background reflection in when the actor's model changes."""
+    conv = Conversation()
+    om = engine(
+        InMemoryStore(),
+        {
+            "observation": {"model": scripted_observer(words=40), "messageTokens": 800},
+            "reflection": {
+                "model": scripted_reflector(),
+                "observationTokens": 2_000,
+                "activateOnProviderChange": True,
+            },
+        },
+        clock=conv.clock,
+    )
+    events = Recorder()
+    om.subscribe(events)
+    model = "openai/gpt-5-mini"
+    for _ in range(40):
+        await om.prepare("t1", "u1", [conv.user(200)], actor_model=model)
+        await om.record("t1", "u1", [conv.assistant(200)], actor_model=model)
+        await om.settle()
+        record = await om.store.get_record("thread:t1")
+        if record is not None and record.buffered_reflection is not None:
+            break
+    else:
+        raise AssertionError("no background reflection was buffered")
+    # From now on the actor switches provider every turn: once the swap is worth it (enough
+    # new lines since the reflection started), a provider change makes it, before the threshold.
+    models = ["anthropic/claude-haiku-4-5", "openai/gpt-5-mini"]
+    swaps: list[Any] = []
+    for turn in range(40):
+        model = models[turn % 2]
+        await om.prepare("t1", "u1", [conv.user(200)], actor_model=model)
+        swaps = [e for e in events.of("data-om-activation") if e.operation_type == "reflection"]
+        if swaps:
+            break
+        await om.record("t1", "u1", [conv.assistant(200)], actor_model=model)
+        await om.settle()
+    assert swaps
+    assert swaps[0].triggered_by == "provider_change"
+    await om.aclose()

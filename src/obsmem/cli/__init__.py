@@ -1,4 +1,4 @@
-"""The ``obsmem`` command line: demo, replay, chat, inspect.
+"""The ``obsmem`` command line: demo, replay, chat, inspect, doctor.
 
 Exit codes: 0 done; 1 the work failed (a model or storage error, reported); 2 the command could
 not start (bad arguments, a missing file, thread or model, with what to do about it).
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import TextIO
 
 from ..errors import ObsmemError
-from . import bench, chat, inspect, replaycmd
+from . import bench, chat, doctor, inspect, replaycmd
 
 __all__ = ["main"]
 
@@ -27,6 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add(sub)
     inspect.add(sub)
     bench.add(sub)
+    doctor.add(sub)
     return parser
 
 

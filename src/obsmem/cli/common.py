@@ -19,6 +19,7 @@ __all__ = [
     "add_memory_options",
     "check_model",
     "check_output_path",
+    "describe_failure",
     "memory_options",
     "pick_model",
 ]
@@ -120,7 +121,7 @@ def pick_model(args: argparse.Namespace) -> str | None:
 
 
 async def check_model(model: str) -> str | None:
-    """One tiny call, no retries: an error message when the model cannot be reached."""
+    """One tiny call, no retries: what went wrong, in words, when the model cannot serve."""
     try:
         await ModelCaller().call(
             LLMRequest(
@@ -136,8 +137,42 @@ async def check_model(model: str) -> str | None:
     except MissingExtraError as exc:
         return str(exc)
     except ModelError as exc:
-        return f"cannot reach {model}: {exc}\n{HOW_TO_PROVIDE_A_MODEL}"
+        return describe_failure(model, exc)
     return None
+
+
+def describe_failure(model: str, exc: BaseException) -> str:
+    """What a failed model call means for the user: a server that answered with an error is
+    reported as such (it was reached, and refused), a server that could not be reached as such,
+    a missing key or provider with how to configure one."""
+    status, said = _http_error(exc)
+    doctor = f"`obsmem doctor --model {model}` checks what it accepts"
+    if status is not None:
+        return (
+            f"the server for {model} answered HTTP {status}: {said}. It was reached but refused "
+            f"the request; {doctor}."
+        )
+    text = str(exc)
+    if "needs an API key" in text or "not understood" in text or "unknown provider" in text:
+        return f"{text}\n{HOW_TO_PROVIDE_A_MODEL}"
+    if "timed out" in text:
+        return f"{model} did not answer in time: {text}; {doctor}."
+    return f"cannot reach {model}: {text}. Is the server running, and the URL right? {doctor}."
+
+
+def _http_error(exc: BaseException) -> tuple[int | None, str]:
+    """The HTTP status and message of the server's answer in ``exc``'s chain, if there was one."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        status = getattr(current, "status_code", None)
+        if isinstance(status, int) and not isinstance(status, bool):
+            body = getattr(current, "body", None)
+            message = body.get("message") if isinstance(body, dict) else None
+            return status, str(message or body or current)
+        current = current.__cause__ or current.__context__
+    return None, ""
 
 
 class Progress:

@@ -177,6 +177,25 @@ def _emit_end(deps: Deps, cycle: Cycle, outcome: Outcome, duration_ms: float) ->
         )
 
 
+def emit_thread_failure(
+    deps: Deps, cycle: Cycle, thread_id: str, *, tokens: int, error: str
+) -> None:
+    """A cycle that succeeded for some threads but not for ``thread_id`` (resource scope):
+    a failed event naming that thread, so no part of a cycle fails silently."""
+    deps.bus.emit(
+        ObservationFailedEvent(
+            cycle_id=cycle.cycle_id,
+            operation_type=cycle.operation,
+            failed_at=deps.now(),
+            duration_ms=0.0,
+            tokens_attempted=tokens,
+            error=error,
+            record_id=cycle.record_id,
+            thread_id=thread_id,
+        )
+    )
+
+
 def _emit_failed(deps: Deps, cycle: Cycle, error: str, duration_ms: float) -> None:
     common: dict[str, Any] = {
         "cycle_id": cycle.cycle_id,

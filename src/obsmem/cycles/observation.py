@@ -8,10 +8,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ..errors import ObserverOutputError
 from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
-from ..observations import ParsedOutput
+from ..observations import ParsedOutput, match_thread_blocks
 from ..planner import Batch, activatable_chunks, held_by_chunks, sync_batches
 from ..records import ObservationGroup, OMRecord
 from ..snapshot import Snapshot
@@ -30,7 +31,7 @@ from .common import (
     run_observer,
 )
 from .extraction import ExtractionPlan, extract, observation_plan, value_patches
-from .lifecycle import Cycle, Failure, Outcome, run_cycle
+from .lifecycle import Cycle, Failure, Outcome, emit_thread_failure, run_cycle
 from .retrieval import group_for, index_groups, label, retrieval_on
 
 __all__ = ["SyncObservation", "catch_up", "observe_sync"]
@@ -89,7 +90,18 @@ async def observe_sync(
         outcome = await observe_batches(deps, snapshot, batches, trigger=trigger, budget=remaining)
         if isinstance(outcome, Failure):
             return SyncObservation(snapshot=snapshot, error=outcome.error)
+        before = snapshot.record.cursor
         snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
+        stuck = [
+            b.thread_id
+            for b in batches
+            if outcome.committed
+            and snapshot.record.cursor.get(b.thread_id, 0) == before.get(b.thread_id, 0)
+        ]
+        if stuck:  # the Observer missed these threads (each has its failed event): not again now
+            return SyncObservation(
+                snapshot=snapshot, error=f"no observations for thread(s) {', '.join(stuck)}"
+            )
 
 
 async def catch_up(deps: Deps, snapshot: Snapshot, *, upto: Mapping[str, int]) -> SyncObservation:
@@ -130,8 +142,6 @@ async def observe_batches(
         tokens=sum(b.tokens for b in batches),
         thread_ids=tuple(b.thread_id for b in batches),
     )
-    expected = {b.thread_id: head.cursor.get(b.thread_id, 0) for b in batches}
-    cursor = {b.thread_id: b.messages[-1].seq or 0 for b in batches}
 
     async def work() -> Outcome:
         deadline = time.monotonic() + budget
@@ -140,6 +150,24 @@ async def observe_batches(
             text, per_thread, main_run = await _observe_texts(
                 deps, snapshot, batches, plan=plan, cycle_id=cycle.cycle_id, budget=budget
             )
+        missing = [b for b in batches if b.thread_id not in per_thread]
+        if len(missing) == len(batches):
+            raise ObserverOutputError(
+                "the Observer's answer had no observations for any of the threads it was shown "
+                f"({', '.join(b.thread_id for b in batches)}); they stay unobserved"
+            )
+        for batch in missing:  # visible, and not advanced: the next cycle observes them again
+            emit_thread_failure(
+                deps,
+                cycle,
+                batch.thread_id,
+                tokens=batch.tokens,
+                error=f"the Observer's answer had no block for thread {batch.thread_id!r}; its "
+                "messages stay unobserved and are observed again in the next cycle",
+            )
+        found = [b for b in batches if b.thread_id in per_thread]
+        expected = {b.thread_id: head.cursor.get(b.thread_id, 0) for b in found}
+        cursor = {b.thread_id: b.messages[-1].seq or 0 for b in found}
         groups: list[ObservationGroup] = []
         if retrieval_on(deps):
             text, groups = _with_groups(deps, snapshot, cycle.cycle_id, batches, per_thread, text)
@@ -167,8 +195,8 @@ async def observe_batches(
             resource = resource_patch or resource
             if is_main:
                 main = result
-        last_at = max(b.messages[-1].created_at for b in batches)
-        observed = sum(b.tokens for b in batches)
+        last_at = max(b.messages[-1].created_at for b in found)
+        observed = sum(b.tokens for b in found)
 
         def decide(current: OMRecord) -> Write | None:
             if any(current.cursor.get(t, 0) != s for t, s in expected.items()):
@@ -211,9 +239,12 @@ async def _observe_texts(
     budget: float,
 ) -> tuple[str, dict[str, ParsedOutput], ObserverRun | None]:
     """Run the Observer over the batches: one call in thread scope; in resource scope, threads
-    are grouped up to ``max_tokens_per_batch`` and the groups observed in parallel. Also
-    returns the call that saw the subject's thread (its extractors' follow-ups look at it);
-    only that call is asked for the extractors' inline sections."""
+    are grouped up to ``max_tokens_per_batch`` and the groups observed in parallel, and each
+    answer's thread blocks are matched to the threads shown (:func:`match_thread_blocks`).
+    Returns the log text, the answer per thread it covers (a thread whose block was not found
+    is absent: it is not advanced), and the call that saw the subject's thread (its
+    extractors' follow-ups look at it); only that call is asked for the extractors' inline
+    sections."""
     main_thread = snapshot.subject.thread_id
     previous = snapshot.record.observations
     if deps.options.scope == "thread":
@@ -268,13 +299,14 @@ async def _observe_texts(
         if is_main:
             main_run = run
         parsed = run.parsed
-        for t, _ in group:
-            part = parsed.threads.get(t)
-            if part is None and len(group) == 1:
-                part = parsed
-            if part is not None and part.observations.strip():
+        ids = [t for t, _ in group]
+        matched = match_thread_blocks(ids, parsed.threads)
+        if not matched and len(group) == 1 and not parsed.threads:
+            matched = {ids[0]: parsed}  # one thread, written without its block: it is that one
+        for t, part in matched.items():
+            if part.observations.strip():
                 sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
-                per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
+            per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
     return "\n".join(sections), per_thread, main_run
 
 

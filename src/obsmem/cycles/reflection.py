@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ..errors import ObserverOutputError
 from ..events import ActivationEvent, Trigger
 from ..extractors import Exchange, ExtractionResult
+from ..observations import with_reflection
 from ..options import compression_start_level
 from ..planner import ActivationTrigger, reflection_slice
 from ..records import BufferedReflection, ObservationGroup, OMRecord
@@ -41,8 +42,7 @@ def _generation(
     def decide(head: OMRecord) -> Write | None:
         if not head.observations.startswith(source):
             return None  # the log was replaced meanwhile; this reflection is stale
-        tail = head.observations[len(source) :].strip()
-        new_log = f"{text}\n\n{tail}" if tail else text
+        new_log = with_reflection(text, source, head.observations[len(source) :])
         return Write(
             change=StartGeneration(
                 observations=new_log, observation_tokens=deps.estimator.count_text(new_log)
@@ -219,8 +219,10 @@ async def activate_reflection(
     def decide(current: OMRecord) -> Write | None:
         if current.buffered_reflection != br:
             return None
-        tail = "\n".join(current.observations.split("\n")[br.line_count :]).strip()
-        new_log = f"{text}\n\n{tail}" if tail else text
+        lines = current.observations.split("\n")
+        new_log = with_reflection(
+            text, "\n".join(lines[: br.line_count]), "\n".join(lines[br.line_count :])
+        )
         return Write(
             change=StartGeneration(
                 observations=new_log, observation_tokens=deps.estimator.count_text(new_log)

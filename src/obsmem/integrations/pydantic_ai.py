@@ -95,7 +95,7 @@ def _storable(messages: Sequence[pa.ModelMessage]) -> list[Message]:
     return [m for m in from_pydantic_ai(messages) if m.role != "system"]
 
 
-def _merge_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage]:
+def merged_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage]:
     """Consecutive requests merged into one, as pydantic-ai would merge them (dropping marks)."""
     out: list[pa.ModelMessage] = []
     for message in messages:
@@ -105,6 +105,48 @@ def _merge_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage
         else:
             out.append(message)
     return out
+
+
+def _strict_template(model: Model | None) -> bool:
+    """Whether ``model``'s server takes one leading system message and alternating turns (its
+    profile says so: obsmem's models for an ``OPENAI_BASE_URL`` server do; set
+    ``openai_chat_supports_multiple_system_messages=False`` on your own)."""
+    if model is None:
+        return False
+    profile: Any = model.profile
+    return profile.get("openai_chat_supports_multiple_system_messages") is False
+
+
+def for_model(messages: list[pa.ModelMessage], model: Model | None) -> list[pa.ModelMessage]:
+    """``messages`` as ``model``'s server takes them: for a strict chat template, consecutive
+    requests merged and each run of text-only user parts joined into one user turn."""
+    if not _strict_template(model):
+        return messages
+    return [_joined_user_text(m) for m in merged_requests(messages)]
+
+
+def _joined_user_text(message: pa.ModelMessage) -> pa.ModelMessage:
+    """``message`` with each run of text-only user parts joined into one (memory's notes and the
+    user's message become one user turn, as strict chat templates require)."""
+    if not isinstance(message, pa.ModelRequest):
+        return message
+    parts: list[pa.ModelRequestPart] = []
+    for part in message.parts:
+        last = parts[-1] if parts else None
+        if (
+            isinstance(part, pa.UserPromptPart)
+            and isinstance(part.content, str)
+            and isinstance(last, pa.UserPromptPart)
+            and isinstance(last.content, str)
+        ):
+            parts[-1] = pa.UserPromptPart(
+                content=f"{last.content}\n\n{part.content}", timestamp=last.timestamp
+            )
+        else:
+            parts.append(part)
+    if len(parts) == len(message.parts):
+        return message
+    return pa.ModelRequest(parts=parts, timestamp=message.timestamp)
 
 
 class _Thread:
@@ -175,7 +217,7 @@ class _Thread:
             if self.system_prompts
             else []
         )
-        managed = _merge_requests([*system, *to_pydantic_ai(context.messages)])
+        managed = for_model(merged_requests([*system, *to_pydantic_ai(context.messages)]), model)
         _mark(managed, self.ref.thread, "context")
         return managed
 

@@ -202,7 +202,11 @@ def _custom_openai(model_name: str, base_url: str, key: str | None) -> Model:
     from pydantic_ai.providers.openai import OpenAIProvider
 
     provider = OpenAIProvider(base_url=base_url, api_key=key or _PLACEHOLDER_KEY)
-    return OpenAIChatModel(model_name, provider=provider)
+    # Strict servers' chat templates (llama.cpp, vLLM) take one leading system message.
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
+
+    strict = OpenAIModelProfile(openai_chat_supports_multiple_system_messages=False)
+    return OpenAIChatModel(model_name, provider=provider, profile=strict)
 
 
 def _resolve_mastra(spec: str, provider: str, model_name: str) -> Model:

@@ -27,8 +27,9 @@ __all__ = [
     "write_cached",
 ]
 
-CACHE_VERSION = 1
-"""Bump when any estimate formula changes: every stored entry becomes stale at once."""
+CACHE_VERSION = 2
+"""Bump when any estimate formula changes: every stored entry becomes stale at once.
+(2: CJK at 0.73 a character, JSON priced as JSON.)"""
 
 METADATA_KEY = "token_estimates"
 

@@ -1,0 +1,84 @@
+"""The model settings a memory-model call sends: the role's defaults for the model at hand, the
+user's settings over them, and nothing the model rejects.
+
+- Thinking: the Observer and Reflector do bounded work, so a thinking model is asked to think
+  little: Gemini 2.5 gets a thinking budget (215 tokens for the Observer, 1,024 for the
+  Reflector and extractors), an OpenAI reasoning model a ``low`` effort for the Observer.
+- Sampling parameters (``temperature``, ``top_p``...) are left out for a model that rejects
+  them (OpenAI's reasoning models while they reason, Anthropic models whose profile forbids
+  them), as pydantic-ai would, but without its warning on every call: obsmem chose them.
+
+Whatever the user's ``model_settings`` name wins over these defaults.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+__all__ = ["THINKING_BUDGETS", "call_settings"]
+
+THINKING_BUDGETS: Mapping[str, int] = {"observer": 215, "reflector": 1_024, "extractor": 1_024}
+"""Gemini 2.5 thinking budget per role, in tokens."""
+
+_OPENAI_EFFORT: Mapping[str, str] = {"observer": "low"}
+"""Reasoning effort for an OpenAI reasoning model, per role (others keep the model's default)."""
+
+_SAMPLING = ("temperature", "top_p", "top_k", "presence_penalty", "frequency_penalty")
+
+
+def call_settings(
+    role: Literal["observer", "reflector", "extractor"],
+    model: Model,
+    settings: Mapping[str, Any],
+) -> dict[str, Any]:
+    """What to send: the role's defaults for ``model`` under ``settings``, minus what ``model``
+    rejects."""
+    out = {**_defaults(role, model), **settings}
+    return _without_rejected(model, out)
+
+
+def _unwrapped(model: Model) -> Model:
+    from pydantic_ai.models.wrapper import WrapperModel
+
+    while isinstance(model, WrapperModel):
+        model = model.wrapped
+    return model
+
+
+def _defaults(role: str, model: Model) -> dict[str, Any]:
+    inner = _unwrapped(model)
+    name = inner.model_name.lower()
+    system = inner.system
+    if system in ("google-gla", "google-vertex", "google") and name.startswith("gemini-2.5"):
+        return {"google_thinking_config": {"thinking_budget": THINKING_BUDGETS[role]}}
+    effort = _OPENAI_EFFORT.get(role)
+    if system == "openai" and effort is not None and inner.profile.get("openai_supports_reasoning"):
+        return {"openai_reasoning_effort": effort}
+    return {}
+
+
+def _without_rejected(model: Model, settings: dict[str, Any]) -> dict[str, Any]:
+    profile: Mapping[str, Any] = _unwrapped(model).profile  # type: ignore[assignment]
+    if not any(key in settings for key in _SAMPLING):
+        return settings
+    if profile.get("anthropic_disallows_sampling_settings"):
+        return {k: v for k, v in settings.items() if k not in _SAMPLING}
+    if profile.get("openai_supports_reasoning"):
+        try:  # the rule pydantic-ai applies (reasoning on, unless turned off), without its warning
+            from pydantic_ai.models import ModelRequestParameters
+            from pydantic_ai.models.openai._reasoning import (  # pyright: ignore[reportPrivateUsage]
+                drop_sampling_params_for_reasoning,
+            )
+        except ImportError:
+            return settings
+        kept = dict(settings)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            drop_sampling_params_for_reasoning(profile, kept, ModelRequestParameters())  # type: ignore[arg-type]
+        return kept
+    return settings

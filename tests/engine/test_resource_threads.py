@@ -1,0 +1,158 @@
+"""Resource scope when the Observer gets thread ids wrong: its blocks are matched tolerantly,
+a thread it left out is not advanced (and a failed event names it), and nothing is dropped."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pydantic_ai.messages as pa
+import pytest
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from obsmem.observations import ParsedOutput, match_thread_blocks
+from obsmem.stores import Store
+from obsmem.testing import scripted_observer, scripted_reflector
+
+from .helpers import Conversation, Recorder, assert_no_gap_no_double, engine
+
+THREADS = ["thread-alpha", "thread-beta", "thread-gamma"]
+ALL = {"thread-alpha": "a", "thread-beta": "b", "thread-gamma": "c"}
+
+
+def _p(text: str) -> ParsedOutput:
+    return ParsedOutput(observations=text)
+
+
+@pytest.mark.parametrize(
+    ("blocks", "expected"),
+    [
+        ({"thread-alpha": "a", "thread-beta": "b"}, {"thread-alpha": "a", "thread-beta": "b"}),
+        ({" Thread-Alpha ": "a"}, {"thread-alpha": "a"}),  # case and space
+        ({"thread-al": "a", "thread-gamma-1": "c"}, {"thread-alpha": "a", "thread-gamma": "c"}),
+        # One block left and one thread left: by order.
+        (
+            {"thread-alpha": "a", "t2": "b", "thread-gamma": "c"},
+            ALL,
+        ),
+        (
+            {"x": "a", "y": "b", "z": "c"},
+            ALL,
+        ),  # all wrong, same count
+        ({"x": "a", "y": "b"}, {}),  # two blocks for three threads: no guessing
+        ({"thread": "a"}, {}),  # a prefix of every thread: ambiguous
+    ],
+)
+def test_thread_blocks_are_matched_tolerantly(
+    blocks: dict[str, str], expected: dict[str, str]
+) -> None:
+    found = match_thread_blocks(THREADS, {k: _p(v) for k, v in blocks.items()})
+    assert {t: p.observations for t, p in found.items()} == expected
+
+
+def _rewriting(change: Callable[[str], str]) -> tuple[FunctionModel, dict[str, bool]]:
+    """The scripted Observer with its answer rewritten by ``change`` while ``on["wrong"]``."""
+    inner = scripted_observer(words=40)
+    on = {"wrong": True}
+
+    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        assert inner.function is not None
+        response = await inner.function(messages, info)  # type: ignore[misc]
+        if not on["wrong"]:
+            return response
+        [part] = response.parts
+        assert isinstance(part, pa.TextPart)
+        return pa.ModelResponse(parts=[pa.TextPart(content=change(part.content))])
+
+    return FunctionModel(answer), on
+
+
+async def _three_threads(store: Store, model: FunctionModel) -> tuple[Any, Recorder, list[str]]:
+    om = engine(
+        store,
+        {
+            "scope": "resource",
+            "observation": {"model": model, "messageTokens": 1_200, "bufferTokens": False},
+            "reflection": {"model": scripted_reflector(), "observationTokens": 100_000},
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    facts: list[str] = []
+    for i in range(4):
+        for t in THREADS:
+            fact = f"fact{t[-4:]}{i}"
+            facts.append(fact)
+            message = conv.user(20)
+            message = message.with_parts([pa_text(f"{fact} {message.text}")])
+            await om.prepare(t, "u1", [message])
+            await om.record(t, "u1", [conv.assistant(150)])
+    return om, events, facts
+
+
+async def _heals(om: Any, on: dict[str, bool], facts: list[str], store: Store) -> None:
+    """Once the Observer labels its blocks right, every fact of every thread is observed."""
+    on["wrong"] = False
+    assert await om.observe("thread-alpha", "u1")
+    log = await om.observations("thread-alpha", "u1")
+    for fact in facts:
+        assert fact in log, fact
+    await assert_no_gap_no_double(store, "resource:u1", THREADS)
+    await om.aclose()
+
+
+def pa_text(text: str) -> Any:
+    from obsmem.messages import TextPart
+
+    return TextPart(text=text)
+
+
+async def test_a_mislabelled_thread_is_matched_by_order(store: Store) -> None:
+    model, _ = _rewriting(lambda text: text.replace('id="thread-beta"', 'id="beta thread"'))
+    om, events, facts = await _three_threads(store, model)
+    await om.observe("thread-alpha", "u1")
+    log = await om.observations("thread-alpha", "u1")
+    assert not events.of("data-om-observation-failed")
+    for fact in facts:
+        assert fact in log, fact
+    await assert_no_gap_no_double(store, "resource:u1", THREADS)
+    await om.aclose()
+
+
+async def test_an_observer_without_thread_tags_loses_nothing(store: Store) -> None:
+    """No thread tags at all in a three-thread batch: nothing can be attributed, so nothing is
+    advanced and the failure is reported; once the Observer tags its blocks again, every fact
+    of every thread is observed."""
+    model, on = _rewriting(lambda text: re.sub(r"</?thread[^>]*>\n?", "", text))
+    om, events, facts = await _three_threads(store, model)
+    assert not await om.observe("thread-alpha", "u1")
+    failed = events.of("data-om-observation-failed")
+    assert failed
+    assert "no observations for any of the threads" in failed[-1].error
+    record = await store.get_record("resource:u1")
+    assert record is not None
+    assert not any(record.cursor.get(t, 0) for t in THREADS), "nothing advanced"
+    await _heals(om, on, facts, store)
+
+
+async def test_a_thread_left_out_is_not_advanced_and_is_named(store: Store) -> None:
+    """The answer covers two of three threads: those two advance; the third does not, a failed
+    event names it, and the next observation covers it."""
+
+    def drop_gamma(text: str) -> str:
+        return re.sub(r'<thread id="thread-gamma">.*?</thread>\n?', "", text, flags=re.DOTALL)
+
+    model, on = _rewriting(drop_gamma)
+    om, events, facts = await _three_threads(store, model)
+    assert not await om.observe("thread-alpha", "u1")
+    failed = [e for e in events.of("data-om-observation-failed") if e.thread_id == "thread-gamma"]
+    assert failed
+    assert "thread-gamma" in failed[-1].error
+    record = await store.get_record("resource:u1")
+    assert record is not None
+    assert record.cursor.get("thread-alpha", 0) > 0
+    assert record.cursor.get("thread-beta", 0) > 0
+    assert record.cursor.get("thread-gamma", 0) == 0
+    await _heals(om, on, facts, store)

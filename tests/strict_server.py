@@ -1,0 +1,284 @@
+"""A strict OpenAI-compatible chat server on loopback, for tests.
+
+It enforces what the chat templates of llama.cpp's server and vLLM enforce, and answers a broken
+rule the way those servers do:
+
+- message content is a string (a list of parts makes llama.cpp's template fail with a 500:
+  ``can only concatenate str (not "list") to str``);
+- system messages come first, and there is one (vLLM and many templates: ``System message must be
+  at the beginning``);
+- after it, user and assistant turns alternate (tool results follow the assistant's call):
+  ``Conversation roles must alternate user/assistant/user/assistant/...``;
+- parameters the model rejects (``reject_params``) are a 400, as OpenAI's reasoning models answer
+  ``temperature``.
+
+``answer(request)`` gives the reply text, or an iterator of pieces to stream (it may never end: the
+server stops when the client hangs up, and counts what it sent). Every request is kept in
+``requests``; ``refusals`` lists the rules broken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+Answer = Callable[[dict[str, Any]], "str | Iterable[str] | Awaitable[str]"]
+
+
+def _fixed(text: str) -> Answer:
+    return lambda request: text
+
+
+def endless(piece: str = "The user keeps talking about many things and more things. ") -> Answer:
+    """A model that never stops: the same piece, forever (cut off by the client, or never)."""
+    return lambda request: itertools.repeat(piece)
+
+
+def rambling() -> Answer:
+    """A model that never stops and never repeats a 200-character window: only an output cap
+    stops it."""
+
+    def pieces(request: dict[str, Any]) -> Iterator[str]:
+        for n in itertools.count():
+            yield f"* 🟡 (09:{n % 60:02d}) Observation number {n} about topic {n * 7919 % 10007}.\n"
+
+    return pieces
+
+
+@dataclass
+class StrictServer:
+    answer: Answer = field(default_factory=lambda: _fixed("ok"))
+    reject_params: frozenset[str] = frozenset()
+    multimodal: bool = False
+    """Whether list content (text and images) is accepted (a model with a vision projector)."""
+    requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    refusals: list[str] = field(default_factory=list[str])
+    streamed_pieces: int = 0
+    hung_up: int = 0
+    """Streams the client closed before they ended."""
+    port: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[Any]] = field(default_factory=set[asyncio.Task[Any]])
+    _closing: bool = False
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set[asyncio.StreamWriter])
+    _hang_ups: asyncio.Condition = field(default_factory=asyncio.Condition)
+
+    async def wait_hung_up(self, count: int) -> None:
+        """Until the client has hung up on ``count`` streams (the server noticed, as a real one
+        does on its next write, and stopped generating)."""
+        async with asyncio.timeout(10), self._hang_ups:
+            await self._hang_ups.wait_for(lambda: self.hung_up >= count)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def start(self) -> StrictServer:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def aclose(self) -> None:
+        self._closing = True  # a stream still running ends at its next piece
+        if self._server is not None:
+            self._server.close()
+            for writer in self._writers:  # idle keep-alive connections too
+                writer.close()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            await self._server.wait_closed()
+
+    # -- the rules -----------------------------------------------------------------------------
+
+    def check(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        """The status and message a strict server answers ``body`` with, or None to accept."""
+        for name in sorted(self.reject_params & set(body)):
+            return 400, (f"Unsupported parameter: '{name}' is not supported with this model.")
+        messages = body.get("messages") or []
+        for message in messages:
+            content = message.get("content")
+            if isinstance(content, list) and not self.multimodal:
+                return 500, 'can only concatenate str (not "list") to str'
+        roles = [m.get("role") for m in messages]
+        leading = len(list(itertools.takewhile(lambda r: r in ("system", "developer"), roles)))
+        if leading > 1 or any(r in ("system", "developer") for r in roles[leading:]):
+            return 400, "System message must be at the beginning."
+        # A tool call's results and the answer after them belong to the assistant's turn.
+        turns: list[str | None] = []
+        after_tool = False
+        for role in roles[leading:]:
+            if role == "tool":
+                after_tool = True
+                continue
+            if not (after_tool and role == "assistant" and turns and turns[-1] == "assistant"):
+                turns.append(role)
+            after_tool = False
+        for earlier, later in itertools.pairwise(turns):
+            if earlier == later:
+                return 400, ("Conversation roles must alternate user/assistant/user/assistant/...")
+        if turns and turns[0] != "user":
+            return 400, "Conversation roles must alternate user/assistant/user/assistant/..."
+        return None
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
+        self._writers.add(writer)
+        try:
+            # One request per connection (Connection: close): no idle sockets left behind.
+            request_line = await reader.readline()
+            if not request_line:
+                return
+            method, path, _ = request_line.decode().split(" ", 2)
+            headers: dict[str, str] = {}
+            while (line := await reader.readline()) not in (b"\r\n", b"\n", b""):
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            raw = await reader.readexactly(int(headers.get("content-length", "0")))
+            if method == "GET" and path.rstrip("/").endswith("/models"):
+                await self._json(writer, 200, {"object": "list", "data": [{"id": "local"}]})
+                return
+            body = json.loads(raw or b"{}")
+            self.requests.append(body)
+            refused = self.check(body)
+            if refused is not None:
+                status, message = refused
+                self.refusals.append(message)
+                kind = "server_error" if status >= 500 else "invalid_request_error"
+                error = {"error": {"code": status, "message": message, "type": kind}}
+                await self._json(writer, status, error)
+                return
+            reply = self.answer(body)
+            if inspect.isawaitable(reply):
+                reply = await reply
+            if body.get("stream"):
+                await self._stream(writer, body, [reply] if isinstance(reply, str) else reply)
+                return
+            text = reply if isinstance(reply, str) else "".join(reply)
+            await self._json(writer, 200, _completion(body, text))
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            if task is not None:
+                self._tasks.discard(task)
+
+    async def _json(self, writer: asyncio.StreamWriter, status: int, payload: Any) -> None:
+        data = json.dumps(payload).encode()
+        writer.write(
+            f"HTTP/1.1 {status} {'OK' if status == 200 else 'Error'}\r\n"
+            "Content-Type: application/json\r\n"
+            "Connection: close\r\n"  # one request per connection: no idle sockets left behind
+            f"Content-Length: {len(data)}\r\n\r\n".encode()
+            + data
+        )
+        await writer.drain()
+
+    async def _stream(
+        self, writer: asyncio.StreamWriter, body: dict[str, Any], pieces: Iterable[str]
+    ) -> None:
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
+        )
+        created = int(time.time())
+        try:
+            for piece in pieces:
+                if self._closing:
+                    return
+                chunk = {
+                    "id": "chatcmpl-strict",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": body.get("model", "local"),
+                    "choices": [{"index": 0, "delta": {"role": "assistant", "content": piece}}],
+                }
+                writer.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                await writer.drain()
+                self.streamed_pieces += 1
+                await asyncio.sleep(0)  # let the client read (and hang up)
+            done = {
+                "id": "chatcmpl-strict",
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": body.get("model", "local"),
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+            writer.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
+            await writer.drain()
+        except ConnectionError:
+            async with self._hang_ups:
+                self.hung_up += 1
+                self._hang_ups.notify_all()
+
+
+def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-strict",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": body.get("model", "local"),
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+    }
+
+
+@contextlib.asynccontextmanager
+async def strict_server(**kwargs: Any) -> AsyncIterator[StrictServer]:
+    server = await StrictServer(**kwargs).start()
+    try:
+        yield server
+    finally:
+        await server.aclose()
+
+
+@contextlib.contextmanager
+def strict_server_thread(**kwargs: Any) -> Iterator[StrictServer]:
+    """The server on its own event loop in a thread: for code that runs its own loop (the
+    command line's ``asyncio.run``)."""
+    import threading
+
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    holder: list[StrictServer] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def begin() -> None:
+            holder.append(await StrictServer(**kwargs).start())
+            ready.set()
+
+        loop.run_until_complete(begin())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="strict-server", daemon=True)
+    thread.start()
+    ready.wait(10)
+    server = holder[0]
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.aclose(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()

@@ -1,0 +1,195 @@
+"""Memory-model calls against a strict OpenAI-compatible server on loopback (the rules of
+llama.cpp's and vLLM's chat templates), and answers that run away."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from obsmem.errors import ObserverOutputError
+from obsmem.llm import CHECK_EVERY_CHARS, LLMRequest, LLMResult, ModelCaller
+from obsmem.messages import Message
+from obsmem.observer import ObserverInput, observe, observer_output_cap
+from obsmem.tokens import HeuristicEstimator
+
+from .strict_server import StrictServer, endless, rambling, strict_server
+
+OBSERVATION = (
+    "<observations>\nDate: Dec 1, 2025\n* 🔴 (09:00) User's favourite colour is blue.\n"
+    "</observations>\n<current-task>Chat about colours</current-task>\n"
+    "<suggested-response>Ask about other colours</suggested-response>"
+)
+
+
+def _model(server: StrictServer, name: str = "smollm2") -> object:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    return OpenAIChatModel(name, provider=OpenAIProvider(base_url=server.base_url, api_key="x"))
+
+
+async def _ask(server: StrictServer, *, cap: int) -> LLMResult:
+    return await ModelCaller().call(
+        LLMRequest(
+            role="observer",
+            model=_model(server),  # type: ignore[arg-type]
+            system="Observe.",
+            user=["hello"],
+            max_output_tokens=cap,
+        )
+    )
+
+
+def _messages(n: int = 3) -> list[Message]:
+    return [Message.user(f"My favourite colour is blue, note {i}.") for i in range(n)]
+
+
+async def test_the_observer_speaks_what_a_strict_server_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model named through OPENAI_BASE_URL, as a user points obsmem at llama.cpp: one system
+    message, string content, a streamed answer with an output cap."""
+    from obsmem.models import resolve_model
+
+    async with strict_server(answer=lambda request: OBSERVATION) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        parsed, _ = await observe(
+            ObserverInput(messages=_messages()),
+            model=resolve_model("openai/smollm2"),
+            caller=ModelCaller(),
+            estimator=HeuristicEstimator(),
+        )
+    assert server.refusals == []
+    assert "favourite colour is blue" in parsed.observations
+    [request] = server.requests
+    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    assert all(isinstance(m["content"], str) for m in request["messages"])
+    assert request["stream"] is True
+    # The output cap (pydantic-ai sends max_tokens as max_completion_tokens).
+    assert request["max_completion_tokens"] == observer_output_cap(0)  # small input: the floor
+
+
+async def test_the_strict_server_refuses_what_llama_cpp_and_vllm_refuse() -> None:
+    """The loopback server is only useful if it is as strict as the real ones."""
+    server = StrictServer(reject_params=frozenset({"temperature"}))
+    text = {"role": "user", "content": "hi"}
+    assert server.check({"messages": [{"role": "user", "content": [{"type": "text"}]}]}) == (
+        500,
+        'can only concatenate str (not "list") to str',
+    )
+    two_systems = [{"role": "system", "content": "a"}, {"role": "system", "content": "b"}, text]
+    assert server.check({"messages": two_systems})[1].startswith("System message")  # type: ignore[index]
+    late_system = [text, {"role": "system", "content": "a"}]
+    assert server.check({"messages": late_system})[1].startswith("System message")  # type: ignore[index]
+    assert server.check({"messages": [text, text]})[1].startswith("Conversation roles")  # type: ignore[index]
+    assert server.check({"messages": [text], "temperature": 0.3})[0] == 400  # type: ignore[index]
+    tool_turn = [
+        text,
+        {"role": "assistant", "content": "", "tool_calls": []},
+        {"role": "tool", "content": "42"},
+        {"role": "assistant", "content": "It is 42."},
+        text,
+    ]
+    assert server.check({"messages": [{"role": "system", "content": "s"}, *tool_turn]}) is None
+
+
+async def test_a_model_that_never_stops_costs_at_most_the_cap() -> None:
+    """A server that streams forever without repeating itself: each call is cut off at the
+    output cap (the connection closed, so the server stops), and the Observer reports the two
+    cut-off answers instead of waiting for ever."""
+    async with strict_server(answer=rambling()) as server:
+        with pytest.raises(ObserverOutputError, match="cut off: past the output cap"):
+            await observe(
+                ObserverInput(messages=_messages()),
+                model=_model(server),  # type: ignore[arg-type]
+                caller=ModelCaller(),
+                estimator=HeuristicEstimator(),
+            )
+        await server.wait_hung_up(2)  # each answer was cut off by closing its stream
+    assert server.requests[0]["max_completion_tokens"] == observer_output_cap(0)
+
+
+async def test_a_rambling_answer_is_cut_at_the_output_cap() -> None:
+    """The cap holds even when the server ignores max_tokens: what was read stops within one
+    check (CHECK_EVERY_CHARS) past it, and what the server generated within what the socket
+    buffers on top."""
+    count = HeuristicEstimator().count_text
+    async with strict_server(answer=rambling()) as server:
+        result = await _ask(server, cap=2_000)
+        await server.wait_hung_up(1)
+    assert result.cut_off == "past the output cap of 2000 tokens"
+    assert 2_000 < count(result.text) <= 2_000 + count("x" * CHECK_EVERY_CHARS) + 50
+    generated = count("".join(itertools.islice(rambling()({}), server.streamed_pieces)))
+    assert generated < 2 * 2_000, generated
+
+
+async def test_a_model_stuck_in_a_loop_is_cut_off_long_before_the_cap() -> None:
+    async with strict_server(answer=endless()) as server:
+        result = await _ask(server, cap=100_000)
+        await server.wait_hung_up(1)
+    assert result.cut_off == "repeating itself"
+    assert len(result.text) < 10_000
+
+
+async def test_a_parameter_the_model_rejects_is_not_sent() -> None:
+    """An OpenAI reasoning model (gpt-5-mini) rejects temperature while it reasons: the Observer's
+    default temperature is left out (without pydantic-ai's warning on every call), and the
+    Observer asks it to reason little."""
+    async with strict_server(
+        answer=lambda request: OBSERVATION, reject_params=frozenset({"temperature", "top_p"})
+    ) as server:
+        parsed, _ = await observe(
+            ObserverInput(messages=_messages()),
+            model=_model(server, "gpt-5-mini"),  # type: ignore[arg-type]
+            caller=ModelCaller(),
+            model_settings={"temperature": 0.3},
+            estimator=HeuristicEstimator(),
+        )
+    assert server.refusals == []
+    assert parsed.observations
+    [request] = server.requests
+    assert "temperature" not in request
+    assert request["reasoning_effort"] == "low"
+
+
+async def test_an_agent_with_memory_speaks_what_a_strict_server_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The actor's context (the agent's instructions, memory's system messages, memory's notes
+    and the user's turn) reaches an OPENAI_BASE_URL server as one leading system message and
+    alternating turns, with observations in it, step after step."""
+    from obsmem import Agent, Memory
+    from obsmem.stores import InMemoryStore
+    from obsmem.testing import scripted_observer, scripted_reflector
+
+    from .loopback_openai import answer
+
+    async with strict_server(answer=answer) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        memory = Memory(
+            InMemoryStore(),
+            observational_memory={
+                "observation": {
+                    "model": scripted_observer(),
+                    "messageTokens": 300,
+                    "bufferTokens": False,
+                },
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        agent = Agent(id="a", instructions="Be brief.", model="openai/local-test", memory=memory)
+        opts = {"resource": "u1", "thread": "t1"}
+        await agent.generate("My favorite color is blue. " * 20, memory=opts)
+        for i in range(4):
+            await agent.generate(f"Tell me something about the number {i}. " * 10, memory=opts)
+        result = await agent.generate("What is my favorite color?", memory=opts)
+        await memory.aclose()
+    assert server.refusals == []
+    last = server.requests[-1]["messages"]
+    assert [m["role"] for m in last][:1] == ["system"]
+    assert "<observations>" in last[0]["content"]
+    assert last[0]["content"].startswith("Be brief.\n\n"), "the agent's instructions first"
+    assert "blue" in result.text
