@@ -58,6 +58,8 @@ class StrictServer:
     reject_params: frozenset[str] = frozenset()
     multimodal: bool = False
     """Whether list content (text and images) is accepted (a model with a vision projector)."""
+    outage: int = 0
+    """The first ``outage`` requests are answered 503 (a server that is down for a while)."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
     streamed_pieces: int = 0
@@ -150,6 +152,8 @@ class StrictServer:
             body = json.loads(raw or b"{}")
             self.requests.append(body)
             refused = self.check(body)
+            if len(self.requests) <= self.outage:
+                refused = (503, "Service Unavailable: loading model")
             if refused is not None:
                 status, message = refused
                 self.refusals.append(message)

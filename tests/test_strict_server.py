@@ -193,3 +193,64 @@ async def test_an_agent_with_memory_speaks_what_a_strict_server_accepts(
     assert "<observations>" in last[0]["content"]
     assert last[0]["content"].startswith("Be brief.\n\n"), "the agent's instructions first"
     assert "blue" in result.text
+
+
+async def test_a_server_that_refuses_attachments_gets_their_placeholders() -> None:
+    """A text-only model on llama.cpp answers a list of content parts with a 500: the call is
+    sent again as text (the attachment's placeholder is in it), and later calls go as text at
+    once; a vision model keeps getting the image."""
+    from obsmem.messages import ImagePart
+
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
+    request = LLMRequest(
+        role="observer",
+        model="openai/x",
+        system="Observe.",
+        user=["Image: [Image #1: board.png]", ImagePart(data=png, media_type="image/png")],
+    )
+    for multimodal in (False, True):
+        async with strict_server(answer=lambda body: OBSERVATION, multimodal=multimodal) as s:
+            caller = ModelCaller()
+            for _ in range(2):
+                await caller.call(_with_model(request, s))
+        kinds = [type(b["messages"][1]["content"]).__name__ for b in s.requests]
+        if multimodal:
+            assert kinds == ["list", "list"]
+        else:  # (the OpenAI client itself tries a 500 again before giving up)
+            assert kinds[-2:] == ["str", "str"]
+            assert set(kinds[:-2]) == {"list"}
+
+
+async def test_an_outage_does_not_turn_attachments_off() -> None:
+    """A 503 is an outage, not a refusal: retried, and the image still goes once it is back."""
+    from obsmem.messages import ImagePart
+
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
+    request = LLMRequest(
+        role="observer",
+        model="openai/x",
+        system="Observe.",
+        user=["Image: [Image #1: board.png]", ImagePart(data=png, media_type="image/png")],
+    )
+
+    async def no_wait(seconds: float) -> None:
+        pass
+
+    # Three 503s: the OpenAI client's own two retries, then obsmem's retry gets through.
+    async with strict_server(answer=lambda body: OBSERVATION, multimodal=True, outage=3) as s:
+        caller = ModelCaller(sleep=no_wait)
+        await caller.call(_with_model(request, s))
+        await caller.call(_with_model(request, s))
+    assert [type(b["messages"][1]["content"]).__name__ for b in s.requests] == ["list"] * 5
+
+
+def _with_model(request: LLMRequest, server: StrictServer) -> LLMRequest:
+    from dataclasses import replace
+
+    return replace(request, model=_model(server))  # type: ignore[arg-type]

@@ -241,14 +241,13 @@ class ModelCaller:
             try:
                 return await send(messages)
             except Exception as exc:
-                status = getattr(exc, "status_code", None)
-                if not isinstance(status, int) or status in (408, 425, 429):
+                if not _refuses_attachments(exc):
                     raise
                 log.warning(
                     "%s: the server refused a request with attachments (HTTP %s: %s); sending "
                     "their text placeholders from now on",
                     what,
-                    status,
+                    getattr(exc, "status_code", None),
                     exc,
                 )
                 self._text_only.add(key)
@@ -272,6 +271,17 @@ class ModelCaller:
                 f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
                 "the model name, its settings and the provider account"
             ) from exc
+
+
+def _refuses_attachments(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server refusing the request's shape (a list of content parts, an
+    image) rather than an outage: a 400, 415 or 422, or a 500 that names the content (how
+    llama.cpp's template fails), never a rate limit or a 502-504."""
+    status = getattr(exc, "status_code", None)
+    if status in (400, 415, 422):
+        return True
+    text = str(exc).lower()
+    return status == 500 and any(w in text for w in ("list", "image", "content", "multimodal"))
 
 
 REPEATING = "repeating itself"
