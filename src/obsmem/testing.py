@@ -161,10 +161,12 @@ def scripted_reflector(
         faulty = await _apply_fault(fault(n) if fault else None)
         if faulty is not None:
             return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
-        log = text.split("## Observations to Reflect On", 1)[-1].split("\n---", 1)[0]
+        # The whole log: up to the prompt's own "---" line (message-boundary lines stay in).
+        shown = text.split("## Observations to Reflect On", 1)[-1]
+        log = re.split(r"\n---\n", shown, maxsplit=1)[0]
         lines = [ln for ln in log.splitlines() if ln.strip()]
         date = ""
-        bullets = [ln for ln in lines if not ln.startswith("Date:") and "<" not in ln]
+        bullets = [ln for ln in lines if ln.lstrip().startswith("* ") and "<" not in ln]
         kept = set(bullets[int(len(bullets) * (1 - keep)) :])
         date_seen: set[str] = set()  # and the first 🔴 line under each date (user assertions)
         for line in lines:
