@@ -199,18 +199,7 @@ async def test_a_server_that_refuses_attachments_gets_their_placeholders() -> No
     """A text-only model on llama.cpp answers a list of content parts with a 500: the call is
     sent again as text (the attachment's placeholder is in it), and later calls go as text at
     once; a vision model keeps getting the image."""
-    from obsmem.messages import ImagePart
-
-    png = bytes.fromhex(
-        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-    )
-    request = LLMRequest(
-        role="observer",
-        model="openai/x",
-        system="Observe.",
-        user=["Image: [Image #1: board.png]", ImagePart(data=png, media_type="image/png")],
-    )
+    request = _with_image()
     for multimodal in (False, True):
         async with strict_server(answer=lambda body: OBSERVATION, multimodal=multimodal) as s:
             caller = ModelCaller()
@@ -226,18 +215,7 @@ async def test_a_server_that_refuses_attachments_gets_their_placeholders() -> No
 
 async def test_an_outage_does_not_turn_attachments_off() -> None:
     """A 503 is an outage, not a refusal: retried, and the image still goes once it is back."""
-    from obsmem.messages import ImagePart
-
-    png = bytes.fromhex(
-        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
-        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
-    )
-    request = LLMRequest(
-        role="observer",
-        model="openai/x",
-        system="Observe.",
-        user=["Image: [Image #1: board.png]", ImagePart(data=png, media_type="image/png")],
-    )
+    request = _with_image()
 
     async def no_wait(seconds: float) -> None:
         pass
@@ -248,6 +226,22 @@ async def test_an_outage_does_not_turn_attachments_off() -> None:
         await caller.call(_with_model(request, s))
         await caller.call(_with_model(request, s))
     assert [type(b["messages"][1]["content"]).__name__ for b in s.requests] == ["list"] * 5
+
+
+def _with_image() -> LLMRequest:
+    """An Observer request with an image (and its placeholder in the text)."""
+    from obsmem.messages import ImagePart
+
+    png = bytes.fromhex(
+        "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+        "1f15c4890000000d49444154789c6360000002000154a24f5d0000000049454e44ae426082"
+    )
+    return LLMRequest(
+        role="observer",
+        model="openai/x",
+        system="Observe.",
+        user=["Image: [Image #1: board.png]", ImagePart(data=png, media_type="image/png")],
+    )
 
 
 def _with_model(request: LLMRequest, server: StrictServer) -> LLMRequest:

@@ -112,9 +112,9 @@ class ModelCaller:
         self._sleep = sleep
         self._listeners: list[CallListener] = []
         self._resolved: dict[str, Model] = {}
+        """Models resolved from strings, kept so each spec builds its SDK client once."""
         self._text_only: set[tuple[str, str]] = set()
         """Models (name, base URL) whose server refused attachments: sent text only since."""
-        """Models resolved from strings, kept so each spec builds its SDK client once."""
 
     async def call(self, request: LLMRequest) -> LLMResult:
         """Send ``request`` to its model and return the answer.
@@ -232,7 +232,7 @@ class ModelCaller:
         async def send(sent: list[pa.ModelMessage]) -> tuple[pa.ModelResponse, str | None]:
             if not _can_stream(model):
                 response = await model_request(model, sent, model_settings=settings)
-                return response, guard.check_whole(_text_of(response))
+                return response, guard.check(_text_of(response))  # after the fact
             return await _stream(model, sent, settings, guard)
 
         async def attempt() -> tuple[pa.ModelResponse, str | None]:
@@ -293,7 +293,8 @@ CHECK_EVERY_CHARS = 1_000
 
 class _RunawayGuard:
     """Decides whether an answer has run away: past ``cap`` tokens (as the local estimate counts
-    them), or repeating itself (:func:`obsmem.observations.is_degenerate`)."""
+    them), or repeating itself (:func:`obsmem.observations.is_degenerate`). Every answer gets
+    this verdict (a streamed one also while it streams), so callers need not check again."""
 
     def __init__(self, cap: int | None) -> None:
         from obsmem.tokens import HeuristicEstimator
@@ -309,10 +310,6 @@ class _RunawayGuard:
         if self.cap is not None and self._count(text) > self.cap:
             return f"past the output cap of {self.cap} tokens"
         return None
-
-    def check_whole(self, text: str) -> str | None:
-        """For an answer that did not stream: the same verdict, after the fact."""
-        return self.check(text)
 
 
 async def _stream(

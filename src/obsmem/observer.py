@@ -27,7 +27,7 @@ from obsmem.messages import (
     ToolResultPart,
 )
 from obsmem.models import ModelSpec
-from obsmem.observations import ParsedOutput, is_degenerate, parse_output, truncate_observations
+from obsmem.observations import ParsedOutput, parse_output, truncate_observations
 from obsmem.prompts import observer_system_prompt
 from obsmem.tokens import TokenEstimator
 
@@ -412,7 +412,7 @@ async def observe_exchange(
         if result.cut_off not in (None, REPEATING):
             problem = f"cut off: {result.cut_off} (the model rambles)"
             continue
-        if result.cut_off == REPEATING or is_degenerate(result.text):
+        if result.cut_off == REPEATING:
             problem = "degenerate (the same text repeated over and over)"
             continue
         parsed = parse_output(

@@ -21,7 +21,6 @@ from obsmem.models import ModelSpec
 from obsmem.observations import (
     ParsedOutput,
     dropped_critical_dates,
-    is_degenerate,
     parse_output,
 )
 from obsmem.prompts import reflector_system_prompt
@@ -230,7 +229,7 @@ async def reflect(
             # The cap is the input's size: an answer that reaches it is no reflection.
             failed(level, f"not shorter than its input of {input_tokens} tokens (cut off)")
             continue
-        if result.cut_off == REPEATING or is_degenerate(result.text):
+        if result.cut_off == REPEATING:
             failed(level, "degenerate output (repeated text)")
             continue
         parsed = parse_output(result.text, extra_slugs=extra_slugs)

@@ -118,11 +118,12 @@ def _strict_template(model: Model | None) -> bool:
 
 
 def for_model(messages: list[pa.ModelMessage], model: Model | None) -> list[pa.ModelMessage]:
-    """``messages`` as ``model``'s server takes them: for a strict chat template, consecutive
-    requests merged and each run of text-only user parts joined into one user turn."""
+    """``messages`` (their requests already merged, :func:`merged_requests`) as ``model``'s
+    server takes them: for a strict chat template, each run of text-only user parts joined
+    into one user turn."""
     if not _strict_template(model):
         return messages
-    return [_joined_user_text(m) for m in merged_requests(messages)]
+    return [_joined_user_text(m) for m in messages]
 
 
 def _joined_user_text(message: pa.ModelMessage) -> pa.ModelMessage:
