@@ -23,13 +23,19 @@ def _text(content: Any) -> str:
     return ""
 
 
+def is_memory_call(system: str) -> bool:
+    """Whether a system prompt is the Observer's or the Reflector's (an actor with memory has
+    ``<observations>`` in its system prompt too, but not the output format)."""
+    return "<observations>" in system and "## Output format" in system
+
+
 def answer(body: dict[str, Any]) -> str:
     messages = body.get("messages", [])
     system = "\n".join(
         _text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")
     )
     everything = "\n".join(_text(m.get("content")) for m in messages)
-    if "<observations>" in system and "observ" in system.lower():
+    if is_memory_call(system):
         color = re.search(r"favorite colou?r is (\w+)", everything)
         line = (
             f"User stated their favorite color is {color.group(1)}." if color else "User chatted."

@@ -29,7 +29,28 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterat
 from dataclasses import dataclass, field
 from typing import Any
 
-Answer = Callable[[dict[str, Any]], "str | Iterable[str] | Awaitable[str]"]
+
+@dataclass(frozen=True)
+class ToolCalls:
+    """An answer that calls tools: ``ToolCalls((name, {args}), ...)``."""
+
+    calls: tuple[tuple[str, dict[str, Any]], ...]
+
+    def __init__(self, *calls: tuple[str, dict[str, Any]]) -> None:
+        object.__setattr__(self, "calls", calls)
+
+    def wire(self, first_id: int) -> list[dict[str, Any]]:
+        return [
+            {
+                "id": f"call_{first_id + i}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(self.calls)
+        ]
+
+
+Answer = Callable[[dict[str, Any]], "str | ToolCalls | Iterable[str] | Awaitable[str | ToolCalls]"]
 
 
 def _fixed(text: str) -> Answer:
@@ -164,6 +185,13 @@ class StrictServer:
             reply = self.answer(body)
             if inspect.isawaitable(reply):
                 reply = await reply
+            if isinstance(reply, ToolCalls):
+                calls = reply.wire(len(self.requests) * 100)
+                if body.get("stream"):
+                    await self._stream(writer, body, [], tool_calls=calls)
+                else:
+                    await self._json(writer, 200, _completion(body, None, tool_calls=calls))
+                return
             if body.get("stream"):
                 await self._stream(writer, body, [reply] if isinstance(reply, str) else reply)
                 return
@@ -191,7 +219,12 @@ class StrictServer:
         await writer.drain()
 
     async def _stream(
-        self, writer: asyncio.StreamWriter, body: dict[str, Any], pieces: Iterable[str]
+        self,
+        writer: asyncio.StreamWriter,
+        body: dict[str, Any],
+        pieces: Iterable[str],
+        *,
+        tool_calls: list[dict[str, Any]] | None = None,
     ) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -213,12 +246,31 @@ class StrictServer:
                 await writer.drain()
                 self.streamed_pieces += 1
                 await asyncio.sleep(0)  # let the client read (and hang up)
+            if tool_calls:
+                delta = {
+                    "role": "assistant",
+                    "tool_calls": [{"index": i, **c} for i, c in enumerate(tool_calls)],
+                }
+                chunk = {
+                    "id": "chatcmpl-strict",
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": body.get("model", "local"),
+                    "choices": [{"index": 0, "delta": delta}],
+                }
+                writer.write(f"data: {json.dumps(chunk)}\n\n".encode())
             done = {
                 "id": "chatcmpl-strict",
                 "object": "chat.completion.chunk",
                 "created": created,
                 "model": body.get("model", "local"),
-                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "choices": [
+                    {
+                        "index": 0,
+                        "delta": {},
+                        "finish_reason": "tool_calls" if tool_calls else "stop",
+                    }
+                ],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
             }
             writer.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
@@ -229,7 +281,12 @@ class StrictServer:
                 self._hang_ups.notify_all()
 
 
-def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
+def _completion(
+    body: dict[str, Any], text: str | None, *, tool_calls: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return {
         "id": "chatcmpl-strict",
         "object": "chat.completion",
@@ -238,8 +295,8 @@ def _completion(body: dict[str, Any], text: str) -> dict[str, Any]:
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "finish_reason": "stop",
+                "message": message,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
             }
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},

@@ -4,6 +4,7 @@ llama.cpp's and vLLM's chat templates), and answers that run away."""
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 
@@ -248,3 +249,71 @@ def _with_model(request: LLMRequest, server: StrictServer) -> LLMRequest:
     from dataclasses import replace
 
     return replace(request, model=_model(server))  # type: ignore[arg-type]
+
+
+async def test_tool_loops_with_memory_speak_what_a_strict_server_accepts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A local server serving both the agent and its Observer: turns with four-step tool loops,
+    memory observing between them, every request accepted (string content, one leading system
+    message, tool results right after their call, alternating turns), every tool step answered,
+    and the facts of the early turns still known at the end."""
+    from obsmem import Agent, Memory
+    from obsmem.stores import InMemoryStore
+    from obsmem.testing import scripted_reflector
+
+    from .loopback_openai import answer, is_memory_call
+    from .strict_server import ToolCalls
+
+    left = 0  # tool steps still to take in this turn
+
+    def actor_or_observer(body: dict[str, Any]) -> str | ToolCalls:
+        nonlocal left
+        messages: list[dict[str, Any]] = body["messages"]
+        if messages[0]["role"] == "system" and is_memory_call(messages[0]["content"]):
+            return answer(body)
+        if messages[-1]["role"] == "user":  # a new turn: three measurements, then the answer
+            left = 3
+        if left:
+            left -= 1
+            return ToolCalls(("measure", {"room": f"room-{left}"}))
+        return answer(body)
+
+    def measure(room: str) -> str:
+        """Measure a room."""
+        return f"{room} is 4 by 5 metres. " * 6
+
+    async with strict_server(answer=actor_or_observer) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+        memory = Memory(
+            InMemoryStore(),
+            observational_memory={
+                "observation": {
+                    "model": "openai/local-observer",
+                    "messageTokens": 400,
+                    "bufferTokens": False,
+                },
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        events: list[str] = []
+        memory.subscribe(lambda event: events.append(event.type))
+        agent = Agent(
+            id="a", instructions="Be brief.", model="openai/local", memory=memory, tools=[measure]
+        )
+        opts = {"resource": "u1", "thread": "t1"}
+        await agent.generate("My favorite color is blue. Measure my flat.", memory=opts)
+        for i in range(5):
+            await agent.generate(f"Now measure floor {i} as well, please.", memory=opts)
+        result = await agent.generate("What is my favorite color?", memory=opts)
+        stored = await memory.messages("t1")
+        await memory.aclose()
+    assert server.refusals == []
+    assert "data-om-observation-end" in events
+    assert "data-om-observation-failed" not in events
+    assert sum(p.kind == "tool-result" for m in stored for p in m.parts) == 7 * 3
+    last = server.requests[-1]["messages"]
+    assert "<observations>" in last[0]["content"]
+    assert "blue" in last[0]["content"]
+    assert "blue" in result.text

@@ -837,3 +837,52 @@ def test_json_and_chinese_come_within_12_percent_of_o200k(text: str) -> None:
         chunk = text[start : start + 2_000]
         truth = exact(chunk)
         assert abs(estimate_text_tokens(chunk) - truth) / truth < 0.12, (start, truth)
+
+
+# --- the actor's provider through Memory -------------------------------------------------------
+
+
+async def test_memory_counts_images_by_the_actors_provider(tmp_path: Any) -> None:
+    """The same photo costs what the actor's provider charges: OpenAI tiles for a GPT actor,
+    pixels/750 for a Claude actor, Gemini's flat rate for a Gemini actor. The model a turn
+    passes is remembered, so a later status read counts the same way."""
+    from obsmem import Memory
+    from obsmem.stores import SQLiteStore
+    from obsmem.testing import scripted_observer, scripted_reflector
+
+    photo = png(4000, 3000)
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": {"model": scripted_observer(), "bufferTokens": False},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    seen: dict[str, int] = {}
+    text_only: dict[str, int] = {}
+    try:
+        for model in ("openai/gpt-4o", "anthropic/claude-sonnet-4-5", "google/gemini-2.5-flash"):
+            ref = {"resource": "r", "thread": model.replace("/", "-")}
+            question = Message(
+                role="user",
+                parts=(
+                    TextPart(text="what does this chart show?"),
+                    ImagePart(data=photo, media_type="image/png"),
+                ),
+            )
+            await memory.context(ref, [question], actor_model=model)
+            await memory.save(ref, [Message.assistant("Sales by month.")], actor_model=model)
+            seen[model] = (await memory.om.status(ref["thread"], "r")).message_tokens
+            plain = {"resource": "r", "thread": "plain-" + ref["thread"]}
+            await memory.context(
+                plain, [Message.user("what does this chart show?")], actor_model=model
+            )
+            await memory.save(plain, [Message.assistant("Sales by month.")], actor_model=model)
+            text_only[model] = (await memory.om.status(plain["thread"], "r")).message_tokens
+    finally:
+        await memory.aclose()
+    image = ImagePart(data=photo, media_type="image/png")
+    for model, tokens in seen.items():
+        expected = HeuristicEstimator(model).count_part(image)
+        assert tokens - text_only[model] == expected, model
+    assert len({seen[m] - text_only[m] for m in seen}) == 3  # three different rules

@@ -45,6 +45,7 @@ from .records import OMRecord
 from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
+from .tokens.estimator import for_actor
 from .window import HELD_CALLS_KEY, ThreadWindow, windows_of
 from .working_memory import WorkingMemory
 
@@ -145,6 +146,7 @@ class ObservationalMemory:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._logs: OrderedDict[str, _LogState] = OrderedDict()
         self._catch_up_slots = asyncio.Semaphore(CATCH_UP_CONCURRENCY)
+        self._actor_estimators: dict[str, TokenEstimator] = {}
         self._closed = False
 
     @property
@@ -229,7 +231,7 @@ class ObservationalMemory:
             self._deps,
             LoadRequest(
                 subject=subject,
-                append=self._counted(new_messages),
+                append=self._counted(new_messages, actor_model),
                 last_reply=obs.activate_after_idle is not None
                 or ref.activate_after_idle is not None,
             ),
@@ -243,7 +245,7 @@ class ObservationalMemory:
         step = [s for s in (keep_raw_from, first) if s]
         protect = {thread_id: min(step)} if step else {}
         signals = self._signals(snapshot, actor_model)
-        windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
+        windows = self._windows(snapshot, actor_model)
         record = snapshot.record
         state = self._state(subject.key)
         plan = planner.plan_observation(
@@ -324,12 +326,16 @@ class ObservationalMemory:
         )
         snapshot = await cycles.load(
             self._deps,
-            LoadRequest(subject=subject, append=self._counted(response_messages), patches=patches),
+            LoadRequest(
+                subject=subject,
+                append=self._counted(response_messages, actor_model),
+                patches=patches,
+            ),
         )
         key = subject.key
         decision = planner.plan_after_reply(
             self.options,
-            windows_of(snapshot, self._deps.estimator, self._deps.held)[0],
+            self._windows(snapshot, actor_model)[0],
             observation_tokens=snapshot.record.observation_tokens,
             buffering_in_flight=self._running(f"obs:{key}"),
             observer_backoff=self._state(key).observer,
@@ -384,7 +390,7 @@ class ObservationalMemory:
 
     async def status(self, thread_id: str, resource_id: str | None = None) -> StatusEvent:
         snapshot = await self._load(self.subject(thread_id, resource_id))
-        windows = windows_of(snapshot, self._deps.estimator, self._deps.held)
+        windows = self._windows(snapshot)
         threshold = planner.message_threshold(self.options, snapshot.record.observation_tokens)
         return self._status(snapshot, windows, threshold)
 
@@ -576,7 +582,7 @@ class ObservationalMemory:
         keep_from: int | None = None,
         window: ThreadWindow | None = None,
     ) -> list[Message]:
-        main = window or windows_of(snapshot, self._deps.estimator, self._deps.held)[0]
+        main = window or self._windows(snapshot)[0]
         return views.actor_context(
             snapshot,
             self.options,
@@ -610,13 +616,41 @@ class ObservationalMemory:
         return await cycles.load(self._deps, LoadRequest(subject=subject))
 
     def _main_window(self, snapshot: Snapshot) -> ThreadWindow:
-        return windows_of(
-            replace(snapshot, threads=snapshot.threads[:1]), self._deps.estimator, self._deps.held
-        )[0]
+        return self._windows(replace(snapshot, threads=snapshot.threads[:1]))[0]
 
-    def _counted(self, messages: Sequence[Any]) -> Sequence[Message]:
+    def _windows(
+        self, snapshot: Snapshot, actor_model: ModelSpec | None = None
+    ) -> tuple[ThreadWindow, ...]:
+        return windows_of(snapshot, self._estimator(snapshot, actor_model), self._deps.held)
+
+    def _estimator(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> TokenEstimator:
+        """The estimator for the thread's window: image and PDF costs by the actor's provider
+        (this call's model, else the one the thread last saw; OpenAI's rules when neither is
+        known)."""
+        if actor_model is not None:
+            return self._estimator_of(views.model_label(actor_model))
+        label = snapshot.thread_metadata.get(META_LAST_MODEL)
+        return self._estimator_of(label if isinstance(label, str) else None)
+
+    def _estimator_of(self, label: str | None) -> TokenEstimator:
+        """The estimator for an actor model label, one per label, reused."""
+        if not label:
+            return self._deps.estimator
+        estimator = self._actor_estimators.get(label)
+        if estimator is None:
+            if len(self._actor_estimators) >= 64:
+                self._actor_estimators.clear()
+            estimator = self._actor_estimators[label] = for_actor(self._deps.estimator, label)
+        return estimator
+
+    def _counted(
+        self, messages: Sequence[Any], actor_model: ModelSpec | None = None
+    ) -> Sequence[Message]:
         """``messages`` with their token estimates cached in their parts, so every later read
         of the window (from any store, in any process) reuses them instead of re-counting."""
+        estimator = self._estimator_of(
+            views.model_label(actor_model) if actor_model is not None else None
+        )
         if isinstance(messages, str | Message):
             raise ConfigError(
                 "messages", type(messages).__name__, "pass a list of Message (Message.user(...))"
@@ -629,7 +663,7 @@ class ObservationalMemory:
                     "must be an obsmem Message (Message.user(...), Message.assistant(...))",
                 )
             check_json(message)
-            self._deps.estimator.count_message(message)
+            estimator.count_message(message)
         return messages
 
     def _check_open(self) -> None:

@@ -139,7 +139,7 @@ class Memory:
 
     async def context(
         self,
-        ref: ThreadRef,
+        ref: ThreadRef | Mapping[str, Any],
         new_messages: Sequence[Message],
         *,
         actor_model: ModelSpec | None,
@@ -150,6 +150,7 @@ class Memory:
         has the ``recall`` tool (the context then says how to use it; otherwise it never
         mentions it). ``keep_raw_from``: the seq of the first message of the current step when
         it was stored already (it stays raw, as the new input does)."""
+        ref = ThreadRef.of(ref)
         if self.om is not None:
             prepared = await self.om.prepare(
                 ref.thread,
@@ -279,9 +280,14 @@ class Memory:
         return self.working_memory
 
     async def save(
-        self, ref: ThreadRef, messages: Sequence[Message], *, actor_model: ModelSpec | None
+        self,
+        ref: ThreadRef | Mapping[str, Any],
+        messages: Sequence[Message],
+        *,
+        actor_model: ModelSpec | None,
     ) -> list[Message]:
         """Store the model's reply (and its tool traffic)."""
+        ref = ThreadRef.of(ref)
         if self.om is not None:
             return await self.om.record(ref.thread, ref.resource, messages, actor_model=actor_model)
         await self.store.create_thread(ref.thread, ref.resource)

@@ -122,6 +122,7 @@ class HeldMessages:
         self._max = max_threads
         self._messages: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
         self._tokens: dict[str, dict[int, int]] = {}
+        self._counted_by: dict[str, TokenEstimator] = {}
         self._covered: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
     def held(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
@@ -146,15 +147,21 @@ class HeldMessages:
         while len(self._messages) > self._max:
             thread_id, _ = self._messages.popitem(last=False)
             self._tokens.pop(thread_id, None)
+            self._counted_by.pop(thread_id, None)
         while len(self._covered) > self._max:
             self._covered.popitem(last=False)
         return snapshot
 
     def tokens(self, message: Message, estimator: TokenEstimator) -> int:
-        """``message``'s token estimate, counted once while its thread is held."""
-        counted = self._tokens.get(message.thread_id or "")
+        """``message``'s token estimate, counted once while its thread is held (and counted
+        again when the thread's estimator changes: the actor moved to another provider)."""
+        thread_id = message.thread_id or ""
+        counted = self._tokens.get(thread_id)
         if counted is None or message.seq is None:
             return estimator.count_message(message)
+        if self._counted_by.get(thread_id) is not estimator:
+            counted.clear()
+            self._counted_by[thread_id] = estimator
         tokens = counted.get(message.seq)
         if tokens is None:
             tokens = counted[message.seq] = estimator.count_message(message)

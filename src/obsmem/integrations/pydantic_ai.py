@@ -32,13 +32,14 @@ agent that does not have it: ``history_processor`` offers no tool, so give the a
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias
 
 from pydantic_ai import messages as pa
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.run import AgentRunResult
+from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
@@ -243,6 +244,11 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
             f"thread={self.ref.thread!r})"
         )
 
+    def get_model_settings(self) -> Any:
+        """Prompt caching on, unless the agent's or model's settings already say anything
+        about caching (see :func:`prompt_cache_settings`)."""
+        return prompt_cache_settings
+
     def get_toolset(self) -> Any:
         """The ``recall`` tool, when the memory has retrieval on."""
         if not self._thread.recall:
@@ -276,6 +282,33 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
         reply, late_input = self._thread.new(result.all_messages())
         await self._thread.save([*reply, *late_input], _actor(ctx), _deferred(result.output))
         return result
+
+
+_CACHE_SETTINGS = (
+    "cache",
+    "anthropic_cache",
+    "bedrock_cache",
+    "openrouter_cache",
+    "openai_prompt_cache",
+    "openai_cache",
+)
+
+
+def prompt_cache_settings(ctx: RunContext[Any]) -> ModelSettings | None:
+    """pydantic-ai's portable ``cache`` setting, unless caching is configured already.
+
+    Memory keeps the front of every request stable: the agent's instructions, then memory
+    (preamble, observation log, task and hints), unchanged from turn to turn until the next
+    memory cycle, then the raw messages, which only grow between cycles. Providers that cache
+    only at explicit breakpoints (Anthropic, Bedrock, OpenRouter's Anthropic and Gemini models)
+    then get one at the end of that stable prefix (the system prompt) and one on the newest
+    message; providers that cache every prefix on their own (OpenAI, Gemini) need nothing. A
+    ``cache`` key (or a provider's own cache setting) in the model's or agent's settings,
+    ``False`` included, is left alone."""
+    settings: Mapping[str, Any] = ctx.model_settings or {}
+    if any(key.startswith(_CACHE_SETTINGS) for key in settings):
+        return None
+    return ModelSettings(cache=True)
 
 
 def _deferred(output: object) -> frozenset[str]:

@@ -259,3 +259,14 @@ class HeuristicEstimator(BaseEstimator):
 
     def count_text(self, text: str) -> int:
         return estimate_text_tokens(text)
+
+
+def for_actor(estimator: TokenEstimator, model: str | None) -> TokenEstimator:
+    """``estimator`` with the image and PDF rules of ``model``'s provider (``"anthropic/..."``).
+
+    Only an estimator of ours built without a model changes: one built for a model keeps it (the
+    caller chose), and a custom estimator is used as it is."""
+    if not model or not isinstance(estimator, BaseEstimator) or estimator.provider_model:
+        return estimator
+    return estimator.for_model(model)
+
