@@ -234,12 +234,20 @@ async def test_an_image_reaches_the_observer_as_placeholder_and_attachment() -> 
 
 
 async def test_titles_come_from_the_observer_unless_pinned(store: Store) -> None:
+    """The Observer is asked for a title when the thread has none (and again only after a
+    reflection), never for a pinned one."""
+    asked: list[bool] = []
+
     def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        system = "".join(
+            p.content for m in messages for p in m.parts if isinstance(p, pa.SystemPromptPart)
+        )
+        asked.append("<thread-title>" in system)
         return pa.ModelResponse(
             parts=[
                 pa.TextPart(
-                    content="<observations>\n* 🔴 (10:00) User plans a trip.\n</observations>\n"
-                    "<thread-title>Trip to Lisbon</thread-title>"
+                    content=f"<observations>\n* 🔴 (10:00) User plans a trip {len(asked)}.\n"
+                    "</observations>\n<thread-title>Trip to Lisbon</thread-title>"
                 )
             ]
         )
@@ -260,14 +268,18 @@ async def test_titles_come_from_the_observer_unless_pinned(store: Store) -> None
     memory.subscribe(events.append)
     agent = Agent(id="a", instructions="Hi.", model=Actor().model(), memory=memory)
     await agent.generate("Let us plan a trip to Lisbon. " * 10, memory=OPTS)
-    await agent.generate("Which month is best?", memory=OPTS)
+    for question in ("Which month is best?", "And which district? " * 10, "Trains? " * 20):
+        await agent.generate(question, memory=OPTS)
     thread = await memory.thread("conversation-123")
     assert thread is not None
     assert thread.title == "Trip to Lisbon"
     [update] = [e for e in events if e.type == "data-om-thread-update"]
     assert update.old_title is None
     assert update.new_title == "Trip to Lisbon"
+    assert len(asked) >= 2
+    assert asked == [True] + [False] * (len(asked) - 1)
 
+    asked.clear()
     await memory.store.create_thread("pinned", "user-123")
     await memory.set_thread_title("pinned", "My own title")
     pinned = {"resource": "user-123", "thread": "pinned"}
@@ -276,6 +288,8 @@ async def test_titles_come_from_the_observer_unless_pinned(store: Store) -> None
     thread = await memory.thread("pinned")
     assert thread is not None
     assert thread.title == "My own title"
+    assert asked
+    assert not any(asked)
 
 
 async def test_images_inside_tool_results_reach_the_observer_too() -> None:

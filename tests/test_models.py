@@ -457,6 +457,10 @@ def http_error(status: int) -> ModelHTTPError:
     return ModelHTTPError(status, "m")
 
 
+def server_error(message: str) -> ModelHTTPError:
+    return ModelHTTPError(500, "m", {"error": {"message": message}})
+
+
 def chained(outer: BaseException, cause: BaseException, *, context: bool = False) -> BaseException:
     if context:
         outer.__context__ = cause
@@ -474,6 +478,11 @@ REQUEST = httpx.Request("POST", "http://127.0.0.1/v1/chat")
         (http_error(429), True),
         (http_error(503), True),
         (http_error(500), True),
+        # llama.cpp answers a chat template error with a 500: sending it again cannot help.
+        (server_error('can only concatenate str (not "list") to str'), False),
+        (server_error("Conversation roles must alternate user/assistant/..."), False),
+        (server_error("Error rendering jinja template"), False),
+        (server_error("Internal error: out of memory"), True),
         (http_error(408), True),
         (http_error(425), True),
         (http_error(400), False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -27,6 +28,7 @@ from obsmem.messages import (
 from obsmem.observer import (
     ObserverInput,
     observe,
+    observer_user_message,
     render_multi_thread_transcript,
     render_transcript,
 )
@@ -384,6 +386,8 @@ async def test_observe_sends_one_system_and_one_user_message() -> None:
     assert '<user-profile>{"name":"?"}</user-profile>' in text
     assert text.endswith(
         "## New Message History to Observe\n\n"
+        'Times are in UTC. Work out relative dates ("tomorrow", "next week") in this time '
+        "zone.\n\n"
         "Dec 4 2025:\nUser (2:30 PM): My name is Ana.\nImage: [Image #1: board.png]"
     )
     assert "Always note" not in text  # instructions stay in the system message
@@ -501,3 +505,120 @@ async def test_single_thread_observe_strips_thread_tags() -> None:
     )
     assert parsed.observations == "* 🔴 a"
     assert parsed.threads == {}
+
+
+# --- what the prompts explain -----------------------------------------------------------------
+
+
+def test_the_observer_prompt_explains_every_kind_of_line_it_is_shown() -> None:
+    """Every line form the transcript can hold, and every bookkeeping line the previous
+    observations can hold, is explained to the Observer (models copy what they do not
+    understand)."""
+    from obsmem.cycles.common import previous_for_observer
+    from obsmem.observations import boundary_line, truncate_observations
+    from obsmem.prompts import CONTROL_LINES, INPUT_FORMAT, observer_system_prompt
+
+    at = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+    call = ToolCallPart(tool_call_id="c1", tool_name="search", args={"q": "x"})
+    lost = ToolCallPart(tool_call_id="c2", tool_name="fetch", args={})
+    messages = [
+        Message(role="user", parts=(TextPart(text="hi " * 3000),), created_at=at),
+        Message(
+            role="assistant",
+            parts=(ReasoningPart(text="thinking"), call, lost),
+            created_at=at + timedelta(minutes=1),
+        ),
+        Message(
+            role="tool",
+            parts=(
+                ToolResultPart(
+                    tool_call_id="c1", tool_name="search", content="boom", is_error=True
+                ),
+            ),
+            created_at=at + timedelta(minutes=1),
+        ),
+        Message.user(
+            "<system-reminder>3 hours later</system-reminder>",
+            created_at=at + timedelta(hours=3),
+            metadata={"obsmem": {"temporal_gap": "3 hours later — Dec 4, 2025, 5:30 PM"}},
+        ),
+        Message(
+            role="user",
+            parts=(ImagePart(url="https://example.com/a.png", media_type="image/png"),),
+            created_at=at + timedelta(hours=3),
+        ),
+    ]
+    transcript, _ = render_transcript(
+        messages, tz=UTC, estimator=HeuristicEstimator(), part_cap=500
+    )
+    kinds = {
+        "Dec 4 2025:": "opens a day",
+        "User (2:30 PM):": '"User (2:30 PM): ..."',
+        "Reasoning: thinking": '"Reasoning: ..."',
+        "Tool Call search": '"Tool Call NAME (TIME)',
+        "Tool Error search": '"Tool Error NAME: ..."',
+        "[interrupted: no result was recorded]": "[interrupted: no result was recorded]",
+        "characters left out here: recall": "characters left out here: recall",
+        "Image: [Image #1": '"Image: [Image #1: NAME]"',
+    }
+    for shown, explained in kinds.items():
+        assert shown in transcript, shown
+        assert explained in INPUT_FORMAT, explained
+    assert "later — " in INPUT_FORMAT
+
+    # The bookkeeping lines, as the code writes them.
+    log = "Date: Dec 4, 2025\n" + "\n".join(f"* 🟡 (10:{i:02d}) fact {i}" for i in range(60))
+    truncated = truncate_observations(log, 50, len)
+    control = {
+        boundary_line(at).split("(")[0].strip(): "--- message boundary (",
+        "[recall range": "[recall range",
+        "--- BUFFERED (pending activation) ---": "--- BUFFERED (pending activation) ---",
+        truncated[truncated.index("[") : truncated.index("]") + 1].split(" ", 1)[1]: (
+            "observations truncated here]"
+        ),
+        "… [truncated]": "… [truncated]",
+    }
+    assert "--- BUFFERED (pending activation) ---" in inspect.getsource(previous_for_observer)
+    for written, explained in control.items():
+        assert explained.rstrip("(").strip() in CONTROL_LINES, written
+    assert CONTROL_LINES in observer_system_prompt()
+    assert INPUT_FORMAT in observer_system_prompt(multi_thread=True)
+
+
+def test_the_observer_is_told_the_time_zone_of_the_times_it_sees() -> None:
+    """Near local midnight the local day is not the UTC day: the request names the zone the
+    transcript's times are in, with its offset then."""
+    from zoneinfo import ZoneInfo
+
+    late = datetime(2025, 12, 5, 2, 30, tzinfo=UTC)  # 23:30 on Dec 4 in São Paulo
+    inp = ObserverInput(
+        messages=[Message.user("Book it for tomorrow.", created_at=late)],
+        tz=ZoneInfo("America/Sao_Paulo"),
+    )
+    transcript, _ = render_transcript(inp.messages, tz=inp.tz, estimator=HeuristicEstimator())
+    text = observer_user_message(inp, transcript, HeuristicEstimator())
+    assert "Times are in America/Sao_Paulo (UTC-03:00)." in text
+    assert "Dec 4 2025:\nUser (11:30 PM): Book it for tomorrow." in text
+    fixed = ObserverInput(messages=inp.messages, tz=timezone(timedelta(hours=5, minutes=30)))
+    assert "Times are in UTC+05:30." in observer_user_message(fixed, "", HeuristicEstimator())
+
+
+def test_a_title_is_asked_for_when_missing_or_from_an_earlier_generation() -> None:
+    from obsmem.cycles.common import META_TITLE_GENERATION, wants_title
+    from obsmem.records import Thread
+    from obsmem.snapshot import ThreadState
+
+    def state(title: str | None, **metadata: Any) -> ThreadState:
+        now = datetime(2025, 12, 4, tzinfo=UTC)
+        thread = Thread(
+            id="t", resource_id="r", title=title, metadata=metadata, created_at=now, updated_at=now
+        )
+        return ThreadState(thread=thread)
+
+    assert wants_title(None, 0)
+    assert wants_title(state(None), 0)
+    assert not wants_title(state("Trip", **{META_TITLE_GENERATION: 2}), 2)
+    assert wants_title(state("Trip", **{META_TITLE_GENERATION: 1}), 2)  # reflected since
+    assert wants_title(state("Trip"), 0)  # a title from before titles were tracked
+    assert not wants_title(state("Mine", title_pinned=True), 5)
+    assert not wants_title(state(None, title_pinned=True), 5)

@@ -371,3 +371,14 @@ async def test_a_candidate_that_drops_every_critical_line_of_a_date_is_rejected(
     )
     assert failed == [(0, "dropped every 🔴 line of Date: Dec 1, 2025")]
     assert "peanuts" in result.parsed.observations
+
+
+def test_the_reflector_is_told_to_invent_nothing_and_keep_the_users_red_lines() -> None:
+    from obsmem.prompts import CONTROL_LINES, reflector_system_prompt
+
+    prompt = reflector_system_prompt()
+    assert "Invent nothing" in prompt
+    assert "Keep every 🔴 line the user stated" in prompt
+    assert "never drop it" in prompt
+    assert "message boundaries, recall ranges" in prompt  # bookkeeping is not copied
+    assert CONTROL_LINES not in prompt  # the Observer's explanation, not the Reflector's

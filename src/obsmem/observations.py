@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from typing import Any, cast
 
 __all__ = [
@@ -68,17 +68,65 @@ class ParsedOutput:
 # parsing
 # ---------------------------------------------------------------------------------------------
 
-_OBS_OPEN = re.compile(r"^[ \t]*<observations>[ \t]*\n?", re.MULTILINE)
-_OBS_CLOSE = re.compile(r"</observations>")
-_SECTION = re.compile(r"<([a-z][a-z0-9_-]*)>(.*?)</\1>", re.DOTALL)
+# Tags are matched in any case and may carry attributes (``<Current-Task>``,
+# ``<thread title="…" id="…">``); an opening ``<observations>`` tag must start a line.
+_OBS_OPEN = re.compile(r"^[ \t]*<observations(?:\s[^<>]*)?>[ \t]*\n?", re.MULTILINE | re.IGNORECASE)
+_OBS_CLOSE = re.compile(r"</observations\s*>", re.IGNORECASE)
+_HINT_OPEN = re.compile(
+    r"^[ \t]*<(?:current-task|suggested-response|thread-title)(?:\s[^<>]*)?>",
+    re.MULTILINE | re.IGNORECASE,
+)
+_SECTION = re.compile(r"<([a-z][a-z0-9_-]*)(?:\s[^<>]*)?>(.*?)</\1\s*>", re.DOTALL | re.IGNORECASE)
 _THREAD_BLOCK = re.compile(
-    r"<thread\s+id\s*=\s*(?:[\"']([^\"']*)[\"']|([^\s\"'>]+))\s*>(.*?)</thread>",
+    r"<thread\b[^<>]*?(?<![\w-])id\s*=\s*(?:[\"']([^\"']*)[\"']|([^\s\"'<>]+))[^<>]*>"
+    r"(.*?)</thread\s*>",
     re.DOTALL | re.IGNORECASE,
 )
-_THREAD_TAG = re.compile(r"[ \t]*</?thread\b[^>]*>[ \t]*\n?", re.IGNORECASE)
-_LIST_LINE = re.compile(r"^\s*(?:[*\-•]\s|\d+[.)]\s)")
+_THREAD_TAG = re.compile(r"[ \t]*</?thread(?![\w-])[^>]*>[ \t]*\n?", re.IGNORECASE)
+_LIST_LINE = re.compile(r"^\s*(?:[*\-•◦]\s|\d+[.)]\s)")
 _DATE_LINE = re.compile(r"^\s*Date:\s")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
+_FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*$")
+_NEWLINE = re.compile(r"\r\n?")
+# Reasoning: a <think>/<thinking> block that starts a line (to the end when never closed), and
+# a closing tag on its own line whose opening tag the chat template already swallowed.
+_REASONING = re.compile(
+    r"^[ \t]*<(think|thinking)(?:\s[^<>]*)?>.*?(?:</\1\s*>|\Z)",
+    re.DOTALL | re.IGNORECASE | re.MULTILINE,
+)
+_REASONING_END = re.compile(r"^[ \t]*</(?:think|thinking)\s*>", re.IGNORECASE | re.MULTILINE)
+# A tag the answer was cut off in: "<observ", "</observations", "<current-task" at the end.
+_CUT_TAG = re.compile(r"(?:^[ \t]*<[/A-Za-z]|</)[^<>\n]*\Z", re.MULTILINE)
+
+_MONTH_NAMES = (
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
+)
+_MONTH_NUMBER = {
+    **{name: i for i, name in enumerate(_MONTH_NAMES, 1)},
+    **{name[:3]: i for i, name in enumerate(_MONTH_NAMES, 1)},
+    "sept": 9,
+}
+_CANONICAL_DATE = re.compile(r"^\s*Date: [A-Z][a-z]{2,8} \d{1,2}, \d{4}$")
+_HEADER_MARKUP = re.compile(r"^#{1,6}\s+|\*\*|__")
+_DATE_LABEL = re.compile(r"^Date\s*:\s*", re.IGNORECASE)
+_HEADER_DATE = re.compile(
+    r"(?:(?:mon|tue|wed|thu|fri|sat|sun)[a-z]*\.?,?\s+)?"
+    r"(?:(?P<month>[a-z]{3,9})\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+(?P<year>\d{4})"
+    r"|(?P<day2>\d{1,2})(?:st|nd|rd|th)?\s+(?P<month2>[a-z]{3,9})\.?,?\s+(?P<year2>\d{4})"
+    r"|(?P<iso>\d{4})-(?P<iso_month>\d{2})-(?P<iso_day>\d{2}))",
+    re.IGNORECASE,
+)
 
 
 def parse_output(
@@ -87,18 +135,22 @@ def parse_output(
     """Parse an Observer or Reflector answer.
 
     One or more ``<observations>`` blocks (the opening tag must start a line) are joined; without
-    them only list-item lines and ``Date:`` headers are kept. ``<thread id="…">`` blocks inside
+    them only list-item lines, date headers and ``<thread>`` blocks are kept (or, for an answer
+    written as a JSON object, its ``"observations"``). Reasoning (``<think>`` blocks), the code
+    fence around an answer, CRLF line endings and a tag the answer was cut off in are dropped
+    first, and date headers written another way become ``Date: Dec 4, 2025`` lines. Tags are
+    matched in any case and may carry attributes. ``<thread id="…">`` blocks inside
     the observations become :attr:`ParsedOutput.threads` (their own hints parsed from each block)
     and stay in :attr:`ParsedOutput.observations` without those hints. With
     ``multi_thread=False`` (single-thread output) stray ``<thread>`` tags are stripped instead.
     ``extra_slugs`` are the inline extractor sections asked for: written inside
     ``<observations>`` they are taken out of the log too (and used when missing outside).
     """
+    text = _CUT_TAG.sub("", _without_reasoning(_NEWLINE.sub("\n", text)))
     blocks, outside = _observation_blocks(text)
-    if blocks is None:
-        body = _fallback_lines(_SECTION.sub("", text))
-    else:
-        body = "\n\n".join(b.strip("\n") for b in blocks)
+    if blocks is None and (rewritten := _json_answer(text)) is not None:
+        blocks, outside = _observation_blocks(rewritten)
+    body = _fallback_lines(text) if blocks is None else "\n\n".join(map(_unfenced, blocks))
     threads: dict[str, ParsedOutput] = {}
     if multi_thread:
         body = _THREAD_BLOCK.sub(lambda m: _take_thread(m, threads), body)
@@ -129,11 +181,9 @@ def _observation_blocks(text: str) -> tuple[list[str] | None, str]:
         closing = _OBS_CLOSE.search(text, opening.end())
         if closing is None:  # unclosed: the block runs to the first hint section or the end
             rest = text[opening.end() :]
-            hint = re.search(
-                r"^[ \t]*<(?:current-task|suggested-response|thread-title)>", rest, re.M
-            )
+            hint = _HINT_OPEN.search(rest)
             cut = hint.start() if hint else len(rest)
-            blocks.append(rest[:cut])
+            blocks.append(_without_closing_remarks(rest[:cut]))
             outside.append(rest[cut:])
             pos = len(text)
             break
@@ -149,7 +199,7 @@ def _inner(text: str) -> ParsedOutput:
     sections: dict[str, str] = {}
     values: dict[str, Any] = {}
     for match in _SECTION.finditer(text):
-        slug, content = match.group(1), match.group(2).strip()
+        slug, content = match.group(1).lower(), match.group(2).strip()
         if slug in ("observations", "thread"):
             continue
         if slug in hints:
@@ -216,7 +266,7 @@ def _take_thread(match: re.Match[str], into: dict[str, ParsedOutput]) -> str:
 def _drop_stray_hint(match: re.Match[str], extra: frozenset[str] = frozenset()) -> str:
     """Hint and extractor sections that slipped into the observations are removed; other tags
     stay as text."""
-    slug = match.group(1)
+    slug = match.group(1).lower()
     if slug in _HINTS or slug == "extracted-values" or slug in extra:
         return ""
     return match.group(0)
@@ -231,14 +281,118 @@ def _json_object(content: str) -> dict[str, Any]:
 
 
 def _fallback_lines(text: str) -> str:
-    lines = text.splitlines()
-    return "\n".join(ln for ln in lines if _LIST_LINE.match(ln) or _DATE_LINE.match(ln))
+    """An answer without ``<observations>`` tags: its list-item lines and date headers outside
+    any section, and its ``<thread>`` blocks whole."""
+    parts: list[str] = []
+    pos = 0
+    for match in _THREAD_BLOCK.finditer(text):
+        parts += [_list_lines(text[pos : match.start()]), match.group(0)]
+        pos = match.end()
+    parts.append(_list_lines(text[pos:]))
+    return "\n".join(p for p in parts if p)
+
+
+def _list_lines(text: str) -> str:
+    lines = _SECTION.sub("", text).splitlines()
+    return "\n".join(ln for ln in lines if _LIST_LINE.match(ln) or _is_date_line(ln))
+
+
+def _is_date_line(line: str) -> bool:
+    return bool(_DATE_LINE.match(line)) or _date_header(line) is not None
+
+
+def _date_header(line: str) -> str | None:
+    """``line`` as a ``Date: Dec 4, 2025`` header when it is a date header written another way
+    (``**Date: Dec 4, 2025**``, ``## Dec 4, 2025``, ``Date: 2025-12-04``, ``December 4th,
+    2025:``, ``Thursday, 4 December 2025``); ``None`` for other lines and canonical headers."""
+    if _CANONICAL_DATE.match(line):
+        return None
+    core = _HEADER_MARKUP.sub("", line.strip()).strip().rstrip(":").strip()
+    core = _DATE_LABEL.sub("", core).rstrip(":").strip()
+    match = _HEADER_DATE.fullmatch(core)
+    if match is None:
+        return None
+    if match["iso"]:
+        year, month, day = int(match["iso"]), int(match["iso_month"]), int(match["iso_day"])
+    else:
+        year = int(match["year"] or match["year2"])
+        day = int(match["day"] or match["day2"])
+        month = _MONTH_NUMBER.get((match["month"] or match["month2"]).lower(), 0)
+    try:
+        when = date(year, month, day)
+    except ValueError:
+        return None
+    return f"Date: {_MONTH_NAMES[when.month - 1][:3].title()} {when.day}, {when.year}"
+
+
+def _without_reasoning(text: str) -> str:
+    """``text`` without the model's reasoning: ``<think>``/``<thinking>`` blocks that start a line
+    (to the end when never closed), and all before a closing tag on a line of its own whose
+    opening tag the chat template swallowed (llama.cpp with Qwen or DeepSeek models)."""
+    text = _REASONING.sub("", text)
+    ends = list(_REASONING_END.finditer(text))
+    return text[ends[-1].end() :] if ends else text
+
+
+def _json_answer(text: str) -> str | None:
+    """An answer written as a JSON object (``{"observations": [...], "current_task": ...}``,
+    fenced or not) rewritten in the tag format; ``None`` when ``text`` is not one. A list's
+    items are observation lines ("* " is added to those that are neither list items nor date
+    headers); a string is the block as written."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        return None
+    try:
+        value = json.loads(text[start : end + 1])
+    except ValueError:
+        return None
+    if not isinstance(value, dict):
+        return None
+    fields = {str(k).lower().replace("_", "-"): v for k, v in cast(dict[Any, Any], value).items()}
+    observations = fields.get("observations")
+    if isinstance(observations, str):
+        body = observations
+    elif isinstance(observations, list):
+        items = [i for i in cast(list[Any], observations) if isinstance(i, str)]
+        body = "\n".join(i if _LIST_LINE.match(i) or _is_date_line(i) else f"* {i}" for i in items)
+    else:
+        return None
+    hints = [f"<{h}>{v}</{h}>" for h in _HINTS if isinstance(v := fields.get(h), str)]
+    return "\n".join([f"<observations>\n{body}\n</observations>", *hints])
+
+
+def _unfenced(block: str) -> str:
+    """``block`` without a code fence around all of it, or a lone fence at its start or end
+    (opened or closed outside the tags); fences that pair up around a snippet inside stay."""
+    lines = block.strip("\n").split("\n")
+    fences = [i for i, line in enumerate(lines) if _FENCE_LINE.match(line)]
+    if len(fences) % 2 == 0 and fences and fences[0] == 0 and fences[-1] == len(lines) - 1:
+        lines = lines[1:-1]
+    elif len(fences) % 2 == 1 and fences[-1] == len(lines) - 1:
+        lines = lines[:-1]
+    elif len(fences) % 2 == 1 and fences[0] == 0:
+        lines = lines[1:]
+    return "\n".join(lines)
+
+
+def _without_closing_remarks(block: str) -> str:
+    """An unclosed block without the paragraphs of prose after its last observation ("Let me
+    know if…"): trailing paragraphs with no list item, date header, indented line or tag."""
+    while True:
+        head, blank, tail = block.rstrip().rpartition("\n\n")
+        if not blank or any(_is_log_line(line) for line in tail.splitlines()):
+            return block
+        block = head
+
+
+def _is_log_line(line: str) -> bool:
+    return bool(_LIST_LINE.match(line)) or _is_date_line(line) or line[:1] in (" ", "\t", "<")
 
 
 def _sanitise(text: str) -> str:
     out: list[str] = []
     for line in text.splitlines():
-        line = line.rstrip()
+        line = _date_header(line) or line.rstrip()
         if len(line) > MAX_LINE_CHARS:
             line = line[: MAX_LINE_CHARS - len(_TRUNCATED)] + _TRUNCATED
         out.append(line)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, tzinfo
+from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, cast
 
 from obsmem.errors import ObserverOutputError
@@ -309,8 +309,27 @@ def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenE
     if not inp.continuation_hints:
         task += " Output <observations> every time."
     parts.append(task)
-    parts.append(f"## New Message History to Observe\n\n{transcript}")
+    zone = _zone(inp)
+    parts.append(f"## New Message History to Observe\n\n{zone}\n\n{transcript}")
     return "\n\n".join(parts)
+
+
+def _zone(inp: ObserverInput) -> str:
+    """The time zone the transcript's times are in, named, with its offset at the newest
+    message: "tomorrow" said at 23:30 local time is the next local day, not the next UTC day."""
+    messages = [m for _, ms in inp.threads for m in ms] if inp.threads else list(inp.messages)
+    at = max((m.created_at for m in messages), default=datetime.now(UTC)).astimezone(inp.tz)
+    offset = at.utcoffset() or timedelta(0)
+    minutes = int(offset.total_seconds()) // 60
+    sign = "+" if minutes >= 0 else "-"
+    hours, rest = divmod(abs(minutes), 60)
+    name = getattr(inp.tz, "key", None) or at.tzname() or "UTC"
+    utc = f"UTC{sign}{hours:02d}:{rest:02d}"
+    label = name if name in (utc, "UTC") else f"{name} ({utc})"
+    return (
+        f'Times are in {label}. Work out relative dates ("tomorrow", "next week") in this '
+        "time zone."
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

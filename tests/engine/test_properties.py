@@ -130,8 +130,14 @@ async def check_step(checker: InvariantChecker, *, concurrent: bool = False) -> 
 
 
 async def check_final(om: ObservationalMemory, checker: InvariantChecker) -> None:
-    """After all background work: one more step with no input, then every check, exactly."""
-    prepared = await om.prepare(THREAD, RESOURCE, [])
+    """After all background work: one more step with no input, then every check, exactly.
+    A step that started background work (buffering, catch-up) is taken again once it is done:
+    that work moves the head on after the step read it."""
+    for _ in range(10):
+        prepared = await om.prepare(THREAD, RESOURCE, [])
+        if not om._tasks:  # pyright: ignore[reportPrivateUsage]
+            break
+        await om.settle()
     await checker.check_context(prepared, concurrent=False)
     await check_step(checker)
     history = await checker.store.history(KEY)

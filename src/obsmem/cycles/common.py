@@ -23,7 +23,7 @@ from ..observations import ParsedOutput, boundary_line
 from ..observer import ObserverInput, observe_exchange
 from ..options import ResolvedOptions
 from ..records import ObservationGroup, OMRecord
-from ..snapshot import Snapshot, Subject
+from ..snapshot import Snapshot, Subject, ThreadState
 from ..stores import (
     Change,
     Commit,
@@ -44,6 +44,9 @@ META_CURRENT_TASK = "om:current_task"
 META_SUGGESTED_RESPONSE = "om:suggested_response"
 META_EXTRACTED = "om:extracted"
 META_LAST_MODEL = "om:last_actor_model"
+META_TITLE_GENERATION = "om:title_generation"
+"""The log generation the Observer's title was written in: a title is asked for again only
+after a reflection (the conversation has moved on)."""
 COMMIT_ATTEMPTS = 20
 
 
@@ -253,7 +256,7 @@ async def run_observer(
             prior_current_task=meta.get(META_CURRENT_TASK),
             prior_suggested_response=meta.get(META_SUGGESTED_RESPONSE),
             prior_thread_title=state.thread.title if state is not None else None,
-            ask_thread_title=obs.thread_title,
+            ask_thread_title=obs.thread_title and wants_title(state, snapshot.record.generation),
             continuation_hints=obs.continuation_hints.any,
             instruction=obs.instruction,
             extra_sections=sections,
@@ -289,6 +292,17 @@ async def call_transform(hook: Callable[[str], Any] | None, text: str) -> str:
     """A transform hook's replacement for ``text`` (``text`` itself when it returns no text)."""
     changed = await call_hook(hook, text)
     return (display_text(changed) or "") if isinstance(changed, str) else text
+
+
+def wants_title(state: ThreadState | None, generation: int) -> bool:
+    """Whether an Observer call asks for the thread's title: when it has none, or when the
+    Observer's title is from an earlier generation of the log. Never for a pinned title."""
+    if state is None:
+        return True
+    thread = state.thread
+    if thread.metadata.get("title_pinned"):
+        return False
+    return thread.title is None or thread.metadata.get(META_TITLE_GENERATION) != generation
 
 
 def previous_for_observer(record: OMRecord) -> str:

@@ -39,6 +39,7 @@ from .common import (
     META_CURRENT_TASK,
     META_EXTRACTED,
     META_SUGGESTED_RESPONSE,
+    META_TITLE_GENERATION,
     Deps,
 )
 
@@ -257,6 +258,8 @@ def value_patches(
             paths.append(((META_EXTRACTED, slot.slug), values[slot.slug]))
             if slot.metadata_key_path:
                 paths.append((tuple(slot.metadata_key_path.split(".")), values[slot.slug]))
+    if isinstance(suggested, str) and suggested.strip():
+        paths.append(((META_TITLE_GENERATION,), snapshot.record.generation))
     thread = ThreadPatch(
         thread_id=thread_id,
         set=tuple(paths),

@@ -88,6 +88,23 @@ def _is_httpx_transport_error(exc: BaseException) -> bool:
     return False
 
 
+_REQUEST_SHAPE_ERRORS = (
+    "template",
+    "jinja",
+    "can only concatenate",
+    "roles must alternate",
+    "system message must",
+    "unsupported parameter",
+)
+"""Words of a 500 that is a local server refusing the request's shape (llama.cpp answers a chat
+template error with a 500): sending it again cannot help."""
+
+
+def _refuses_shape(exc: BaseException, status: int) -> bool:
+    text = str(exc).lower()
+    return status == 500 and any(words in text for words in _REQUEST_SHAPE_ERRORS)
+
+
 def _classify(exc: BaseException) -> bool | None:
     """True transient, False definitely not, None: look further down the cause chain."""
     if isinstance(exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit):
@@ -95,9 +112,11 @@ def _classify(exc: BaseException) -> bool | None:
     kind = _pydantic_ai_kind(exc)
     if kind == "refused":
         return False
+    status = _status_code(exc)
+    if status is not None and _refuses_shape(exc, status):
+        return False
     if kind == "transient":
         return True
-    status = _status_code(exc)
     if status is not None and (kind == "http" or 400 <= status < 600):
         return status in _TRANSIENT_STATUS or 500 <= status < 600
     if isinstance(exc, ConnectionError | TimeoutError):

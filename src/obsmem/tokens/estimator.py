@@ -269,4 +269,3 @@ def for_actor(estimator: TokenEstimator, model: str | None) -> TokenEstimator:
     if not model or not isinstance(estimator, BaseEstimator) or estimator.provider_model:
         return estimator
     return estimator.for_model(model)
-
