@@ -29,6 +29,13 @@ from obsmem.testing import scripted_observer, scripted_reflector
 
 from .captured_requests import PROVIDERS, Call, CapturedApi, prefix_units
 
+_PROVIDER_LABEL = {
+    "openai-chat": "openai/",
+    "openai-responses": "openai/",
+    "anthropic": "anthropic/",
+    "gemini": "google",
+}
+
 INSTRUCTIONS = "You are a careful travel assistant. Answer briefly."
 
 
@@ -96,6 +103,10 @@ async def _conversation(
                 memory={"resource": "traveller", "thread": "lisbon"},
             )
             assert result.text.startswith(f"Answer {turn}")
+        # The agent tells memory its model: image and PDF estimates use that provider's rules.
+        thread = await memory.thread("lisbon")
+        assert thread is not None
+        assert thread.metadata["om:last_actor_model"].startswith(_PROVIDER_LABEL[provider])
     finally:
         await memory.aclose()
     return api, cycles

@@ -176,8 +176,13 @@ class Agent:
         memory: MemoryRef | None = None,
         approvals: Approvals | None = None,
     ) -> GenerateResult:
-        """:meth:`generate` for scripts (not from inside a running event loop)."""
-        return asyncio.run(self.generate(input, memory=memory, approvals=approvals))
+        """:meth:`generate` for scripts (not from inside a running event loop). With a memory it
+        runs on the memory's own loop (:meth:`Memory.run_sync`), so background memory work
+        carries on between calls; end the script with ``memory.close()``."""
+        work = self.generate(input, memory=memory, approvals=approvals)
+        if self.memory is not None:
+            return self.memory.run_sync(work)
+        return asyncio.run(work)
 
     # -- the run ---------------------------------------------------------------------------------
 

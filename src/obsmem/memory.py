@@ -8,11 +8,12 @@ memory on, runs the engine (``memory.om``). Without it, the whole thread is sent
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any
+from typing import Any, TypeVar
 
+from ._sync import LoopThread
 from .engine import ObservationalMemory
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
@@ -35,6 +36,8 @@ from .working_memory import (
 __all__ = ["DEFAULT_DB", "Memory", "MemoryContext", "RecallFunction", "ThreadRef"]
 
 RecallFunction = Callable[..., Awaitable[str]]
+
+T = TypeVar("T")
 
 DEFAULT_DB = "obsmem.db"
 
@@ -120,6 +123,7 @@ class Memory:
             else None
         )
         self._bus = self.om.bus if self.om is not None else EventBus()
+        self._sync = LoopThread("obsmem-memory")
 
     def __repr__(self) -> str:
         return f"Memory(store={self.store!r}, observational_memory={self.om is not None})"
@@ -323,3 +327,34 @@ class Memory:
             await self.om.aclose(cancel=cancel)
         else:
             await self.store.aclose()
+
+    async def __aenter__(self) -> Memory:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- sync code -------------------------------------------------------------------------------
+
+    def run_sync(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``work`` (a coroutine using this memory) from sync code and return its result.
+
+        It runs on the memory's own event loop, on a thread started at the first call, so the
+        background work a turn starts carries on between calls. A memory used this way belongs
+        to that loop: keep using it through ``run_sync`` (the sync front doors do) and end with
+        :meth:`close`. From async code, await the coroutine instead."""
+        return self._sync.run(work, timeout)
+
+    def close(self, *, cancel: bool = False) -> None:
+        """:meth:`aclose` for sync code: finishes background work, closes the store and stops
+        the memory's loop thread. ``with Memory(...) as memory:`` calls it at the end."""
+        try:
+            self._sync.run(self.aclose(cancel=cancel))
+        finally:
+            self._sync.stop()
+
+    def __enter__(self) -> Memory:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
