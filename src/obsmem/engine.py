@@ -46,7 +46,7 @@ from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .tokens.estimator import for_actor
-from .window import HELD_CALLS_KEY, ThreadWindow, windows_of
+from .window import HELD_CALLS_KEY, RETRACTED_KEY, ThreadWindow, retracted_ids, windows_of
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
@@ -359,6 +359,31 @@ class ObservationalMemory:
             thread_id=thread_id, set=tuple(((HELD_CALLS_KEY, c), held) for c in call_ids)
         )
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
+
+    async def retract_last(self, thread_id: str, resource_id: str | None) -> Message | None:
+        """Take back the thread's newest message that is not taken back yet, and return it
+        (None when there is none). Storage keeps it, marked; it leaves the context and is
+        never observed. A message observed before it was taken back stays in the log."""
+        self._check_open()
+        subject = self.subject(thread_id, resource_id)
+        thread = await self.store.get_thread(thread_id)
+        if thread is None:
+            return None
+        retracted = retracted_ids(thread.metadata)
+        through: int | None = None
+        while True:
+            batch = await self.store.list_messages(
+                thread_id, through_seq=through, limit=50, newest_first=True
+            )
+            last = next((m for m in batch if m.id not in retracted), None)
+            if last is not None or len(batch) < 50:
+                break
+            through = (batch[-1].seq or 1) - 1
+        if last is None:
+            return None
+        patch = ThreadPatch(thread_id=thread_id, set=(((RETRACTED_KEY, last.id), True),))
+        await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
+        return last
 
     async def observe(self, thread_id: str, resource_id: str | None = None) -> bool:
         """Observe every unobserved message now (activating buffered chunks first). False when

@@ -25,6 +25,7 @@ from .recall import RECALL_DESCRIPTION
 from .records import Thread
 from .stores import SQLiteStore, Store
 from .tokens import TokenEstimator
+from .window import RETRACTED_KEY, retracted_ids
 from .working_memory import (
     WorkingMemory,
     read_working_memory,
@@ -168,7 +169,9 @@ class Memory:
         # Without observational memory the whole thread is sent.
         await self.store.create_thread(ref.thread, ref.resource)
         stored = await self.store.append_messages(ref.thread, new_messages)
-        messages = await self.store.list_messages(ref.thread)
+        thread = await self.store.get_thread(ref.thread)
+        retracted = retracted_ids(thread.metadata) if thread is not None else frozenset()
+        messages = [m for m in await self.store.list_messages(ref.thread) if m.id not in retracted]
         if self.working_memory is not None:
             content = await self.get_working_memory(ref)
             shown = working_memory_message(content, managed=False)
@@ -187,6 +190,25 @@ class Memory:
         ref = ThreadRef.of(ref)
         if self.om is not None and call_ids:
             await self.om.hold_calls(ref.thread, ref.resource, call_ids, held=held)
+
+    async def retract_last(self, ref: ThreadRef | Mapping[str, Any]) -> Message | None:
+        """Take back the thread's newest message (an undo, the Agents SDK's ``pop_item``) and
+        return it, or None when nothing is left. Storage keeps it, marked as taken back; it
+        leaves the context and memory never observes it. A message memory observed before it
+        was taken back stays in the observations."""
+        ref = ThreadRef.of(ref)
+        if self.om is not None:
+            return await self.om.retract_last(ref.thread, ref.resource)
+        thread = await self.store.get_thread(ref.thread)
+        if thread is None:
+            return None
+        retracted = retracted_ids(thread.metadata)
+        messages = await self.store.list_messages(ref.thread, newest_first=True)
+        last = next((m for m in messages if m.id not in retracted), None)
+        if last is not None:
+            taken = {**(thread.metadata.get(RETRACTED_KEY) or {}), last.id: True}
+            await self.store.update_thread(ref.thread, metadata={RETRACTED_KEY: taken})
+        return last
 
     # -- recall ------------------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from .options import ResolvedOptions
 from .planner import activation_count, message_threshold, raw_cut
 from .recall import recall_guidance
 from .snapshot import Snapshot
-from .window import ThreadWindow, held_calls, pending_calls
+from .window import ThreadWindow, held_calls, pending_calls, visible
 from .working_memory import WorkingMemory, stored_working_memory, working_memory_message
 
 __all__ = ["CacheSignals", "actor_context", "cache_signals", "model_label", "status_event"]
@@ -42,7 +42,7 @@ def actor_context(
     hints = options.observation.continuation_hints
     observations = snapshot.record.observations
     recalls = recall and options.retrieval is not None
-    raw = snapshot.main.unobserved
+    raw = window.messages if window is not None else visible(snapshot.main)
     cut = 0
     if window is not None:
         obs = options.observation
@@ -62,7 +62,7 @@ def actor_context(
             left_out=raw[:cut],
             recall_available=recalls,
             pending_calls=pending_calls(raw, held_calls(meta)),
-            other_threads=[(t.id, t.unobserved) for t in snapshot.threads[1:] if t.unobserved],
+            other_threads=[(t.id, shown) for t in snapshot.threads[1:] if (shown := visible(t))],
             retrieval_instructions=recall_guidance(options.retrieval) if recalls else None,
             temporal_markers=options.temporal_markers,
             working_memory=_working_memory(snapshot, options, working_memory),

@@ -13,12 +13,13 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
-from .snapshot import Snapshot, Subject
+from .snapshot import Snapshot, Subject, ThreadState
 from .tokens import TokenEstimator
 
 __all__ = [
     "DEFERRED",
     "HELD_CALLS_KEY",
+    "RETRACTED_KEY",
     "HeldMessages",
     "ThreadWindow",
     "binding_calls",
@@ -26,8 +27,10 @@ __all__ = [
     "is_deferred",
     "mark_deferred",
     "pending_calls",
+    "retracted_ids",
     "safe_prefix",
     "take_prefix",
+    "visible",
     "windows_of",
 ]
 
@@ -103,13 +106,21 @@ def windows_of(
     return tuple(
         ThreadWindow(
             thread_id=state.id,
-            messages=state.unobserved,
-            tokens=tuple(count(m) for m in state.unobserved),
+            messages=(messages := visible(state)),
+            tokens=tuple(count(m) for m in messages),
             covered_through=record.covered_through(state.id),
             held=held_calls(state.thread.metadata),
         )
         for state in snapshot.threads
     )
+
+
+def visible(state: ThreadState) -> tuple[Message, ...]:
+    """A thread's unobserved messages without those taken back (:data:`RETRACTED_KEY`)."""
+    retracted = retracted_ids(state.thread.metadata)
+    if not retracted:
+        return state.unobserved
+    return tuple(m for m in state.unobserved if m.id not in retracted)
 
 
 class HeldMessages:
@@ -207,6 +218,20 @@ def _obsmem(part: ToolCallPart) -> dict[str, Any]:
 
 def _answered(messages: Sequence[Message]) -> set[str]:
     return {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
+
+
+RETRACTED_KEY = "om:retracted"
+"""Thread metadata naming the messages taken back (``Memory.retract_last``; the Agents SDK's
+``pop_item``): ``{RETRACTED_KEY: {message_id: True}}``. Storage keeps them; no window shows
+them, so neither the actor nor the Observer sees them."""
+
+
+def retracted_ids(thread_metadata: Mapping[str, Any]) -> frozenset[str]:
+    """The messages of a thread that were taken back, from its metadata."""
+    retracted = thread_metadata.get(RETRACTED_KEY)
+    if not isinstance(retracted, dict):
+        return frozenset()
+    return frozenset(str(k) for k, v in cast(dict[str, Any], retracted).items() if v)
 
 
 def held_calls(thread_metadata: Mapping[str, Any]) -> frozenset[str]:

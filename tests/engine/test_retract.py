@@ -1,0 +1,79 @@
+"""Taking a message back (``Memory.retract_last``, the Agents SDK's ``pop_item``): storage
+keeps it, marked; the context and the Observer never see it again."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from obsmem import Memory
+from obsmem.messages import Message
+from obsmem.stores import SQLiteStore
+from obsmem.testing import ModelCalls, scripted_observer, scripted_reflector
+from obsmem.window import RETRACTED_KEY
+
+REF = {"resource": "r", "thread": "t"}
+
+
+def _texts(messages: list[Message]) -> str:
+    return "\n".join(p.text for m in messages for p in m.parts if hasattr(p, "text"))  # type: ignore[attr-defined]
+
+
+async def test_a_retracted_message_leaves_the_context_and_is_never_observed(
+    tmp_path: Path,
+) -> None:
+    calls = ModelCalls()
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(calls=calls),
+                "messageTokens": 200,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    try:
+        await memory.context(REF, [Message.user("My cat is called Miso.")], actor_model=None)
+        await memory.save(REF, [Message.assistant("Lovely name.")], actor_model=None)
+        typo = Message.user("My dog is called Rex.")  # the user takes this back
+        await memory.context(REF, [typo], actor_model=None)
+        popped = await memory.retract_last(REF)
+        assert popped is not None
+        assert popped.id == typo.id
+
+        context = await memory.context(
+            REF, [Message.user("What pets do I have? " * 20)], actor_model=None
+        )
+        assert "Rex" not in _texts(context.messages)
+        assert "Miso" in _texts(context.messages) or calls.count  # raw, or observed by now
+        await memory.save(REF, [Message.assistant("A cat. " * 30)], actor_model=None)
+        assert await memory.om.observe("t", "r")  # type: ignore[union-attr]
+        assert calls.count
+        assert all("Rex" not in prompt for prompt in calls.prompts)
+        assert any("Miso" in prompt for prompt in calls.prompts)
+
+        stored = await memory.messages("t")
+        assert typo.id in [m.id for m in stored]  # storage keeps it
+        thread = await memory.thread("t")
+        assert thread is not None
+        assert thread.metadata[RETRACTED_KEY] == {typo.id: True}
+    finally:
+        await memory.aclose()
+
+
+async def test_retracting_walks_back_one_message_at_a_time(tmp_path: Path) -> None:
+    for options in (False, {"observation": {"model": scripted_observer()}}):
+        memory = Memory(SQLiteStore(tmp_path / f"{bool(options)}.db"), observational_memory=options)
+        try:
+            assert await memory.retract_last(REF) is None  # no thread yet
+            first, second = Message.user("one"), Message.user("two")
+            await memory.context(REF, [first, second], actor_model=None)
+            taken = [await memory.retract_last(REF) for _ in range(3)]
+            assert [m.id if m else None for m in taken] == [second.id, first.id, None]
+            context = await memory.context(REF, [Message.user("three")], actor_model=None)
+            assert _texts(context.messages).strip().endswith("three")
+            assert "one" not in _texts(context.messages).split()
+            assert len(await memory.messages("t")) == 3
+        finally:
+            await memory.aclose()
