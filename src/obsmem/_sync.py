@@ -69,6 +69,12 @@ class LoopThread:
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
         return future.result(timeout)
 
+    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
+        """Start ``coro`` on the loop thread without waiting (``asyncio.wrap_future`` awaits it
+        from another loop)."""
+        loop = self._start()
+        return asyncio.run_coroutine_threadsafe(coro, loop)
+
     def stop(self) -> None:
         """Stop the loop and join its thread (after the last :meth:`run`)."""
         with self._lock:

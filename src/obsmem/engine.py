@@ -26,7 +26,10 @@ from typing import Any
 
 from . import cycles, planner, views
 from .cycles import (
+    META_CURRENT_TASK,
+    META_EXTRACTED,
     META_LAST_MODEL,
+    META_SUGGESTED_RESPONSE,
     Activation,
     Deps,
     Failure,
@@ -46,7 +49,14 @@ from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .tokens.estimator import for_actor
-from .window import HELD_CALLS_KEY, RETRACTED_KEY, ThreadWindow, retracted_ids, windows_of
+from .window import (
+    HELD_CALLS_KEY,
+    RETRACTED_KEY,
+    RETRACTED_THROUGH_KEY,
+    ThreadWindow,
+    is_retracted,
+    windows_of,
+)
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
@@ -369,13 +379,12 @@ class ObservationalMemory:
         thread = await self.store.get_thread(thread_id)
         if thread is None:
             return None
-        retracted = retracted_ids(thread.metadata)
         through: int | None = None
         while True:
             batch = await self.store.list_messages(
                 thread_id, through_seq=through, limit=50, newest_first=True
             )
-            last = next((m for m in batch if m.id not in retracted), None)
+            last = next((m for m in batch if not is_retracted(m, thread.metadata)), None)
             if last is not None or len(batch) < 50:
                 break
             through = (batch[-1].seq or 1) - 1
@@ -431,12 +440,45 @@ class ObservationalMemory:
     async def clear(self, thread_id: str, resource_id: str | None = None) -> None:
         """Forget the memory of this thread (or resource); the messages stay."""
         key = self.key(thread_id, resource_id)
-        for name in (f"obs:{key}", f"catch-up:{key}", f"refl:{key}"):
-            task = self._tasks.get(name)
-            if task is not None:
-                task.cancel()
+        tasks = [
+            task
+            for name in (f"obs:{key}", f"catch-up:{key}", f"refl:{key}")
+            if (task := self._tasks.get(name)) is not None
+        ]
+        for task in tasks:
+            task.cancel()
+        # A cycle cancelled mid-commit may still land: wait for each to end before clearing.
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._logs.pop(key, None)
         await self.store.clear(key)
+
+    async def forget_thread(self, thread_id: str, resource_id: str | None) -> None:
+        """Forget a thread: its observation log, buffered work and hints are deleted, and
+        every message stored so far is taken back (storage keeps them, marked). The thread
+        goes on empty. Thread scope only: in resource scope the log is shared."""
+        self._check_open()
+        subject = self.subject(thread_id, resource_id)
+        if subject.scope == "resource":
+            raise ConfigError(
+                "scope",
+                "resource",
+                "a resource's log is shared by its threads; forget it all with "
+                "memory.om.clear(thread, resource), or start a new thread instead",
+            )
+        await self.clear(thread_id, resource_id)
+        thread = await self.store.get_thread(thread_id)
+        if thread is None:
+            return
+        patch = ThreadPatch(
+            thread_id=thread_id,
+            set=(
+                ((RETRACTED_THROUGH_KEY,), thread.message_count),
+                ((META_CURRENT_TASK,), None),
+                ((META_SUGGESTED_RESPONSE,), None),
+                ((META_EXTRACTED,), None),
+            ),
+        )
+        await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
 
     # -- lifecycle -------------------------------------------------------------------------------
 

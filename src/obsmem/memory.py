@@ -7,6 +7,7 @@ memory on, runs the engine (``memory.om``). Without it, the whole thread is sent
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from .recall import RECALL_DESCRIPTION
 from .records import Thread
 from .stores import SQLiteStore, Store
 from .tokens import TokenEstimator
-from .window import RETRACTED_KEY, retracted_ids
+from .window import RETRACTED_KEY, RETRACTED_THROUGH_KEY, is_retracted
 from .working_memory import (
     WorkingMemory,
     read_working_memory,
@@ -170,8 +171,10 @@ class Memory:
         await self.store.create_thread(ref.thread, ref.resource)
         stored = await self.store.append_messages(ref.thread, new_messages)
         thread = await self.store.get_thread(ref.thread)
-        retracted = retracted_ids(thread.metadata) if thread is not None else frozenset()
-        messages = [m for m in await self.store.list_messages(ref.thread) if m.id not in retracted]
+        meta = thread.metadata if thread is not None else {}
+        messages = [
+            m for m in await self.store.list_messages(ref.thread) if not is_retracted(m, meta)
+        ]
         if self.working_memory is not None:
             content = await self.get_working_memory(ref)
             shown = working_memory_message(content, managed=False)
@@ -202,13 +205,26 @@ class Memory:
         thread = await self.store.get_thread(ref.thread)
         if thread is None:
             return None
-        retracted = retracted_ids(thread.metadata)
         messages = await self.store.list_messages(ref.thread, newest_first=True)
-        last = next((m for m in messages if m.id not in retracted), None)
+        last = next((m for m in messages if not is_retracted(m, thread.metadata)), None)
         if last is not None:
             taken = {**(thread.metadata.get(RETRACTED_KEY) or {}), last.id: True}
             await self.store.update_thread(ref.thread, metadata={RETRACTED_KEY: taken})
         return last
+
+    async def forget_thread(self, ref: ThreadRef | Mapping[str, Any]) -> None:
+        """Forget a thread and go on with it empty: its observations, buffered work and hints
+        are deleted, and every message stored so far is taken back (storage keeps them,
+        marked; nothing shows them again). Thread scope only (a resource's log is shared)."""
+        ref = ThreadRef.of(ref)
+        if self.om is not None:
+            await self.om.forget_thread(ref.thread, ref.resource)
+            return
+        thread = await self.store.get_thread(ref.thread)
+        if thread is not None:
+            await self.store.update_thread(
+                ref.thread, metadata={RETRACTED_THROUGH_KEY: thread.message_count}
+            )
 
     # -- recall ------------------------------------------------------------------------------------
 
@@ -366,6 +382,12 @@ class Memory:
         to that loop: keep using it through ``run_sync`` (the sync front doors do) and end with
         :meth:`close`. From async code, await the coroutine instead."""
         return self._sync.run(work, timeout)
+
+    async def on_own_loop(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work`` on the memory's own loop thread, from any event loop: for frameworks
+        that start a new event loop per call (the Agents SDK's ``Runner.run_sync``), whose loop
+        ends with the call, while the background work a turn started must carry on."""
+        return await asyncio.wrap_future(self._sync.submit(work))
 
     def close(self, *, cancel: bool = False) -> None:
         """:meth:`aclose` for sync code: finishes background work, closes the store and stops

@@ -20,11 +20,13 @@ __all__ = [
     "DEFERRED",
     "HELD_CALLS_KEY",
     "RETRACTED_KEY",
+    "RETRACTED_THROUGH_KEY",
     "HeldMessages",
     "ThreadWindow",
     "binding_calls",
     "held_calls",
     "is_deferred",
+    "is_retracted",
     "mark_deferred",
     "pending_calls",
     "retracted_ids",
@@ -116,11 +118,17 @@ def windows_of(
 
 
 def visible(state: ThreadState) -> tuple[Message, ...]:
-    """A thread's unobserved messages without those taken back (:data:`RETRACTED_KEY`)."""
-    retracted = retracted_ids(state.thread.metadata)
-    if not retracted:
-        return state.unobserved
-    return tuple(m for m in state.unobserved if m.id not in retracted)
+    """A thread's unobserved messages without those taken back (:data:`RETRACTED_KEY`,
+    :data:`RETRACTED_THROUGH_KEY`)."""
+    return tuple(m for m in state.unobserved if not is_retracted(m, state.thread.metadata))
+
+
+def is_retracted(message: Message, thread_metadata: Mapping[str, Any]) -> bool:
+    through = thread_metadata.get(RETRACTED_THROUGH_KEY)
+    if isinstance(through, int) and (message.seq or 0) <= through:
+        return True
+    retracted = thread_metadata.get(RETRACTED_KEY)
+    return isinstance(retracted, dict) and bool(cast(dict[str, Any], retracted).get(message.id))
 
 
 class HeldMessages:
@@ -224,6 +232,10 @@ RETRACTED_KEY = "om:retracted"
 """Thread metadata naming the messages taken back (``Memory.retract_last``; the Agents SDK's
 ``pop_item``): ``{RETRACTED_KEY: {message_id: True}}``. Storage keeps them; no window shows
 them, so neither the actor nor the Observer sees them."""
+
+
+RETRACTED_THROUGH_KEY = "om:retracted_through"
+"""Thread metadata: every message up to this seq was taken back at once (a forgotten thread)."""
 
 
 def retracted_ids(thread_metadata: Mapping[str, Any]) -> frozenset[str]:

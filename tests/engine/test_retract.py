@@ -77,3 +77,54 @@ async def test_retracting_walks_back_one_message_at_a_time(tmp_path: Path) -> No
             assert len(await memory.messages("t")) == 3
         finally:
             await memory.aclose()
+
+
+async def test_forgetting_a_thread_deletes_its_memory_and_hides_its_messages(
+    tmp_path: Path,
+) -> None:
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(),
+                "messageTokens": 200,
+                "bufferTokens": 0.25,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    try:
+        for i in range(6):
+            await memory.context(
+                REF, [Message.user(f"My locker code is 40{i}. " * 10)], actor_model=None
+            )
+            await memory.save(REF, [Message.assistant("Noted. " * 20)], actor_model=None)
+        await memory.om.observe("t", "r")  # type: ignore[union-attr]
+        assert "locker" in await memory.om.observations("t", "r")  # type: ignore[union-attr]
+
+        await memory.forget_thread(REF)
+        assert await memory.om.observations("t", "r") == ""  # type: ignore[union-attr]
+        context = await memory.context(REF, [Message.user("What do you know?")], actor_model=None)
+        assert "locker" not in _texts(context.messages)
+        assert _texts(context.messages).strip().endswith("What do you know?")
+        assert len(await memory.messages("t")) == 13  # storage keeps everything
+        await memory.settle()
+        assert "locker" not in await memory.om.observations("t", "r")  # type: ignore[union-attr]
+    finally:
+        await memory.aclose()
+
+
+async def test_forgetting_is_refused_in_resource_scope(tmp_path: Path) -> None:
+    import pytest
+
+    from obsmem.errors import ConfigError
+
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={"scope": "resource", "observation": {"model": scripted_observer()}},
+    )
+    try:
+        with pytest.raises(ConfigError, match="start a new thread"):
+            await memory.forget_thread(REF)
+    finally:
+        await memory.aclose()
