@@ -320,24 +320,28 @@ class _StepMemory(ObservationalMemoryCapability):
 
     def __init__(self, memory: Memory, ref: ThreadRef, instructions: str) -> None:
         super().__init__(memory, resource=ref.resource, thread=ref.thread, recall=True)
+        self.fixed = ref
         # The agent's instructions lead every request, before memory (SPEC §6: the stable
         # prefix a prompt cache keeps).
-        self._thread.system_prompts.append(instructions)
+        self._state.system_prompts.append(instructions)
 
     def started_from(self, history: list[pa.ModelMessage]) -> None:
         """The run's starting history: memory's context, its input already stored."""
-        mark_as_context(history, self.ref.thread)
+        mark_as_context(history, self.fixed.thread)
 
     @property
     def stored(self) -> list[Message]:
         """The run's reply as stored: each step's tool traffic, then the final answer."""
-        return list(self._thread.stored)
+        return list(self._state.stored)
 
     def get_toolset(self) -> Any:
         return None
 
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
         return self  # made for this one run
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> Any:
+        return await handler()  # the agent streams memory's events itself
 
 
 def _working_memory_tool(memory: Memory, ref: ThreadRef) -> Tool[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic_ai import Agent
@@ -11,6 +12,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability, history_processor
 from obsmem.stores import InMemoryStore
+from obsmem.testing import scripted_observer, scripted_reflector
 
 from .helpers import (
     RESOURCE,
@@ -210,3 +212,133 @@ async def test_capability_offers_recall_when_retrieval_is_on() -> None:
     await agent.run("My favorite color is teal.")
     assert "recall" in offered[0]
     assert "My favorite color is teal." in recalled[0]
+
+
+# --- one module-level agent, per-run conversations -------------------------------------------
+
+
+def _echo_model(seen: list[str]) -> FunctionModel:
+    """Answers with everything it was sent (so a leak between users would show), and records
+    the request text."""
+
+    def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        text = sent_of(messages).system_text + "\n" + sent_of(messages).plain_text
+        seen.append(text)
+        return pa.ModelResponse(parts=[pa.TextPart(content="ok")])
+
+    async def stream(messages: list[pa.ModelMessage], info: AgentInfo) -> AsyncIterator[str]:
+        answer(messages, info)
+        yield "ok"
+
+    return FunctionModel(answer, stream_function=stream)
+
+
+async def test_one_agent_serves_many_users_through_deps() -> None:
+    """pydantic-ai's idiom: one module-level agent, the user in ``deps``. Each run's thread and
+    resource come from the run context; nothing of one user reaches the other's requests or
+    store."""
+    from dataclasses import dataclass
+
+    @dataclass
+    class Deps:
+        user_id: str
+        chat_id: str
+
+    memory = make_memory()
+    seen: list[str] = []
+    agent = Agent(
+        _echo_model(seen),
+        deps_type=Deps,
+        capabilities=[
+            ObservationalMemoryCapability(
+                memory,
+                resource=lambda ctx: ctx.deps.user_id,
+                thread=lambda ctx: ctx.deps.chat_id,
+            )
+        ],
+    )
+    ana, bo = Deps("ana", "ana-chat"), Deps("bo", "bo-chat")
+    for i in range(4):
+        await agent.run(f"Ana fact {i}: my cat is called Miso. " * 6, deps=ana)
+        await agent.run(f"Bo fact {i}: my dog is called Rex. " * 6, deps=bo)
+    await memory.settle()
+    ana_sent = [s for s in seen if "Ana fact" in s]
+    bo_sent = [s for s in seen if "Bo fact" in s]
+    assert len(ana_sent) == len(bo_sent) == 4
+    assert not any("Rex" in s for s in ana_sent)
+    assert not any("Miso" in s for s in bo_sent)
+    stored_ana = " ".join(str(m.parts) for m in await memory.messages("ana-chat"))
+    stored_bo = " ".join(str(m.parts) for m in await memory.messages("bo-chat"))
+    assert "Miso" in stored_ana
+    assert "Rex" not in stored_ana
+    assert "Rex" in stored_bo
+    assert "Miso" not in stored_bo
+    thread = await memory.thread("bo-chat")
+    assert thread is not None
+    assert thread.resource_id == "bo"
+
+
+async def test_run_metadata_names_the_conversation_and_a_missing_one_says_how() -> None:
+    import pytest
+
+    from obsmem.errors import ConfigError
+
+    memory = make_memory()
+    agent = Agent(_echo_model([]), capabilities=[ObservationalMemoryCapability(memory)])
+    await agent.run("Hello there.", metadata={"resource": "u9", "thread": "t9"})
+    assert [m.role for m in await memory.messages("t9")] == ["user", "assistant"]
+    with pytest.raises(ConfigError, match=r"metadata=\{\"thread\": \"...\"\}"):
+        await agent.run("Hello again.", metadata={"resource": "u9"})
+
+
+async def test_recall_is_bound_to_each_runs_conversation() -> None:
+    from obsmem import Memory
+
+    recalled: list[str] = []
+
+    def model(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        returns = [p for p in messages[-1].parts if isinstance(p, pa.ToolReturnPart)]
+        if returns:
+            recalled.append(str(returns[0].content))
+            return pa.ModelResponse(parts=[pa.TextPart(content="done")])
+        return pa.ModelResponse(parts=[pa.ToolCallPart("recall", {"page": 1}, "r1")])
+
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={
+            "retrieval": True,
+            "observation": {"model": scripted_observer(), "bufferTokens": False},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    agent = Agent(FunctionModel(model), capabilities=[ObservationalMemoryCapability(memory)])
+    await agent.run("I am Ana and I like teal.", metadata={"resource": "ana", "thread": "a"})
+    await agent.run("I am Bo and I like red.", metadata={"resource": "bo", "thread": "b"})
+    assert "teal" in recalled[0]
+    assert "red" not in recalled[0]
+    assert "red" in recalled[1]
+    assert "teal" not in recalled[1]
+
+
+async def test_memory_events_reach_the_runs_event_stream() -> None:
+    """Observation and activation happen inside a run; the run's own event stream carries them
+    as ``MemoryEvent``s (what ``event_stream_handler`` and the UI adapters see)."""
+    from obsmem.integrations.pydantic_ai import MemoryEvent
+
+    memory = make_memory()
+    agent = Agent(
+        _echo_model([]),
+        capabilities=[ObservationalMemoryCapability(memory, resource=RESOURCE, thread=THREAD)],
+    )
+    kinds: list[str] = []
+
+    async def handler(ctx: object, events: Any) -> None:
+        async for event in events:
+            if isinstance(event, MemoryEvent):
+                kinds.append(event.om_type)
+                assert event.fields["type"] == event.om_type
+
+    for i in range(TURNS):
+        await agent.run(user_turn(i), event_stream_handler=handler)
+    assert "data-om-observation-end" in kinds
+    assert "data-om-status" in kinds

@@ -14,9 +14,17 @@ Two front doors, both built from a :class:`~obsmem.Memory` and the thread/resour
 * :func:`history_processor` for ``ProcessHistory(...)``. pydantic-ai 2.x removed the
   ``history_processors=`` argument of ``Agent``; its ``ProcessHistory`` capability runs the same
   kind of function, so use ``Agent(..., capabilities=[ProcessHistory(history_processor(...))])``.
-  It too stores each step and assembles memory before every request. A history processor sees
-  nothing after the last model request of a run, so the final answer is stored at the next run:
-  pass ``message_history=result.all_messages()`` to it.
+  It too stores each step and assembles memory before every request. It cannot store a run's
+  final answer by itself: pydantic-ai calls a history processor only before a model request,
+  and the final answer comes after the last one, so no call ever shows it the answer. It is
+  stored when the processor next sees it: pass ``message_history=result.all_messages()`` to the
+  next run. The capability has an ``after_run`` hook and stores it at once; prefer it.
+
+One module-level agent serves every user: give the capability ``resource`` and ``thread`` as
+functions of the run context (``thread=lambda ctx: ctx.deps.chat_id``) or leave them out and pass
+them per run as ``metadata={"resource": ..., "thread": ...}``. The thread's memory events reach
+the run's event stream (``event_stream_handler``, ``run_stream_events``, the UI adapters) as
+:class:`MemoryEvent` capability events.
 
 What is new is told by a mark in the pydantic-ai messages' ``metadata``: every message this module
 stored or sent is marked with the thread it belongs to, and every unmarked message is new. System
@@ -33,16 +41,20 @@ agent that does not have it: ``history_processor`` offers no tool, so give the a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from pydantic_ai import messages as pa
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.messages import CapabilityEvent
 from pydantic_ai.models import Model, ModelRequestContext
 from pydantic_ai.run import AgentRunResult
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import DeferredToolRequests, RunContext
 
 from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
+from obsmem.errors import ConfigError
+from obsmem.events import Event
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.window import mark_deferred
@@ -50,6 +62,8 @@ from obsmem.window import mark_deferred
 __all__ = [
     "MARK_KEY",
     "HistoryProcessorFunc",
+    "IdFrom",
+    "MemoryEvent",
     "ObservationalMemoryCapability",
     "history_processor",
     "mark_as_context",
@@ -224,25 +238,57 @@ class _Thread:
         return managed
 
 
+IdFrom: TypeAlias = Callable[[RunContext[Any]], str]
+"""A thread or resource id read from the run (``lambda ctx: ctx.deps.user_id``)."""
+
+
+@dataclass(kw_only=True)
+class MemoryEvent(CapabilityEvent, namespace="obsmem", name="memory"):
+    """A memory event (``data-om-*``) of the run's thread, in the run's own event stream
+    (``event_stream_handler``, ``run_stream_events``, the UI adapters)."""
+
+    om_type: str = ""
+    """The obsmem event type: ``data-om-observation-end``, ``data-om-activation``, ..."""
+    fields: dict[str, Any] = field(default_factory=dict[str, Any])
+    """The event's fields (``event.to_dict()``)."""
+
+
 class ObservationalMemoryCapability(AbstractCapability[Any]):
-    """Gives a pydantic-ai agent observational memory of one thread.
+    """Gives a pydantic-ai agent observational memory.
 
     ``pydantic_ai.Agent(model, capabilities=[ObservationalMemoryCapability(memory,
     resource="user-1", thread="chat-1")])``; then ``await agent.run("...")`` each turn.
+
+    One module-level agent can serve every user: give ``resource`` and ``thread`` as functions of
+    the run context (``thread=lambda ctx: ctx.deps.chat_id``), or leave them out and pass them
+    per run as metadata (``agent.run(..., metadata={"resource": "user-1", "thread":
+    "chat-1"})``). Memory events of the thread reach the run's event stream as
+    :class:`MemoryEvent` s.
     """
 
-    def __init__(self, memory: Memory, *, resource: str, thread: str, recall: bool = True) -> None:
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        resource: str | IdFrom | None = None,
+        thread: str | IdFrom | None = None,
+        recall: bool = True,
+    ) -> None:
         self.memory = memory
-        self.ref = ThreadRef.of({"resource": resource, "thread": thread})
+        self.resource = resource
+        self.thread = thread
         self.recall = recall
         """Offer the ``recall`` tool (when the memory has retrieval on)."""
-        self._thread = _Thread(memory, self.ref, recall=recall)
+        fixed = isinstance(resource, str) and isinstance(thread, str)
+        self.ref: ThreadRef | None = (
+            ThreadRef.of({"resource": resource, "thread": thread}) if fixed else None
+        )
+        """The conversation, when fixed at construction (else each run's)."""
+        self._thread = _Thread(memory, self.ref, recall=recall) if self.ref else None
+        self._events: list[Event] = []
 
     def __repr__(self) -> str:
-        return (
-            f"ObservationalMemoryCapability(resource={self.ref.resource!r}, "
-            f"thread={self.ref.thread!r})"
-        )
+        return f"ObservationalMemoryCapability(resource={self.resource!r}, thread={self.thread!r})"
 
     def get_model_settings(self) -> Any:
         """Prompt caching on, unless the agent's or model's settings already say anything
@@ -250,37 +296,92 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
         return prompt_cache_settings
 
     def get_toolset(self) -> Any:
-        """The ``recall`` tool, when the memory has retrieval on."""
-        if not self._thread.recall:
+        """The ``recall`` tool, when the memory has retrieval on (bound to the run's thread)."""
+        if not (self.recall and self.memory.retrieval):
             return None
         from pydantic_ai.toolsets import FunctionToolset
 
+        if self.ref is None:  # known per run: each run's capability (``for_run``) offers it
+            return None
         return FunctionToolset([self.memory.recall_tool(self.ref)])
 
+    def ref_for(self, ctx: RunContext[Any]) -> ThreadRef:
+        """This run's conversation: the fixed ids, the functions' answers, or run metadata."""
+        if self.ref is not None:
+            return self.ref
+        metadata = ctx.metadata or {}
+        ids: dict[str, str] = {}
+        for name, given in (("resource", self.resource), ("thread", self.thread)):
+            value = given(ctx) if callable(given) else given or metadata.get(name)
+            if not isinstance(value, str) or not value:
+                raise ConfigError(
+                    name,
+                    value,
+                    f'say which {name} this run belongs to: {name}="..." or '
+                    f"{name}=lambda ctx: ctx.deps.<field> when building the capability, or "
+                    f'agent.run(..., metadata={{"{name}": "..."}})',
+                )
+            ids[name] = value
+        return ThreadRef.of(ids)
+
     async def for_run(self, ctx: RunContext[Any]) -> AbstractCapability[Any]:
-        """A fresh instance per run: what was stored belongs to one run."""
+        """A fresh instance per run, for the run's conversation: what was stored belongs to
+        one run."""
+        ref = self.ref_for(ctx)
         return ObservationalMemoryCapability(
-            self.memory, resource=self.ref.resource, thread=self.ref.thread, recall=self.recall
+            self.memory, resource=ref.resource, thread=ref.thread, recall=self.recall
         )
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> AgentRunResult[Any]:
+        """Collect the thread's memory events while the run lasts (sent on at each hook)."""
+        ref = self.ref_for(ctx)
+
+        def collect(event: Event) -> None:
+            if getattr(event, "thread_id", None) == ref.thread or ref.thread in getattr(
+                event, "thread_ids", ()
+            ):
+                self._events.append(event)
+
+        unsubscribe = self.memory.subscribe(collect)
+        try:
+            return await handler()
+        finally:
+            unsubscribe()
+
+    async def _emit_events(self, ctx: RunContext[Any]) -> None:
+        events, self._events = self._events, []
+        for event in events:
+            await ctx.emit(MemoryEvent(om_type=event.type, fields=event.to_dict()))
+
+    @property
+    def _state(self) -> _Thread:
+        """The per-run state (every run's capability is made for its conversation)."""
+        if self._thread is None:  # pragma: no cover - for_run gives every run a fixed ref
+            raise RuntimeError("the capability's thread is known only inside a run")
+        return self._thread
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
         """Store what happened since the last request and send memory's context for this
         step (one memory step: one store round trip, plus any memory work that is due)."""
+        state = self._state
         messages = ctx.messages
-        reply, new_input = self._thread.new(messages)
-        if reply or new_input or not _has_context(messages, self.ref.thread):
-            request_context.messages = await self._thread.context(
+        reply, new_input = state.new(messages)
+        if reply or new_input or not _has_context(messages, state.ref.thread):
+            request_context.messages = await state.context(
                 messages, [*reply, *new_input], request_context.model
             )
+        await self._emit_events(ctx)
         return request_context
 
     async def after_run(
         self, ctx: RunContext[Any], *, result: AgentRunResult[Any]
     ) -> AgentRunResult[Any]:
-        reply, late_input = self._thread.new(result.all_messages())
-        await self._thread.save([*reply, *late_input], _actor(ctx), _deferred(result.output))
+        state = self._state
+        reply, late_input = state.new(result.all_messages())
+        await state.save([*reply, *late_input], _actor(ctx), _deferred(result.output))
+        await self._emit_events(ctx)
         return result
 
 
