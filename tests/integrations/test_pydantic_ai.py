@@ -342,3 +342,99 @@ async def test_memory_events_reach_the_runs_event_stream() -> None:
         await agent.run(user_turn(i), event_stream_handler=handler)
     assert "data-om-observation-end" in kinds
     assert "data-om-status" in kinds
+
+
+# --- the example, offline ------------------------------------------------------------------------
+
+
+def _example(name: str) -> Any:
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+async def test_the_approval_example_pauses_resumes_and_remembers() -> None:
+    """examples/pydantic_ai_approval.py with pydantic-ai's FunctionModel: each booking pauses for
+    approval and resumes, the call and its result are stored once as a pair, a refusal is
+    stored as the tool's answer, two users share the module-level agent without a leak, and
+    memory events reach the run's stream."""
+    from obsmem.messages import ToolCallPart, ToolResultPart
+
+    example = _example("pydantic_ai_approval")
+    seen: list[str] = []
+
+    def brain(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        sent = sent_of(messages)
+        seen.append(sent.system_text + "\n" + sent.plain_text)
+        last = messages[-1]
+        if any(isinstance(p, pa.ToolReturnPart) for p in last.parts):
+            [result] = [p for p in last.parts if isinstance(p, pa.ToolReturnPart)]
+            return pa.ModelResponse(parts=[pa.TextPart(content=f"Done: {result.content}")])
+        if "Book" in sent.plain_text.rsplit("\n", 1)[-1]:
+            args = {"restaurant": "Tasca", "people": 2}
+            call = pa.ToolCallPart("book_table", args, tool_call_id=f"b{len(seen)}")
+            return pa.ModelResponse(parts=[call])
+        return pa.ModelResponse(parts=[pa.TextPart(content="Noted. " * 20)])
+
+    async def stream(messages: list[pa.ModelMessage], info: AgentInfo) -> AsyncIterator[Any]:
+        response = brain(messages, info)
+        part = response.parts[0]
+        if isinstance(part, pa.ToolCallPart):
+            yield {
+                0: DeltaToolCall(
+                    name=part.tool_name,
+                    json_args=part.args_as_json_str(),
+                    tool_call_id=part.tool_call_id,
+                )
+            }
+        else:
+            assert isinstance(part, pa.TextPart)
+            yield part.content
+
+    from pydantic_ai.models.function import DeltaToolCall
+
+    memory = make_memory()
+    agent = example.build_agent(FunctionModel(brain, stream_function=stream), memory)
+    ana = example.Deps(user_id="ana", chat_id="ana-dinner")
+    bo = example.Deps(user_id="bo", chat_id="bo-dinner")
+    events: list[str] = []
+    asked: list[str] = []
+
+    def approve(call: Any) -> bool | str:
+        asked.append(call.tool_name)
+        return True
+
+    answer = await example.converse(agent, ana, "I am vegetarian. Book Tasca.", approve, events)
+    assert answer.startswith("Done: Booked Tasca for 2 (confirmation for ana)")
+    before_bo = len(seen)
+    refused = await example.converse(agent, bo, "Book Tasca.", lambda call: "Too expensive.")
+    bo_saw = seen[before_bo:]
+    assert bo_saw
+    assert not any("vegetarian" in text for text in bo_saw)  # Ana's fact never reaches Bo
+    assert refused.startswith("Done:")
+    assert "Too expensive." in refused
+    for i in range(6):
+        await example.converse(agent, ana, f"Tell me more, part {i}. " * 8, approve, events)
+    assert asked == ["book_table"]
+    assert "data-om-observation-end" in events  # memory worked, and the stream showed it
+
+    for chat, outcome in (("ana-dinner", "Booked Tasca"), ("bo-dinner", "Too expensive.")):
+        stored = await memory.messages(chat)
+        calls = [p for m in stored for p in m.parts if isinstance(p, ToolCallPart)]
+        results = [p for m in stored for p in m.parts if isinstance(p, ToolResultPart)]
+        assert len(calls) == 1, chat
+        assert len(results) == 1, chat
+        assert results[0].tool_call_id == calls[0].tool_call_id
+        assert outcome in str(results[0].content)
+    bo_stored = " ".join(str(m.parts) for m in await memory.messages("bo-dinner"))
+    assert "vegetarian" not in bo_stored
+    await memory.aclose()
