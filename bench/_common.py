@@ -185,8 +185,10 @@ _DATE = re.compile(r"^([A-Z][a-z]{2}) (\d{1,2}) (\d{4}):$")
 _MEM0_LINE = re.compile(r"^(user|assistant): (.*)$")
 
 
-def _observe(transcript: str, words: int = 12) -> str:
-    """One dated line per message: what a small Observer would write."""
+def _observe(transcript: str, words: int = 6) -> str:
+    """One dated line per message, its first ``words`` words: what a small Observer would
+    write (about 0.4 of the transcript; twelve words made it 0.8, past the output cap of half
+    the input, which a real Observer compressing 3-6x never meets)."""
     out: list[str] = []
     clock = "00:00"
     for raw in transcript.splitlines():
@@ -285,12 +287,40 @@ class CountingServer:
                     payload = server._embed(body)
                 else:
                     payload = server._chat(body)
+                    if body.get("stream"):  # memory-model calls stream (output caps)
+                        self._stream(payload)
+                        return
                 data = json.dumps(payload).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
+            def _stream(self, payload: dict[str, Any]) -> None:
+                """The answer as server-sent events: the text, then the end with usage."""
+                choice = payload["choices"][0]
+                base = {k: payload[k] for k in ("id", "created", "model")}
+                chunks = [
+                    {
+                        **base,
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": choice["message"]}],
+                    },
+                    {
+                        **base,
+                        "object": "chat.completion.chunk",
+                        "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                        "usage": payload["usage"],
+                    },
+                ]
+                data = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+                encoded = data.encode()
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("content-length", str(len(encoded)))
+                self.end_headers()
+                self.wfile.write(encoded)
 
             def log_message(self, format: str, *args: Any) -> None:
                 pass

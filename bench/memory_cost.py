@@ -54,11 +54,19 @@ async def run_obsmem(
     om = ObservationalMemory(
         InMemoryStore(), {"observation": observation, "reflection": reflection}
     )
+    failures: list[str] = []
+    om.subscribe(
+        lambda event: failures.append(f"{event.type}: {getattr(event, 'error', '')}")
+        if event.type.endswith("-failed")
+        else None
+    )
     started = time.perf_counter()
     await replay(om, messages)
     await om.observe("replay", "replay-user")  # flush: every message goes through the Observer
     await om.settle()
     await om.aclose()
+    if failures:  # a failed call costs tokens too, but measures nothing worth a figure
+        raise SystemExit("obsmem's memory calls failed; no figure:\n" + "\n".join(failures))
     return time.perf_counter() - started
 
 

@@ -51,9 +51,11 @@ otherwise."""
 
 
 def observer_output_cap(input_tokens: int) -> int:
-    """Most tokens an Observer answer may take: a third of what it observes (observations
-    compress 5-40x), and never under 2,000 (the hints, a title, extracted values)."""
-    return max(2_000, input_tokens // 3)
+    """Most tokens an Observer answer may take: half of what it observes, and never under
+    2,000 (the hints, a title, extracted values). Observations compress dense chat 3-6x and
+    tool output far more, so a legitimate answer stays well inside; a model that never stops
+    costs at most half its input."""
+    return max(2_000, input_tokens // 2)
 
 
 def _allow_all(media_type: str) -> bool:
