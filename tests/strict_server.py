@@ -50,7 +50,16 @@ class ToolCalls:
         ]
 
 
-Answer = Callable[[dict[str, Any]], "str | ToolCalls | Iterable[str] | Awaitable[str | ToolCalls]"]
+class _EmptyStream:
+    """An answer whose stream ends at once, with no chunk at all (what small local models
+    sometimes send)."""
+
+
+EMPTY_STREAM = _EmptyStream()
+
+Answer = Callable[
+    [dict[str, Any]], "str | ToolCalls | _EmptyStream | Iterable[str] | Awaitable[str | ToolCalls]"
+]
 
 
 def _fixed(text: str) -> Answer:
@@ -185,6 +194,13 @@ class StrictServer:
             reply = self.answer(body)
             if inspect.isawaitable(reply):
                 reply = await reply
+            if isinstance(reply, _EmptyStream):
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    b"Connection: close\r\n\r\ndata: [DONE]\n\n"
+                )
+                await writer.drain()
+                return
             if isinstance(reply, ToolCalls):
                 calls = reply.wire(len(self.requests) * 100)
                 if body.get("stream"):

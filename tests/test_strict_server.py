@@ -4,6 +4,7 @@ llama.cpp's and vLLM's chat templates), and answers that run away."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -317,3 +318,21 @@ async def test_tool_loops_with_memory_speak_what_a_strict_server_accepts(
     assert "<observations>" in last[0]["content"]
     assert "blue" in last[0]["content"]
     assert "blue" in result.text
+
+
+async def test_an_empty_stream_is_an_empty_answer_asked_again() -> None:
+    """Small local models sometimes end a stream with nothing in it: that is an empty answer
+    (asked once more, then a failed attempt naming the model's output), not a model error that
+    says to check the account."""
+    from .strict_server import EMPTY_STREAM
+
+    answers: Iterator[object] = iter([EMPTY_STREAM, OBSERVATION])
+    async with strict_server(answer=lambda request: next(answers)) as server:
+        parsed, _ = await observe(
+            ObserverInput(messages=_messages()),
+            caller=ModelCaller(),
+            model=_model(server),  # type: ignore[arg-type]
+            estimator=HeuristicEstimator(),
+        )
+    assert len(server.requests) == 2
+    assert "favourite colour is blue" in parsed.observations

@@ -207,6 +207,7 @@ class ModelCaller:
     ) -> tuple[pa.ModelResponse, str | None]:
         from pydantic_ai import messages as pa
         from pydantic_ai.direct import model_request
+        from pydantic_ai.exceptions import UnexpectedModelBehavior
         from pydantic_ai.settings import ModelSettings
 
         what = f"the {request.role} call to model {model.model_name!r}"
@@ -233,7 +234,14 @@ class ModelCaller:
             if not _can_stream(model):
                 response = await model_request(model, sent, model_settings=settings)
                 return response, guard.check(_text_of(response))  # after the fact
-            return await _stream(model, sent, settings, guard)
+            try:
+                return await _stream(model, sent, settings, guard)
+            except UnexpectedModelBehavior as exc:
+                if "without content" not in str(exc):
+                    raise
+                # A stream that ended with nothing in it (small local models do this) is an
+                # empty answer, which the caller counts as a failed attempt and asks again.
+                return pa.ModelResponse(parts=[]), None
 
         async def attempt() -> tuple[pa.ModelResponse, str | None]:
             if messages is text_only or key in self._text_only:
