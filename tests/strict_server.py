@@ -88,6 +88,8 @@ class StrictServer:
     reject_params: frozenset[str] = frozenset()
     multimodal: bool = False
     """Whether list content (text and images) is accepted (a model with a vision projector)."""
+    report_usage: bool = True
+    """Whether answers carry token usage (many local servers leave it out of a stream)."""
     outage: int = 0
     """The first ``outage`` requests are answered 503 (a server that is down for a while)."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
@@ -287,8 +289,9 @@ class StrictServer:
                         "finish_reason": "tool_calls" if tool_calls else "stop",
                     }
                 ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
             }
+            if self.report_usage:
+                done["usage"] = {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}
             writer.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
             await writer.drain()
         except ConnectionError:

@@ -356,3 +356,17 @@ def test_demo_reports_a_server_error_as_a_server_error(tmp_path: Path) -> None:
     assert "obsmem doctor --model openai/local-test" in result.stderr
     assert "No model is configured" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_demo_estimates_the_tokens_a_server_does_not_report(tmp_path: Path) -> None:
+    """llama.cpp leaves usage out of a stream: the demo's summary counts the tokens itself and
+    says so, instead of reporting 0 in / 0 out."""
+    from .loopback_openai import answer
+    from .strict_server import strict_server_thread
+
+    with strict_server_thread(answer=answer, report_usage=False) as server:
+        result = _run(["demo"], tmp_path, _on(server.base_url))
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = next(line for line in result.stdout.splitlines() if " model calls, " in line)
+    assert "(estimated: the server reported no usage)" in summary
+    assert " 0 in / 0 out" not in summary

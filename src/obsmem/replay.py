@@ -260,6 +260,8 @@ class ReplayReport:
     model_calls: int = 0
     model_input_tokens: int = 0
     model_output_tokens: int = 0
+    usage_estimated: bool = False
+    """Some calls' tokens are local estimates: their server reported no usage."""
     cost_usd: float | None = None
     generations: int = 0
     final_log: str = ""
@@ -305,8 +307,14 @@ async def replay(
 
     def on_call(request: LLMRequest, result: LLMResult) -> None:
         report.model_calls += 1
-        report.model_input_tokens += result.input_tokens
-        report.model_output_tokens += result.output_tokens
+        if result.input_tokens or result.output_tokens:
+            report.model_input_tokens += result.input_tokens
+            report.model_output_tokens += result.output_tokens
+        else:  # the server reported no usage (many local servers when streaming)
+            sent = [request.system, *(u for u in request.user if isinstance(u, str))]
+            report.model_input_tokens += sum(estimator.count_text(t) for t in sent)
+            report.model_output_tokens += estimator.count_text(result.text)
+            report.usage_estimated = True
         if result.cost_usd is not None:
             costs.append(result.cost_usd)
 

@@ -158,7 +158,10 @@ def _summary(report: ReplayReport, out: TextIO, *, thread: str, quiet: bool) -> 
         f"conversation; largest context {report.largest_context:,} tokens; "
         f"{len(report.cycles)} memory cycles (observation compression {ratio}); "
         f"{report.generations} generation(s); {report.model_calls} model calls, "
-        f"{report.model_input_tokens:,} in / {report.model_output_tokens:,} out, cost {cost}",
+        f"{'~' if report.usage_estimated else ''}{report.model_input_tokens:,} in / "
+        f"{report.model_output_tokens:,} out"
+        f"{' (estimated: the server reported no usage)' if report.usage_estimated else ''}, "
+        f"cost {cost}",
         file=out,
     )
     for failure in report.failures:
