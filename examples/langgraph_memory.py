@@ -1,4 +1,7 @@
-"""A LangGraph ReAct agent with observational memory, through pre_model_hook/post_model_hook.
+"""A LangGraph ReAct agent (``create_react_agent``) with observational memory, through its
+pre- and post-model hooks. For ``langchain.agents.create_agent`` (LangChain's replacement for
+``create_react_agent``) see examples/langchain_agent_memory.py; for a hand-built graph,
+docs/langgraph.md.
 
 Needs ``pip install "obsmem[langgraph]"`` plus the LangChain chat model package of your provider
 (``pip install langchain-openai`` or ``langchain-anthropic``). Set OBSMEM_MODEL and the provider's
@@ -8,7 +11,6 @@ keeps the full history; the model sees what memory assembled. The memory lives i
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import sys
 import warnings
@@ -37,7 +39,35 @@ def chat_model(spec: str) -> Any:
     return cls(model=model_id_of(spec))
 
 
-async def main() -> int:
+def build_graph(model: Any, memory: Memory) -> Any:
+    """The ReAct agent with both hooks of one ``LangGraphMemory`` (thread and user: per run)."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    hooks = LangGraphMemory(memory)
+    with warnings.catch_warnings():  # create_react_agent is deprecated in LangGraph 1.x
+        warnings.filterwarnings("ignore", message="create_react_agent has been moved")
+        return create_react_agent(
+            model,
+            [],
+            prompt="You are a helpful assistant.",
+            pre_model_hook=hooks.pre_model_hook,
+            post_model_hook=hooks.post_model_hook,
+            checkpointer=InMemorySaver(),
+        )
+
+
+def converse(graph: Any) -> str:
+    """Two turns of one user; the second answer is returned."""
+    config: Any = {"configurable": {"thread_id": "langgraph-example", "user_id": "user-123"}}
+    graph.invoke({"messages": [("user", "Remember that my favorite color is blue.")]}, config)
+    state = graph.invoke({"messages": [("user", "What is my favorite color?")]}, config)
+    return str(state["messages"][-1].text)
+
+
+def main() -> int:
     spec = model_from_environment()
     if spec is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
@@ -46,33 +76,10 @@ async def main() -> int:
     if model is None:
         print(f"No LangChain chat model for {spec!r}. " + HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2
-    from langchain_core.messages import HumanMessage
-    from langgraph.checkpoint.memory import InMemorySaver
-    from langgraph.prebuilt import create_react_agent
-
-    from obsmem.integrations.langgraph import post_model_hook, pre_model_hook
-
-    memory = Memory(observational_memory={"model": spec})  # store=None: ./obsmem.db
-    hooks = {"resource": "user-123", "thread": "langgraph-example"}
-    with warnings.catch_warnings():  # create_react_agent is deprecated in LangGraph 1.x
-        warnings.simplefilter("ignore")
-        graph = create_react_agent(
-            model,
-            [],
-            prompt="You are a helpful assistant.",
-            pre_model_hook=pre_model_hook(memory, **hooks),
-            post_model_hook=post_model_hook(memory, **hooks),
-            checkpointer=InMemorySaver(),
-        )
-    config: Any = {"configurable": {"thread_id": "langgraph-example"}}
-    await graph.ainvoke(
-        {"messages": [HumanMessage("Remember that my favorite color is blue.")]}, config
-    )
-    state = await graph.ainvoke({"messages": [HumanMessage("What is my favorite color?")]}, config)
-    print(state["messages"][-1].text)
-    await memory.aclose()
+    with Memory(observational_memory={"model": spec}) as memory:  # ./obsmem.db; closed at the end
+        print(converse(build_graph(model, memory)))
     return 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(main())

@@ -36,17 +36,22 @@ async def main() -> int:
     client = AsyncOpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "local")
     model = OpenAIChatCompletionsModel(model=model_id_of(spec), openai_client=client)
     memory = Memory(observational_memory={"model": spec})  # store=None: ./obsmem.db
-    session = ObservationalSession(memory, session_id="agents-sdk-example", resource="user-123")
-    agent = Agent(name="assistant", instructions="You are a helpful assistant.", model=model)
-    config = RunConfig(tracing_disabled=True)
-    await Runner.run(
-        agent, "Remember that my favorite color is blue.", session=session, run_config=config
-    )
-    result = await Runner.run(
-        agent, "What is my favorite color?", session=session, run_config=config
-    )
-    print(result.final_output)
-    await memory.aclose()
+    # Leaving the block finishes memory's background work and closes the memory.
+    async with ObservationalSession(
+        memory, session_id="agents-sdk-example", resource="user-123", on_clear="new_thread"
+    ) as session:
+        agent = Agent(name="assistant", instructions="You are a helpful assistant.", model=model)
+        # Memory at every model call of a run; tracing off so nothing goes to OpenAI's traces.
+        config = RunConfig(
+            tracing_disabled=True, call_model_input_filter=session.call_model_input_filter
+        )
+        await Runner.run(
+            agent, "Remember that my favorite color is blue.", session=session, run_config=config
+        )
+        result = await Runner.run(
+            agent, "What is my favorite color?", session=session, run_config=config
+        )
+        print(result.final_output)
     return 0
 
 

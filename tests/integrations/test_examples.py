@@ -13,7 +13,12 @@ import pytest
 from ..loopback_openai import LoopbackServer
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-NAMES = ["pydantic_ai_memory.py", "openai_agents_memory.py", "langgraph_memory.py"]
+NAMES = [
+    "pydantic_ai_memory.py",
+    "openai_agents_memory.py",
+    "langgraph_memory.py",
+    "langchain_agent_memory.py",
+]
 
 
 def offline_env() -> dict[str, str]:
@@ -53,3 +58,22 @@ def test_against_an_openai_compatible_server(name: str, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "Your favorite color is blue." in result.stdout
     assert len(server.stats.requests) >= 2
+
+
+def test_the_agents_sdk_approval_example_pauses_and_resumes_offline(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "openai_agents_approval.py")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=offline_env(),
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        'Paused: delete_file({"path":"old-report.txt"}) waits for approval.',
+        "Saved the run to pending-run.json.",
+        "Approved. Agent: I deleted old-report.txt.",
+        "Memory stored the result of: delete_file",
+    ]
+    assert not (tmp_path / "pending-run.json").exists()

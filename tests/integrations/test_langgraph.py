@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,6 +16,7 @@ from langgraph.prebuilt import create_react_agent
 from pydantic import Field
 
 from obsmem import Memory
+from obsmem.errors import ConfigError
 from obsmem.integrations.langgraph import (
     LangGraphMemory,
     from_langchain,
@@ -22,9 +24,11 @@ from obsmem.integrations.langgraph import (
     pre_model_hook,
     to_langchain,
 )
-from obsmem.messages import ToolResultPart
+from obsmem.messages import ToolCallPart, ToolResultPart
+from obsmem.stores import SQLiteStore
 
 from .helpers import (
+    FACTS,
     RESOURCE,
     TURNS,
     Sent,
@@ -156,11 +160,11 @@ async def test_restarted_hooks_find_what_is_stored() -> None:
         ToolMessage("sunny", tool_call_id="c1", id="t1"),
     ]
     config: Any = {}
-    first = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook(
+    first = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook.ainvoke(
         {"messages": messages[:1]}, config
     )
     assert [m.text for m in first["llm_input_messages"]] == ["hi"]
-    again = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook(
+    again = await LangGraphMemory(memory, resource=RESOURCE, thread="r").pre_model_hook.ainvoke(
         {"messages": messages}, config
     )
     assert [type(m).__name__ for m in again["llm_input_messages"]] == [
@@ -169,6 +173,18 @@ async def test_restarted_hooks_find_what_is_stored() -> None:
         "ToolMessage",
     ]
     assert [m.role for m in await memory.messages("r")] == ["user", "assistant", "tool"]
+
+
+def test_an_invalid_tool_call_is_stored_with_its_error_answer() -> None:
+    """create_agent answers a malformed call with an error ToolMessage: both are kept, paired."""
+    bad = AIMessage(
+        "", invalid_tool_calls=[{"name": "weather", "args": "{oops", "id": "c9", "error": "x"}]
+    )
+    read = from_langchain([bad, ToolMessage("malformed", tool_call_id="c9", status="error")])
+    [call] = read[0].parts
+    assert isinstance(call, ToolCallPart)
+    assert (call.tool_call_id, call.tool_name, call.args) == ("c9", "weather", "{oops")
+    assert to_langchain(read)[0] == bad
 
 
 def test_messages_round_trip() -> None:
@@ -186,3 +202,125 @@ def test_messages_round_trip() -> None:
     assert isinstance(result, ToolResultPart)
     assert result.is_error
     assert result.tool_name == "weather"
+
+
+# -- per-call ids, sync runs, events, trimming, recall ---------------------------------------------
+
+
+def react_agent(model: Any, hooks: LangGraphMemory, tools: Any = (weather,)) -> Any:
+    return create_react_agent(
+        model,
+        list(tools),
+        prompt="Be brief.",
+        pre_model_hook=hooks.pre_model_hook,
+        post_model_hook=hooks.post_model_hook,
+        checkpointer=InMemorySaver(),
+    )
+
+
+def test_sync_invoke_and_stream_with_the_ids_of_the_config(tmp_path: Path) -> None:
+    """The hooks run in ``invoke``/``stream``; thread and resource come from the config; the
+    custom stream shows the thread's memory events; each answer is stored at once."""
+    memory = make_memory(SQLiteStore(tmp_path / "m.db"))
+    model = ScriptedChat(messages=script(TURNS), inputs=[])
+    graph = react_agent(model, LangGraphMemory(memory))
+    config: Any = {"configurable": {"thread_id": "sync-1", "user_id": "alice"}}
+    events: list[dict[str, Any]] = []
+    for i in range(TURNS):
+        turn = {"messages": [HumanMessage(user_turn(i))]}
+        if i % 2:
+            state = graph.invoke(turn, config)
+        else:
+            for mode, chunk in graph.stream(turn, config, stream_mode=["custom", "values"]):
+                if mode == "custom":
+                    events.append(chunk)
+                else:
+                    state = chunk
+        assert state["messages"][-1].text == answer_text(i)
+        assert memory.run_sync(memory.messages("sync-1"))[-1].text == answer_text(i)
+        memory.run_sync(memory.settle())
+
+    assert [t.id for t in memory.run_sync(memory.threads("alice"))] == ["sync-1"]
+    stored = memory.run_sync(memory.messages("sync-1"))
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * TURNS
+    kinds = [e["type"] for e in events]
+    assert kinds.count("data-om-status") == TURNS // 2 * 2, kinds
+    assert "data-om-observation-end" in kinds
+    assert {e["thread_id"] for e in events} == {"sync-1"}
+    inputs = [sent_of(m) for m in model.inputs]
+    assert_pairs_intact(inputs)
+    assert_memory_in_context(inputs)
+    memory.close()
+
+
+async def test_one_graph_serves_two_users_by_config() -> None:
+    from .test_langchain import om_memory
+
+    memory = om_memory(scope="resource")
+    model = ScriptedChat(messages=script(8), inputs=[])
+    graph = react_agent(model, LangGraphMemory(memory))
+    bob_sent: list[str] = []
+    for i in range(4):
+        alice = {"configurable": {"thread_id": "a-1", "resource_id": "alice"}}
+        await graph.ainvoke({"messages": [HumanMessage(f"Turn {i}: {FACTS[i]}. " * 6)]}, alice)
+        start = len(model.inputs)
+        bob = {"configurable": {"thread_id": "b-1", "resource_id": "bob"}}
+        await graph.ainvoke({"messages": [HumanMessage(f"Turn {i}: hello. " * 6)]}, bob)
+        bob_sent += [m.text for request in model.inputs[start:] for m in request]
+        await memory.settle()
+    assert memory.om is not None
+    assert FACTS[0] in await memory.om.observations("a-1", "alice")
+    for fact in FACTS[:4]:
+        assert not any(fact in text for text in bob_sent), fact
+        assert all(fact not in m.text for m in await memory.messages("b-1"))
+    await memory.aclose()
+
+
+async def test_a_missing_resource_names_the_fix() -> None:
+    memory = make_memory()
+    graph = react_agent(ScriptedChat(messages=script(1), inputs=[]), LangGraphMemory(memory))
+    with pytest.raises(ConfigError, match="resource_id"):
+        await graph.ainvoke(
+            {"messages": [HumanMessage("hi")]}, {"configurable": {"thread_id": "t"}}
+        )
+    await memory.aclose()
+
+
+async def test_trim_checkpoint_with_the_hooks() -> None:
+    memory = make_memory()
+    model = ScriptedChat(messages=script(TURNS), inputs=[])
+    graph = react_agent(model, LangGraphMemory(memory, resource=RESOURCE, trim_checkpoint=True))
+    config: Any = {"configurable": {"thread_id": THREAD}}
+    for i in range(TURNS):
+        state = await graph.ainvoke({"messages": [HumanMessage(user_turn(i))]}, config)
+        assert state["messages"][-1].text == answer_text(i)
+        await memory.settle()
+    assert len(state["messages"]) < 2 * TURNS
+    stored = await memory.messages(THREAD)
+    assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * TURNS
+    inputs = [sent_of(m) for m in model.inputs]
+    assert_pairs_intact(inputs)
+    assert_memory_in_context(inputs)
+    await memory.aclose()
+
+
+async def test_the_context_mentions_recall_only_when_the_hooks_gave_the_tool() -> None:
+    from .test_langchain import FIRST, SECOND, assert_recalled, chat, om_memory, recall_then_answer
+
+    memory = om_memory(retrieval=True)
+    model = ScriptedChat(messages=script(6), inputs=[])
+    graph = react_agent(model, LangGraphMemory(memory))
+    config: Any = {"configurable": {"thread_id": "no-recall", "user_id": "u"}}
+    for i in range(6):
+        await graph.ainvoke({"messages": [HumanMessage(user_turn(i))]}, config)
+        await memory.settle()
+    assert "<observations>" in sent_of(model.inputs[-1]).system_text
+    assert all("recall" not in m.text.lower() for request in model.inputs for m in request)
+
+    hooks = LangGraphMemory(memory)
+    recalling = chat(recall_then_answer)
+    graph = react_agent(recalling, hooks, tools=[hooks.recall_tool()])
+    config = {"configurable": {"thread_id": "with-recall", "user_id": "u"}}
+    await graph.ainvoke(FIRST, config)
+    assert_recalled(recalling, await graph.ainvoke(SECOND, config))
+    await memory.aclose()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
 from agents.items import ModelResponse, TResponseInputItem
 from agents.models.interface import Model
+from agents.testing import ModelCall, assistant_message
 from agents.usage import Usage
 from openai.types.responses import (
     ResponseFunctionToolCall,
@@ -17,13 +19,16 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from obsmem.errors import ObsmemError
+from obsmem import Memory
+from obsmem.errors import ConfigError
 from obsmem.integrations.openai_agents import (
     ObservationalSession,
     from_agents_items,
     to_agents_items,
 )
 from obsmem.messages import Message, ToolCallPart, ToolResultPart
+from obsmem.stores import InMemoryStore, SQLiteStore
+from obsmem.testing import scripted_observer, scripted_reflector
 
 from .helpers import (
     RESOURCE,
@@ -183,17 +188,40 @@ async def test_wrap_keeps_the_full_history_in_the_inner_session() -> None:
     inputs = [sent_of(i) for i in model.inputs]
     assert_pairs_intact(inputs)
     assert_memory_in_context(inputs)
-    assert await session.pop_item() == full[-1]
-    await session.clear_session()
-    assert await inner.get_items() == []
     inner.close()
 
 
-@pytest.mark.parametrize("method", ["pop_item", "clear_session"])
-async def test_memory_never_deletes(method: str) -> None:
-    session = ObservationalSession(make_memory(), session_id="t", resource=RESOURCE)
-    with pytest.raises(ObsmemError, match="never deletes"):
-        await getattr(session, method)()
+async def test_clear_session_without_a_choice_names_both_and_clears_nothing() -> None:
+    memory = make_memory()
+    inner = SQLiteSession("undecided")
+    session = ObservationalSession.wrap(inner, memory, resource=RESOURCE)
+    await session.add_items([{"role": "user", "content": "hi"}])
+    with pytest.raises(ConfigError, match=r'on_clear="new_thread".*on_clear="forget"'):
+        await session.clear_session()
+    assert await inner.get_items() == [{"role": "user", "content": "hi"}]
+    assert await session.get_items() == [{"role": "user", "content": "hi"}]
+    inner.close()
+
+
+def test_forgetting_needs_thread_scope() -> None:
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={"scope": "resource", "model": scripted_observer()},
+    )
+    with pytest.raises(ConfigError, match=r'resource scope.*on_clear="new_thread"'):
+        ObservationalSession(memory, session_id="t", resource=RESOURCE, on_clear="forget")
+    with pytest.raises(ConfigError, match="must be"):
+        ObservationalSession(memory, session_id="t", resource=RESOURCE, on_clear="wipe")  # type: ignore[arg-type]
+
+
+def test_a_result_in_a_later_batch_is_named_by_the_names_given() -> None:
+    output = {"type": "function_call_output", "call_id": "c9", "output": "ok"}
+    [alone] = from_agents_items([output])
+    [named] = from_agents_items([output], tool_names={"c9": "delete_file"})
+    assert isinstance(alone.parts[0], ToolResultPart)
+    assert alone.parts[0].tool_name == "function_call", "nothing says which tool it was"
+    assert isinstance(named.parts[0], ToolResultPart)
+    assert named.parts[0].tool_name == "delete_file"
 
 
 def test_messages_of_other_frameworks_become_items() -> None:
@@ -227,3 +255,48 @@ def test_messages_of_other_frameworks_become_items() -> None:
     result = read[3].parts[0]
     assert isinstance(result, ToolResultPart)
     assert result.tool_name == "weather", "the result is named after its call"
+
+
+# -- shared with the test_openai_agents_*.py files ------------------------------------------------
+
+
+def sqlite_memory(tmp_path: Path, **options: Any) -> Memory:
+    """A Memory on an SQLite file that observes at 300 tokens, synchronously (``options``
+    are laid over the observational-memory options)."""
+    observation: dict[str, Any] = {
+        "model": scripted_observer(),
+        "messageTokens": 300,
+        "bufferTokens": False,
+    }
+    observation.update(options.pop("observation", {}))
+    return Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": observation,
+            "reflection": {"model": scripted_reflector()},
+            **options,
+        },
+    )
+
+
+def answer(text: str, n: int) -> Any:
+    """An assistant message output item with an id of its own."""
+    return assistant_message(text, item_id=f"msg-{n}")
+
+
+def item_text(item: Any) -> str:
+    """The text an input item shows the model (content, or a tool output)."""
+    if not isinstance(item, dict):
+        return str(item)
+    entry = cast(dict[str, Any], item)
+    if entry.get("type") == "function_call_output":
+        return str(entry.get("output"))
+    if entry.get("type") == "function_call":
+        return f"{entry.get('name')}({entry.get('arguments')})"
+    return _text(entry.get("content"))
+
+
+def text_sent(call: ModelCall) -> str:
+    """Everything a model call was shown (its instructions and every input item), joined."""
+    items = call.input if isinstance(call.input, list) else [call.input]
+    return "\n".join([call.system_instructions or "", *(item_text(i) for i in items)])

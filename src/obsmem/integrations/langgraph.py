@@ -1,36 +1,62 @@
-"""Observational memory for LangGraph agents (``langgraph.prebuilt.create_react_agent``).
+"""Observational memory for LangGraph: hand-built graphs and ``create_react_agent``.
 
-``create_react_agent(model, tools, pre_model_hook=pre_model_hook(memory, resource=...,
-thread=...))``: before every model call the hook stores what is new in the graph state (the
-turn's input, then each step's tool calls and results as they happen) and returns
-``{"llm_input_messages": [...]}``, what memory assembled for that step (observations as system
-messages, then the raw messages, this turn's included). Activation, synchronous observation and
-buffering happen between the steps of a tool loop. The graph state keeps its full history.
+For ``langchain.agents.create_agent`` use the middleware in :mod:`obsmem.integrations.langchain`
+(recommended); it is built on :class:`LangGraphMemory`, which this module also offers for:
 
+* a hand-built ``StateGraph`` (see ``docs/langgraph.md``): in the model node,
+  ``sent = lg.model_input(state["messages"], config)`` stores what is new and returns what memory
+  assembled; call the model with ``sent.messages``; ``lg.save([reply], config)`` stores the answer
+  at once. Each has an async twin (``amodel_input``, ``asave``).
+* ``langgraph.prebuilt.create_react_agent`` (deprecated upstream in favour of ``create_agent``):
+  ``pre_model_hook=pre_model_hook(memory)`` and ``post_model_hook=post_model_hook(memory)``. Both
+  are runnables, so ``invoke``/``stream`` and ``ainvoke``/``astream`` work.
+
+Before every model call, what is new in the graph state (the turn's input, then each step's tool
+calls and results) is stored and memory assembles the context: observations as one system
+message (after the state's own system messages), then the raw messages, this turn's included.
+Activation, synchronous observation and buffering happen between the steps of a tool loop.
+
+* One compiled graph serves every user: the thread is the run's
+  ``config["configurable"]["thread_id"]`` and the resource (the user) is ``resource_id`` (or
+  ``user_id``) of the runtime context (``graph.invoke(..., context={"user_id": ...})``) or of
+  ``config["configurable"]``, read on every call. ``resource=``/``thread=`` fix them instead.
 * New messages are those the thread has not stored: each LangChain message is stored under an id
   derived from its own (LangGraph gives every state message one), so the store's idempotent append
   and one look-up per call tell them apart, across processes and restarts.
-* The input of a turn (from the first new ``HumanMessage`` on) is stored once; AI messages with
-  ``tool_calls`` and ``ToolMessage`` results are stored as tool calls and tool results, pairs kept.
-  ``SystemMessage`` s in the state are sent first on every call and never stored.
-* The last answer of a turn is stored at the next call, or at once with
-  ``post_model_hook(memory, ...)`` (recommended when the thread may continue elsewhere).
-* ``thread=None`` takes the thread from the run's ``config["configurable"]["thread_id"]``.
+* AI messages with ``tool_calls`` and ``ToolMessage`` results are stored as tool calls and tool
+  results, pairs kept. ``SystemMessage`` s in the state are sent first on every call and never
+  stored.
+* The memory events of the thread (``data-om-*``, as ``event.to_dict()``) that happen while a hook
+  runs go to LangGraph's custom stream: ``graph.stream(..., stream_mode="custom")`` shows them.
+* ``trim_checkpoint=True``: messages memory has observed leave the graph state
+  (``RemoveMessage``), so the checkpointer keeps only what memory still sends raw; the full
+  history stays in obsmem's store.
+* A run stopped on an ``interrupt`` (an approval) leaves its tool calls waiting as the latest
+  step: memory never observes them as interrupted, and on ``Command(resume=...)`` each result is
+  stored with its call. A new input instead of the resume abandons the interrupt (LangGraph drops
+  it), and the calls are shown to the model as interrupted.
+* The context mentions the ``recall`` tool only to an agent that has it: ``recall=True`` says the
+  agent was given :meth:`LangGraphMemory.recall_tool` (making the tool from the same object says
+  so too).
 
-Both hooks are async: run the graph with ``ainvoke``/``astream``. With LangGraph 1.x
-``create_react_agent`` is deprecated in favour of ``langchain.agents.create_agent`` (the
-``langchain`` package, whose middleware replaces these hooks); this module targets
-``langgraph.prebuilt`` as installed by ``pip install "obsmem[langgraph]"``.
+A Memory used from sync code (``invoke``, ``stream``) does its work on its own loop thread
+(``memory.run_sync``): keep to one style per Memory, and end with ``memory.close()`` there (or
+``await memory.aclose()`` in async code).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeAlias, cast
+from collections import deque
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar, cast
 
 from obsmem.errors import ConfigError, MissingExtraError
+from obsmem.events import Event
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import (
     DataPart,
@@ -50,12 +76,13 @@ try:
         AIMessage,
         BaseMessage,
         HumanMessage,
+        RemoveMessage,
         SystemMessage,
         ToolMessage,
         message_to_dict,
         messages_from_dict,
     )
-    from langchain_core.runnables import RunnableConfig
+    from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
     from langchain_core.tools import BaseTool
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise MissingExtraError(
@@ -64,8 +91,11 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 __all__ = [
     "METADATA_KEY",
+    "RESOURCE_KEYS",
+    "IdFrom",
     "LangGraphMemory",
     "ModelHook",
+    "ModelInput",
     "from_langchain",
     "hold_waiting_calls",
     "post_model_hook",
@@ -77,8 +107,19 @@ __all__ = [
 METADATA_KEY = "langchain"
 """Key of an obsmem message's ``metadata`` holding the LangChain message it was read from."""
 
-ModelHook: TypeAlias = Callable[[Any, RunnableConfig], Awaitable[dict[str, Any]]]
-"""An async LangGraph node function: ``(state, config) -> state update``."""
+RESOURCE_KEYS = ("resource_id", "user_id")
+"""Where the resource (the user) is read from, in order: keys of the runtime context (a mapping or
+an object with these attributes), then of ``config["configurable"]``."""
+
+IdFrom: TypeAlias = Callable[[Any], str]
+"""A thread or resource id read from the run's runtime context (``lambda ctx: ctx.user.id``)."""
+
+ModelHook: TypeAlias = Runnable[Any, dict[str, Any]]
+"""A LangGraph node as a runnable: ``state -> state update``, sync and async."""
+
+StreamWriter: TypeAlias = Callable[[Any], None]
+
+T = TypeVar("T")
 
 _Item = dict[str, Any]
 
@@ -138,6 +179,13 @@ def _read(message: BaseMessage, names: dict[str, str]) -> Message:
             parts.append(
                 ToolCallPart(tool_call_id=call_id, tool_name=call["name"], args=call["args"])
             )
+        for bad in message.invalid_tool_calls:  # answered by create_agent with an error
+            if bad.get("id"):
+                call_id, name = str(bad["id"]), bad.get("name") or "unknown"
+                names[call_id] = name
+                parts.append(
+                    ToolCallPart(tool_call_id=call_id, tool_name=name, args=bad.get("args") or "")
+                )
         return Message(role="assistant", parts=tuple(parts), metadata=kept)
     if isinstance(message, ToolMessage):
         name = message.name or names.get(message.tool_call_id, "")
@@ -158,7 +206,14 @@ def from_langchain(messages: Sequence[BaseMessage], *, thread: str | None = None
     With ``thread``, a message with an id is stored under ``lc-<thread>-<id>``, so storing it again
     is a no-op.
     """
-    names: dict[str, str] = {}
+    return _from_langchain(messages, thread, {})
+
+
+def _from_langchain(
+    messages: Sequence[BaseMessage], thread: str | None, names: dict[str, str]
+) -> list[Message]:
+    """:func:`from_langchain`; ``names`` maps tool-call ids to tool names (for results whose
+    message has no name and whose call is not among ``messages``)."""
     out: list[Message] = []
     for message in messages:
         read = _read(message, names)
@@ -253,8 +308,182 @@ def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
 
 
 # ---------------------------------------------------------------------------------------------
-# the hooks
+# which conversation a call belongs to, and where its events go
 # ---------------------------------------------------------------------------------------------
+
+
+def _value(source: Any, key: str) -> Any:
+    if source is None:
+        return None
+    if isinstance(source, Mapping):
+        return cast(Mapping[str, Any], source).get(key)
+    return getattr(source, key, None)
+
+
+def _first_id(sources: Sequence[Any], keys: Sequence[str]) -> str | None:
+    """The first non-empty id under ``keys`` in ``sources`` (mappings or objects), as text."""
+    for source in sources:
+        for key in keys:
+            value = _value(source, key)
+            if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
+                return str(value)
+    return None
+
+
+def _given(option: str, given: str | IdFrom | None, context: Any) -> str | None:
+    """The id fixed at construction, or read by its function from the runtime ``context``."""
+    if not callable(given):
+        return given
+    value: Any = given(context)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(option, value, f"the {option}= function must return a non-empty string")
+    return value
+
+
+def runtime_context() -> Any:
+    """The runtime context of the graph run this is called in (None outside one)."""
+    try:
+        from langgraph.runtime import get_runtime
+
+        return getattr(get_runtime(), "context", None)
+    except (ImportError, RuntimeError, KeyError):
+        return None
+
+
+def _current_config() -> RunnableConfig:
+    try:
+        from langgraph.config import get_config
+
+        return get_config()
+    except (ImportError, RuntimeError):
+        return {}
+
+
+def _ignore(_: Any) -> None:
+    return None
+
+
+def _stream_writer() -> StreamWriter:
+    """LangGraph's custom stream of the running node (a no-op outside a graph run)."""
+    try:
+        from langgraph.config import get_stream_writer
+
+        return get_stream_writer()
+    except (ImportError, RuntimeError, AttributeError, KeyError):
+        return _ignore
+
+
+def run_sync(memory: Memory, work: Coroutine[Any, Any, T]) -> T:
+    """``memory.run_sync(work)`` for a sync graph run, also on a thread whose event loop is
+    running (a notebook cell, an async server calling ``invoke``): there a helper thread hands
+    the work to memory's loop and this thread blocks until it is done, as LangGraph's sync
+    ``invoke`` blocks anyway."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return memory.run_sync(work)
+    with ThreadPoolExecutor(1, thread_name_prefix="obsmem-sync") as pool:
+        return pool.submit(memory.run_sync, work).result()
+
+
+def _concerns(event: Event, thread: str) -> bool:
+    return getattr(event, "thread_id", None) == thread or thread in getattr(event, "thread_ids", ())
+
+
+class BoundCall:
+    """One hook call: its conversation, and, while open (``with``), the memory events of that
+    conversation passed to LangGraph's custom stream.
+
+    Events are queued as memory emits them (on memory's loop thread in a sync run) and written
+    from the hook's own thread at :meth:`flush` and at the end, as LangGraph expects."""
+
+    def __init__(self, memory: Memory, ref: ThreadRef, write: StreamWriter) -> None:
+        self.memory = memory
+        self.ref = ref
+        self._write = write
+        self._pending: deque[dict[str, Any]] = deque()
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def _listen(self, event: Event) -> None:
+        if _concerns(event, self.ref.thread):
+            self._pending.append(event.to_dict())
+
+    def flush(self) -> None:
+        """Write the events queued so far to the custom stream."""
+        while self._pending:
+            self._write(self._pending.popleft())
+
+    def run(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run memory work from sync code, on the memory's own loop (:func:`run_sync`)."""
+        return run_sync(self.memory, work)
+
+    def __enter__(self) -> BoundCall:
+        self._unsubscribe = self.memory.subscribe(self._listen)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self.flush()
+
+
+# ---------------------------------------------------------------------------------------------
+# what the model is sent
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelInput:
+    """What one model call is sent, as memory assembled it."""
+
+    system: SystemMessage | None
+    """The graph's system messages, then memory's (observations, guidance), as one message:
+    every provider, strict chat templates included, takes one leading system message."""
+    conversation: list[BaseMessage]
+    """The raw messages memory sends (those it observed left out), this step's included."""
+    observed: tuple[str, ...] = ()
+    """Ids of graph-state messages memory has observed (with ``trim_checkpoint`` only)."""
+
+    @property
+    def messages(self) -> list[BaseMessage]:
+        """The whole input: the system message, then the conversation."""
+        head: list[BaseMessage] = [self.system] if self.system is not None else []
+        return [*head, *self.conversation]
+
+    @property
+    def removals(self) -> list[RemoveMessage]:
+        """``RemoveMessage`` s for the observed messages: return them in the node's state update
+        (``{"messages": sent.removals}``) to keep the checkpoint to what memory sends raw."""
+        return [RemoveMessage(id=message_id) for message_id in self.observed]
+
+
+def joined_system(messages: Sequence[BaseMessage | None]) -> SystemMessage | None:
+    """One system message for ``messages`` (texts joined by blank lines; content blocks kept
+    as blocks), or None when there is nothing to say."""
+    present = [m for m in messages if m is not None and m.content]
+    if not present:
+        return None
+    if len(present) == 1 and isinstance(present[0], SystemMessage):
+        return present[0]
+    if all(isinstance(m.content, str) for m in present):
+        return SystemMessage(content="\n\n".join(cast(str, m.content) for m in present))
+    blocks: list[str | dict[Any, Any]] = []
+    for message in present:
+        content = message.content
+        blocks.extend([{"type": "text", "text": content}] if isinstance(content, str) else content)
+    return SystemMessage(content=blocks)
+
+
+def _checked(messages: Sequence[Any]) -> list[BaseMessage]:
+    """``messages`` as LangChain messages, each with an id (given in place, so the graph state
+    keeps it: it is what tells a stored message from a new one)."""
+    for message in messages:
+        if not isinstance(message, BaseMessage):
+            raise ConfigError("state.messages", message, "give LangChain BaseMessage objects")
+        if not message.id:
+            message.id = str(uuid.uuid4())
+    return cast(list[BaseMessage], list(messages))
 
 
 def _state_messages(state: Any) -> list[BaseMessage]:
@@ -263,75 +492,288 @@ def _state_messages(state: Any) -> list[BaseMessage]:
         raise ConfigError(
             "state.messages", raw, "the graph state needs a 'messages' list of LangChain messages"
         )
-    messages = cast(list[Any], raw)
-    for message in messages:
-        if not isinstance(message, BaseMessage):
-            raise ConfigError("state.messages", message, "give LangChain BaseMessage objects")
-        if not message.id:
-            message.id = str(uuid.uuid4())
-    return cast(list[BaseMessage], messages)
+    return _checked(cast(list[Any], raw))
+
+
+def _since_input(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """The messages after the last human message (the turn's traffic so far)."""
+    last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
+    return list(messages[last + 1 :])
+
+
+def _step_from(
+    messages: Sequence[BaseMessage], new: Sequence[BaseMessage], known: Mapping[str, Message]
+) -> int | None:
+    """When this step's new messages are tool results, the seq of the stored model message whose
+    calls they answer: it belongs to the step being answered and stays raw with them."""
+    if not new or not isinstance(new[0], ToolMessage):
+        return None
+    at = next(i for i, m in enumerate(messages) if m is new[0])
+    caller = next((m for m in reversed(messages[:at]) if isinstance(m, AIMessage)), None)
+    stored = known.get(caller.id) if caller is not None and caller.id else None
+    return stored.seq if stored is not None else None
+
+
+def _storable(
+    messages: Sequence[BaseMessage], thread: str, context: Sequence[BaseMessage]
+) -> list[Message]:
+    """obsmem messages for ``messages`` (system messages left out), tool names taken from the
+    calls in ``context``."""
+    names = {
+        str(c["id"]): c["name"]
+        for m in context
+        if isinstance(m, AIMessage)
+        for c in m.tool_calls
+        if c.get("id")
+    }
+    return [m for m in _from_langchain(messages, thread, names) if m.role != "system"]
+
+
+# ---------------------------------------------------------------------------------------------
+# LangGraphMemory
+# ---------------------------------------------------------------------------------------------
 
 
 class LangGraphMemory:
-    """Observational memory for one LangGraph agent; ``.pre_model_hook`` and
-    ``.post_model_hook`` share it. ``thread=None``: the thread is the run's ``thread_id``."""
+    """Observational memory for LangGraph graphs: ``model_input``/``save`` for a hand-built
+    model node, ``.pre_model_hook``/``.post_model_hook`` for ``create_react_agent``.
+
+    ``resource``/``thread`` fix the conversation, or read it from the run's runtime context when
+    they are functions (``resource=lambda ctx: ctx.user.id``); left ``None`` (the default) they
+    are read on every call (see :meth:`ref`), so one compiled graph serves every user.
+    ``recall=True``: the model has the ``recall`` tool (:meth:`recall_tool`).
+    ``trim_checkpoint=True``: messages memory has observed leave the graph state (the pre-model
+    hook removes them; a hand-built node returns ``sent.removals``)."""
 
     def __init__(
-        self, memory: Memory, *, resource: str, thread: str | None = None, recall: bool = False
+        self,
+        memory: Memory,
+        *,
+        resource: str | IdFrom | None = None,
+        thread: str | IdFrom | None = None,
+        recall: bool = False,
+        trim_checkpoint: bool = False,
     ) -> None:
-        if thread is not None:
-            ThreadRef.of({"resource": resource, "thread": thread})
+        for option, value in (("resource", resource), ("thread", thread)):
+            if value == "":
+                raise ConfigError(
+                    option, value, "give the id as a non-empty string (None: read it per call)"
+                )
         self.memory = memory
         self.resource = resource
         self.thread = thread
         self.recall = recall
-        """The agent has the ``recall`` tool (:meth:`recall_tool`), so the context tells the
-        model how to use it; otherwise the context never mentions recall."""
+        """The model has the ``recall`` tool, so the context tells it how to use it; otherwise
+        the context never mentions recall."""
+        self.trim_checkpoint = trim_checkpoint
+        self.pre_model_hook: ModelHook = RunnableLambda(
+            self._pre, self._apre, name="obsmem_pre_model_hook"
+        )
+        """``create_react_agent(pre_model_hook=...)``: stores what is new and returns
+        ``{"llm_input_messages": [...]}`` (plus the removals, with ``trim_checkpoint``)."""
+        self.post_model_hook: ModelHook = RunnableLambda(
+            self._post, self._apost, name="obsmem_post_model_hook"
+        )
+        """``create_react_agent(post_model_hook=...)``: stores the model's answer at once."""
 
     def __repr__(self) -> str:
         return f"LangGraphMemory(resource={self.resource!r}, thread={self.thread!r})"
 
-    def _ref(self, config: RunnableConfig | None) -> ThreadRef:
-        thread = self.thread
+    # -- which conversation ------------------------------------------------------------------
+
+    def ref(self, config: RunnableConfig | None = None, context: Any = None) -> ThreadRef:
+        """The conversation of a call: ``thread=``/``resource=`` when given (a function of them
+        is called with the runtime ``context``); otherwise ``thread_id`` and ``resource_id`` (or
+        ``user_id``, :data:`RESOURCE_KEYS`) of the runtime ``context`` (a mapping or an object),
+        then of ``config["configurable"]``."""
+        configurable = (config or {}).get("configurable") or {}
+        sources = (context, configurable)
+        thread = _given("thread", self.thread, context) or _first_id(sources, ("thread_id",))
         if thread is None:
-            configurable = (config or {}).get("configurable") or {}
-            thread = configurable.get("thread_id")
-        if not isinstance(thread, str | int) or thread == "":
             raise ConfigError(
                 "thread",
-                thread,
-                "give thread= or run the graph with config={'configurable': {'thread_id': ...}}",
+                None,
+                "run the graph with config={'configurable': {'thread_id': ...}} "
+                "(or give thread=...)",
             )
-        return ThreadRef.of({"resource": self.resource, "thread": str(thread)})
+        resource = _given("resource", self.resource, context) or _first_id(sources, RESOURCE_KEYS)
+        if resource is None:
+            raise ConfigError(
+                "resource",
+                None,
+                "say whose conversation it is: config={'configurable': {'thread_id': ..., "
+                "'resource_id': ...}} or context={'resource_id': ...} ('user_id' works too), "
+                "or resource=... (an id, or a function of the runtime context)",
+            )
+        return ThreadRef(thread=thread, resource=resource)
 
-    async def _new(self, ref: ThreadRef, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
-        ids = [_stored_id(ref.thread, m.id) for m in messages if m.id]
-        stored = await self.memory.store.get_messages(ids, resource_id=ref.resource)
-        known = {m.id for m in stored}
-        return [m for m in messages if m.id and _stored_id(ref.thread, m.id) not in known]
+    def bind(
+        self,
+        config: RunnableConfig | None = None,
+        context: Any = None,
+        writer: StreamWriter | None = None,
+    ) -> BoundCall:
+        """The :class:`BoundCall` of the running node (its config, runtime context and custom
+        stream, unless given)."""
+        if config is None:
+            config = _current_config()
+        if context is None:
+            context = runtime_context()
+        return BoundCall(self.memory, self.ref(config, context), writer or _stream_writer())
 
-    async def _save(self, ref: ThreadRef, messages: Sequence[BaseMessage]) -> None:
-        storable = [m for m in from_langchain(messages, thread=ref.thread) if m.role != "system"]
-        if storable:
-            await self.memory.save(ref, storable, actor_model=None)
+    # -- the memory work -------------------------------------------------------------------------
 
-    async def pre_model_hook(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Store what is new (input, or the last step's tool traffic) and return
-        ``{"llm_input_messages": [...]}``: the state's system messages, then what memory
-        assembled for this step."""
-        ref = self._ref(config)
-        messages = _state_messages(state)
-        new = await self._new(ref, messages)
-        storable = [m for m in from_langchain(new, thread=ref.thread) if m.role != "system"]
-        context = await self.memory.context(ref, storable, actor_model=None, recall=self.recall)
-        system = [m for m in messages if isinstance(m, SystemMessage)]
-        return {"llm_input_messages": [*system, *to_langchain(context.messages)]}
+    async def stored(self, ref: ThreadRef, messages: Sequence[BaseMessage]) -> dict[str, Message]:
+        """The stored twin of each of ``messages`` the thread has, by LangChain message id."""
+        ids = {_stored_id(ref.thread, m.id): m.id for m in messages if m.id}
+        if not ids:
+            return {}
+        found = await self.memory.store.get_messages(list(ids), resource_id=ref.resource)
+        return {ids[m.id]: m for m in found if m.id in ids}
 
-    async def hold(self, state: Any, config: RunnableConfig) -> list[str]:
-        """After a run stopped on an ``interrupt`` (an approval asked of a person), hold its
-        waiting tool calls back until their results come, even if the conversation goes on
-        meanwhile: memory never observes them as interrupted. Returns the held call ids."""
-        ref = self._ref(config)
+    async def prepare(self, ref: ThreadRef, messages: Sequence[Any], *, recall: bool) -> ModelInput:
+        """Store what of ``messages`` (the graph's, in order) is new and assemble the model's
+        input, in one memory step (one store round trip, plus any memory work that is due)."""
+        messages = _checked(messages)
+        known = await self.stored(ref, messages)
+        new = [m for m in messages if m.id not in known and not isinstance(m, SystemMessage)]
+        context = await self.memory.context(
+            ref,
+            _storable(new, ref.thread, messages),
+            actor_model=None,
+            recall=recall,
+            keep_raw_from=_step_from(messages, new, known),
+        )
+        sent = to_langchain(context.messages)
+        lead = next((i for i, m in enumerate(sent) if not isinstance(m, SystemMessage)), len(sent))
+        system = joined_system(
+            [*(m for m in messages if isinstance(m, SystemMessage)), *sent[:lead]]
+        )
+        observed: tuple[str, ...] = ()
+        if self.trim_checkpoint:
+            observed = await self._observed(ref, messages, known, context.stored_input)
+        return ModelInput(system=system, conversation=sent[lead:], observed=observed)
+
+    async def _observed(
+        self,
+        ref: ThreadRef,
+        messages: Sequence[BaseMessage],
+        known: Mapping[str, Message],
+        stored_input: Sequence[Message],
+    ) -> tuple[str, ...]:
+        """Ids of ``messages`` memory has observed: stored at or before the thread's cursor."""
+        om = self.memory.om
+        if om is None:
+            return ()
+        record = await self.memory.store.get_record(om.key(ref.thread, ref.resource))
+        through = record.cursor.get(ref.thread, 0) if record is not None else 0
+        if not through:
+            return ()
+        prefix = _stored_id(ref.thread, "")
+        seqs = {lc_id: m.seq for lc_id, m in known.items()}
+        seqs.update({m.id.removeprefix(prefix): m.seq for m in stored_input})
+        return tuple(
+            m.id
+            for m in messages
+            if m.id and (seq := seqs.get(m.id)) is not None and seq <= through
+        )
+
+    async def store_new(self, ref: ThreadRef, messages: Sequence[Any]) -> list[Message]:
+        """Store what of the turn's traffic in ``messages`` (after its last human message) the
+        thread does not have: the model's answer, at once."""
+        messages = _checked(messages)
+        turn = _since_input(messages)
+        known = await self.stored(ref, turn)
+        new = [m for m in turn if m.id not in known]
+        storable = _storable(new, ref.thread, messages)
+        if not storable:
+            return []
+        return await self.memory.save(ref, storable, actor_model=None)
+
+    # -- a hand-built model node -----------------------------------------------------------------
+
+    def model_input(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        recall: bool | None = None,
+    ) -> ModelInput:
+        """In a sync model node, before the model: store what of ``messages`` (the graph
+        state's) is new and return what to send (``sent.messages``). ``recall`` overrides
+        :attr:`recall` for this call."""
+        with self.bind(config, context) as call:
+            return call.run(self.prepare(call.ref, messages, recall=self._recall(recall)))
+
+    async def amodel_input(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        recall: bool | None = None,
+    ) -> ModelInput:
+        """:meth:`model_input` for an async node."""
+        with self.bind(config, context) as call:
+            return await self.prepare(call.ref, messages, recall=self._recall(recall))
+
+    def save(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+    ) -> list[Message]:
+        """In a sync model node, after the model: store the answer (``[reply]``, or the whole
+        state: only what is new is stored) at once; returns what was stored."""
+        with self.bind(config, context) as call:
+            return call.run(self.store_new(call.ref, messages))
+
+    async def asave(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+    ) -> list[Message]:
+        """:meth:`save` for an async node."""
+        with self.bind(config, context) as call:
+            return await self.store_new(call.ref, messages)
+
+    def _recall(self, recall: bool | None) -> bool:
+        return self.recall if recall is None else recall
+
+    # -- create_react_agent's hooks --------------------------------------------------------------
+
+    def _pre_update(self, sent: ModelInput) -> dict[str, Any]:
+        update: dict[str, Any] = {"llm_input_messages": sent.messages}
+        if sent.observed:
+            update["messages"] = sent.removals
+        return update
+
+    def _pre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return self._pre_update(self.model_input(_state_messages(state), config))
+
+    async def _apre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return self._pre_update(await self.amodel_input(_state_messages(state), config))
+
+    def _post(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        self.save(_state_messages(state), config)
+        return {}
+
+    async def _apost(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        await self.asave(_state_messages(state), config)
+        return {}
+
+    # -- waiting calls ---------------------------------------------------------------------------
+
+    async def ahold(self, state: Any, config: RunnableConfig) -> list[str]:
+        """After a run stopped on an ``interrupt``: hold its waiting tool calls back until their
+        results come, even if the thread goes on elsewhere meanwhile (memory never observes
+        them as interrupted). Not needed for a plain pause and resume: the waiting calls are
+        the latest step, which memory keeps waiting anyway. Returns the held call ids."""
+        ref = self.ref(config, runtime_context())
         messages = _state_messages(state)
         answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
         last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
@@ -339,66 +781,94 @@ class LangGraphMemory:
             str(c["id"]) for c in (last.tool_calls if last is not None else []) if c.get("id")
         ]
         waiting = [c for c in waiting if c not in answered]
-        await self._save(ref, await self._new(ref, messages))
+        await self.store_new(ref, messages)
         await self.memory.hold_calls(ref, waiting)
         return waiting
 
+    def hold(self, state: Any, config: RunnableConfig) -> list[str]:
+        """:meth:`ahold` for sync code."""
+        return run_sync(self.memory, self.ahold(state, config))
+
+    # -- recall ----------------------------------------------------------------------------------
+
     def recall_tool(self) -> BaseTool:
-        """The ``recall`` tool as a LangChain tool, for ``create_react_agent`` and
-        ``langchain.agents.create_agent`` alike (add it to the agent's tools, and build the
-        hooks with ``recall=True``). It reads only this resource (and, in thread scope, the
-        run's thread, taken as the hooks take it); arguments that do not fit come back to the
-        model as a message saying what to send. Needs retrieval on."""
+        """The ``recall`` tool as a LangChain tool (sync and async), for ``create_react_agent``
+        or a hand-built graph's model; making it tells this object's context to mention it. It
+        reads only the call's resource (and, in thread scope, its thread), found as
+        :meth:`ref` finds them; arguments that do not fit come back to the model as a message
+        saying what to send. Needs retrieval on."""
         from langchain_core.tools import StructuredTool
 
         self.memory.require_retrieval()
+        self.recall = True
 
-        async def recall(config: RunnableConfig, **arguments: Any) -> str:
+        async def answer(ref: ThreadRef, arguments: dict[str, Any]) -> str:
             request = parse_request(arguments)
             if isinstance(request, str):
                 return request
-            return await self.memory.recall_function(self._ref(config))(**request)
+            return await self.memory.recall_function(ref)(**request)
+
+        async def arecall(config: RunnableConfig, **arguments: Any) -> str:
+            return await answer(self.ref(config, runtime_context()), arguments)
+
+        def recall(config: RunnableConfig, **arguments: Any) -> str:
+            ref = self.ref(config, runtime_context())  # here: the run's context is this thread's
+            return run_sync(self.memory, answer(ref, arguments))
 
         return StructuredTool.from_function(
-            coroutine=recall,
+            func=recall,
+            coroutine=arecall,
             name="recall",
             description=RECALL_DESCRIPTION,
             args_schema=RecallRequest,
             handle_validation_error=invalid_request,
         )
 
-    async def post_model_hook(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
-        """Store the model's new message(s) right away; changes nothing in the state."""
-        ref = self._ref(config)
-        messages = _state_messages(state)
-        new = await self._new(ref, messages)
-        await self._save(ref, [m for m in new if not isinstance(m, HumanMessage | SystemMessage)])
-        return {}
+
+# ---------------------------------------------------------------------------------------------
+# create_react_agent's hooks as functions
+# ---------------------------------------------------------------------------------------------
 
 
 def pre_model_hook(
-    memory: Memory, *, resource: str, thread: str | None = None, recall: bool = False
+    memory: Memory,
+    *,
+    resource: str | None = None,
+    thread: str | None = None,
+    recall: bool = False,
+    trim_checkpoint: bool = False,
 ) -> ModelHook:
     """A ``pre_model_hook`` for ``create_react_agent`` giving it observational memory
-    (``recall=True`` when the agent has :func:`recall_tool`)."""
-    return LangGraphMemory(memory, resource=resource, thread=thread, recall=recall).pre_model_hook
+    (``recall=True`` when the agent has :func:`recall_tool`). See :class:`LangGraphMemory`."""
+    return LangGraphMemory(
+        memory, resource=resource, thread=thread, recall=recall, trim_checkpoint=trim_checkpoint
+    ).pre_model_hook
+
+
+def post_model_hook(
+    memory: Memory, *, resource: str | None = None, thread: str | None = None
+) -> ModelHook:
+    """A ``post_model_hook`` that stores each model answer at once (pair it with
+    :func:`pre_model_hook`; both find what is new in the store, so they share no state)."""
+    return LangGraphMemory(memory, resource=resource, thread=thread).post_model_hook
 
 
 async def hold_waiting_calls(
-    memory: Memory, state: Any, config: RunnableConfig, *, resource: str, thread: str | None = None
+    memory: Memory,
+    state: Any,
+    config: RunnableConfig,
+    *,
+    resource: str | None = None,
+    thread: str | None = None,
 ) -> list[str]:
     """After ``ainvoke`` returned on an interrupt: hold the waiting calls back until their
-    results come (see :meth:`LangGraphMemory.hold`)."""
-    return await LangGraphMemory(memory, resource=resource, thread=thread).hold(state, config)
+    results come (see :meth:`LangGraphMemory.ahold`)."""
+    return await LangGraphMemory(memory, resource=resource, thread=thread).ahold(state, config)
 
 
-def recall_tool(memory: Memory, *, resource: str, thread: str | None = None) -> BaseTool:
-    """The ``recall`` tool as a LangChain tool bound to ``resource`` (and ``thread``, or the
-    run's ``thread_id``); see :meth:`LangGraphMemory.recall_tool`."""
+def recall_tool(
+    memory: Memory, *, resource: str | None = None, thread: str | None = None
+) -> BaseTool:
+    """The ``recall`` tool as a LangChain tool for the call's conversation (or the one given);
+    see :meth:`LangGraphMemory.recall_tool`. Pass ``recall=True`` to the pre-model hook too."""
     return LangGraphMemory(memory, resource=resource, thread=thread).recall_tool()
-
-
-def post_model_hook(memory: Memory, *, resource: str, thread: str | None = None) -> ModelHook:
-    """A ``post_model_hook`` that stores each model answer at once (pair it with
-    :func:`pre_model_hook`; both find what is new in the store, so they need no shared state)."""
-    return LangGraphMemory(memory, resource=resource, thread=thread).post_model_hook
