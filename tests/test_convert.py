@@ -959,3 +959,38 @@ def test_to_openai_chat_refuses_tool_calls_outside_assistant_messages() -> None:
     message = Message(role="user", parts=(OmToolCallPart(tool_call_id="c", tool_name="f"),))
     with pytest.raises(ValueError, match="put it in an assistant message"):
         to_openai_chat([message])
+
+
+async def test_responses_pydantic_ai_merged_come_back_apart() -> None:
+    """pydantic-ai joins consecutive responses that no model sent (a thread holding a text
+    answer and then a tool call as two assistant messages, as the Agents SDK stores a step)
+    into the first, keeping its metadata. Reading the run's messages back gives both messages
+    again, each with its own parts, instead of failing on the first one's envelope."""
+    from pydantic_ai import messages as pa
+
+    from obsmem.messages import ToolCallPart, ToolResultPart
+
+    call = ToolCallPart(tool_call_id="c1", tool_name="lookup", args={"q": "x"})
+    thread = [
+        Message.user("Look it up."),
+        Message.assistant("Let me check."),
+        Message(role="assistant", parts=(call,)),
+        Message(
+            role="tool",
+            parts=(ToolResultPart(tool_call_id="c1", tool_name="lookup", content="found"),),
+        ),
+        Message.assistant("It is found."),
+    ]
+
+    def model(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        return pa.ModelResponse(parts=[pa.TextPart(content="ok")])
+
+    history = to_pydantic_ai(thread)
+    run = await Agent(FunctionModel(model)).run("And now?", message_history=history)
+    back = from_pydantic_ai(run.all_messages())
+    texts = [
+        (m.role, [getattr(p, "text", None) or getattr(p, "tool_name", None) for p in m.parts])
+        for m in back[: len(thread)]
+    ]
+    assert texts[1:3] == [("assistant", ["Let me check."]), ("assistant", ["lookup"])]
+    assert back[1].id == thread[1].id

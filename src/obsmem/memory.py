@@ -72,6 +72,9 @@ class MemoryContext:
 
     messages: list[Message]
     stored_input: list[Message]
+    observed_through: int = 0
+    """The thread's messages up to this seq are observed (the log holds them; 0: none). A front
+    door that keeps its own copy of the conversation can drop those."""
 
 
 class Memory:
@@ -166,7 +169,11 @@ class Memory:
                 recall=recall,
                 keep_raw_from=keep_raw_from,
             )
-            return MemoryContext(messages=prepared.messages, stored_input=prepared.stored_input)
+            return MemoryContext(
+                messages=prepared.messages,
+                stored_input=prepared.stored_input,
+                observed_through=prepared.record.cursor.get(ref.thread, 0),
+            )
         # Without observational memory the whole thread is sent.
         await self.store.create_thread(ref.thread, ref.resource)
         stored = await self.store.append_messages(ref.thread, new_messages)

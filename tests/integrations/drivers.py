@@ -1,11 +1,11 @@
-"""The four front doors driven the same way: one scripted "brain" decides each model step, and
+"""The five front doors driven the same way: one scripted "brain" decides each model step, and
 each framework runs it through its own agent loop, tools and memory hooks.
 
 A test builds a :class:`Brain` (what the model answers at each request, seen as obsmem
 messages), picks a driver (``obsmem.Agent``, the pydantic-ai capability, the Agents SDK session
-with its per-call input filter, LangGraph's pre/post-model hooks) and calls ``turn(text)``.
-Every request the model got is kept in ``brain.requests``, converted to obsmem messages, so one
-check covers all four frameworks.
+with its per-call input filter, LangGraph's pre/post-model hooks, LangChain's ``create_agent``
+with the memory middleware) and calls ``turn(text)``. Every request the model got is kept in
+``brain.requests``, converted to obsmem messages, so one check covers every framework.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 
 from .helpers import RESOURCE
 
-DOORS = ("agent", "pydantic-ai", "openai-agents", "langgraph")
+DOORS = ("agent", "pydantic-ai", "openai-agents", "langgraph", "langchain")
 """Every front door, as ``make_driver`` names them."""
 
 
@@ -264,7 +264,7 @@ def _SdkModel(brain: Brain) -> Any:
     return _sdk_model_class()(brain)
 
 
-# -- LangGraph -----------------------------------------------------------------------------------
+# -- LangGraph and LangChain's create_agent ------------------------------------------------------
 
 
 def langchain_model(brain: Brain) -> Any:
@@ -330,11 +330,37 @@ class LangGraphDriver(Driver):
         return str(state["messages"][-1].content)
 
 
+class CreateAgentDriver(LangGraphDriver):
+    """``langchain.agents.create_agent`` with ``ObservationalMemoryMiddleware`` (which offers
+    ``recall`` itself) and a checkpointer; the conversation is named in the run's config."""
+
+    def build(self, **kwargs: Any) -> Any:
+        from langchain.agents import create_agent
+        from langchain_core.tools import StructuredTool
+        from langgraph.checkpoint.memory import InMemorySaver
+
+        from obsmem.integrations.langchain import ObservationalMemoryMiddleware
+
+        kwargs.setdefault("checkpointer", InMemorySaver())
+        return create_agent(
+            langchain_model(self.brain),
+            [StructuredTool.from_function(self.tools.lookup)],
+            system_prompt="Be brief.",
+            middleware=[ObservationalMemoryMiddleware(self.memory, recall=self.recall)],
+            **kwargs,
+        )
+
+    def config(self) -> Any:
+        configurable = {"thread_id": self.thread, "resource_id": RESOURCE}
+        return {"configurable": configurable, "recursion_limit": 200}
+
+
 _DRIVERS: dict[str, type[Driver]] = {
     "agent": AgentDriver,
     "pydantic-ai": CapabilityDriver,
     "openai-agents": SdkDriver,
     "langgraph": LangGraphDriver,
+    "langchain": CreateAgentDriver,
 }
 
 

@@ -1,4 +1,4 @@
-"""One thread, three front doors: a conversation started in one framework continues in another
+"""One thread, many front doors: a conversation started in one framework continues in another
 on the same Memory and sees the earlier observations."""
 
 from __future__ import annotations
@@ -11,10 +11,12 @@ from langgraph.prebuilt import create_react_agent
 from obsmem.integrations.langgraph import post_model_hook, pre_model_hook
 from obsmem.integrations.openai_agents import ObservationalSession
 from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability
+from obsmem.messages import Message, TextPart
 
 from . import test_langgraph as lg
 from . import test_openai_agents as oa
 from . import test_pydantic_ai as pai
+from .drivers import DOORS, Brain, assert_requests_valid, assert_stored_once, make_driver
 from .helpers import RESOURCE, assert_pairs_intact, make_memory, user_turn
 
 THREAD = "shared"
@@ -69,3 +71,38 @@ async def test_a_thread_moves_between_frameworks() -> None:
     stored = await memory.messages(THREAD)
     assert [m.text for m in stored if m.role == "user"] == [user_turn(i) for i in range(8)]
     assert [m.role for m in stored] == ["user", "assistant", "tool", "assistant"] * 8
+
+
+def _said(request: list[Message]) -> str:
+    return "\n".join(p.text for m in request for p in m.parts if isinstance(p, TextPart))
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+@pytest.mark.parametrize("door", DOORS)
+async def test_a_thread_carries_into_each_door_and_back(door: str) -> None:
+    """Five turns through the door before ``door`` in :data:`DOORS` (the last one for the
+    first), one through ``door``, one back: ``door`` is sent the earlier observations, the first
+    door remembers its turn, and every message is stored once."""
+    memory = make_memory()
+    brain = Brain()
+    first = make_driver(DOORS[DOORS.index(door) - 1], memory, brain, thread=THREAD)
+    for i in range(5):
+        assert await first.turn(user_turn(i))
+        await memory.settle()
+    assert memory.om is not None
+    assert "Turn 0" in await memory.om.observations(THREAD, RESOURCE)
+
+    start = len(brain.requests)
+    assert await make_driver(door, memory, brain, thread=THREAD).turn(user_turn(5))
+    await memory.settle()
+    assert "User said: Turn 0" in _said(brain.requests[start])
+    assert "Turn 5:" in _said(brain.requests[start])
+
+    start = len(brain.requests)
+    assert await first.turn(user_turn(6))
+    assert "Turn 5" in _said(brain.requests[start]), f"the {door} turn is not remembered"
+    await assert_requests_valid(brain)
+    stored = await memory.messages(THREAD)
+    assert [m.text for m in stored if m.role == "user"] == [user_turn(i) for i in range(7)]
+    assert_stored_once(stored, turns=7)
+    await memory.aclose()

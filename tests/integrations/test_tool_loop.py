@@ -48,18 +48,60 @@ class LoopingModel:
         self.windows: list[int] = []
         self.steps = 0
 
+    async def step(self) -> int | None:
+        """Note the window as memory left it for this request; the page to fetch next (None:
+        every page is read)."""
+        assert self.memory.om is not None
+        status = await self.memory.om.status(self.thread, RESOURCE)
+        self.windows.append(status.message_tokens)
+        if self.steps < STEPS:
+            self.steps += 1
+            return self.steps
+        return None
+
     def model(self) -> FunctionModel:
         async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
-            assert self.memory.om is not None
-            status = await self.memory.om.status(self.thread, RESOURCE)
-            self.windows.append(status.message_tokens)
-            if self.steps < STEPS:
-                self.steps += 1
-                call = pa.ToolCallPart("fetch", {"step": self.steps}, tool_call_id=f"c{self.steps}")
-                return pa.ModelResponse(parts=[pa.TextPart(f"Step {self.steps}."), call])
-            return pa.ModelResponse(parts=[pa.TextPart("All pages read.")])
+            step = await self.step()
+            if step is None:
+                return pa.ModelResponse(parts=[pa.TextPart("All pages read.")])
+            call = pa.ToolCallPart("fetch", {"step": step}, tool_call_id=f"c{step}")
+            return pa.ModelResponse(parts=[pa.TextPart(f"Step {step}."), call])
 
         return FunctionModel(answer)
+
+    def chat_model(self) -> Any:
+        """The same model as a LangChain chat model."""
+        from langchain_core.language_models import BaseChatModel
+        from langchain_core.messages import AIMessage, BaseMessage
+        from langchain_core.outputs import ChatGeneration, ChatResult
+
+        looping = self
+
+        class LoopingChat(BaseChatModel):
+            @property
+            def _llm_type(self) -> str:
+                return "looping"
+
+            def bind_tools(self, tools: Any, **kwargs: Any) -> LoopingChat:  # type: ignore[override]
+                return self
+
+            def _generate(self, *args: Any, **kwargs: Any) -> ChatResult:
+                raise NotImplementedError("the test runs async")
+
+            async def _agenerate(
+                self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+            ) -> ChatResult:
+                step = await looping.step()
+                if step is None:
+                    message = AIMessage(content="All pages read.")
+                else:
+                    call = {"name": "fetch", "args": {"step": step}, "id": f"c{step}"}
+                    message = AIMessage(
+                        content=f"Step {step}.", tool_calls=[{**call, "type": "tool_call"}]
+                    )
+                return ChatResult(generations=[ChatGeneration(message=message)])
+
+        return LoopingChat()
 
 
 def fetch(step: int) -> str:
@@ -88,10 +130,28 @@ async def _with_capability(memory: Memory, looping: LoopingModel) -> None:
     assert result.output == "All pages read."
 
 
+async def _with_create_agent(memory: Memory, looping: LoopingModel) -> None:
+    from langchain.agents import create_agent
+    from langchain_core.tools import StructuredTool
+
+    from obsmem.integrations.langchain import ObservationalMemoryMiddleware
+
+    agent = create_agent(
+        looping.chat_model(),
+        [StructuredTool.from_function(fetch)],
+        system_prompt="Read every page.",
+        middleware=[ObservationalMemoryMiddleware(memory)],
+    )
+    said: Any = {"messages": [("user", "Read the pages.")]}
+    ids = {"thread_id": looping.thread, "resource_id": RESOURCE}
+    state = await agent.ainvoke(said, config={"configurable": ids, "recursion_limit": 200})
+    assert state["messages"][-1].text == "All pages read."
+
+
 FrontDoor = Callable[[Memory, LoopingModel], Awaitable[None]]
 
 
-@pytest.mark.parametrize("front_door", [_with_obsmem_agent, _with_capability])
+@pytest.mark.parametrize("front_door", [_with_obsmem_agent, _with_capability, _with_create_agent])
 async def test_memory_works_between_the_steps_of_a_long_tool_loop(front_door: FrontDoor) -> None:
     memory = _memory()
     looping = LoopingModel(memory, "loop")

@@ -1,4 +1,4 @@
-"""Tool traffic that must never stop memory, through each of the four front doors: a dangling
+"""Tool traffic that must never stop memory, through each of the every front door: a dangling
 call, an orphan result, a 5 MB tool result, and recall on a huge part. The same scripted model
 drives ``obsmem.Agent``, the pydantic-ai capability, the Agents SDK session and LangGraph."""
 

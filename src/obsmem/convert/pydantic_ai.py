@@ -164,6 +164,17 @@ def _from_envelope(
     )
 
 
+def _own_parts(env: JSONDict, present: int) -> int:
+    """How many of a response's ``present`` parts its envelope's message has: pydantic-ai merges
+    consecutive responses that no model sent into the first, keeping only its metadata, so the
+    parts past that count came from the responses after it."""
+    count = env.get("n")
+    if not isinstance(count, int):
+        extras = env.get("parts")
+        count = len(cast(list[Any], extras)) if isinstance(extras, list) else present
+    return min(count, present)
+
+
 def _pop_envelope(dumped: JSONDict) -> Any:
     meta = dumped.get("metadata")
     if not isinstance(meta, dict) or ENVELOPE_KEY not in meta:
@@ -198,9 +209,22 @@ def from_pydantic_ai(
             ]
             if isinstance(env, dict):
                 env_d = cast(JSONDict, env)
+                own = _own_parts(env_d, len(parts))
                 out.append(
-                    _from_envelope(env_d, "assistant", parts, created_at, thread_id, resource_id)
+                    _from_envelope(
+                        env_d, "assistant", parts[:own], created_at, thread_id, resource_id
+                    )
                 )
+                if own < len(parts):  # merged in by pydantic-ai: the later responses' parts
+                    out.append(
+                        Message(
+                            role="assistant",
+                            parts=tuple(parts[own:]),
+                            created_at=created_at,
+                            thread_id=thread_id,
+                            resource_id=resource_id,
+                        )
+                    )
                 continue
             written = {"timestamp": dt_json(created_at), "kind": "response"}
             kept = kept_fields(
@@ -375,7 +399,9 @@ def _write_response(message: Message, kept: JSONDict | None) -> JSONDict:
     if kept is not None:
         out.update(cast(JSONDict, kept.get("response", {})))
     else:
-        out["metadata"] = {ENVELOPE_KEY: _envelope(message, sendable)}
+        # "n": how many parts are this message's, so a response pydantic-ai merged with the
+        # next one (it joins consecutive responses no model sent) can be split again.
+        out["metadata"] = {ENVELOPE_KEY: {**_envelope(message, sendable), "n": len(out["parts"])}}
     return out
 
 

@@ -651,32 +651,10 @@ class LangGraphMemory:
         )
         observed: tuple[str, ...] = ()
         if self.trim_checkpoint:
-            observed = await self._observed(ref, messages, known, context.stored_input)
+            observed = _observed(
+                ref, messages, known, context.stored_input, context.observed_through
+            )
         return ModelInput(system=system, conversation=sent[lead:], observed=observed)
-
-    async def _observed(
-        self,
-        ref: ThreadRef,
-        messages: Sequence[BaseMessage],
-        known: Mapping[str, Message],
-        stored_input: Sequence[Message],
-    ) -> tuple[str, ...]:
-        """Ids of ``messages`` memory has observed: stored at or before the thread's cursor."""
-        om = self.memory.om
-        if om is None:
-            return ()
-        record = await self.memory.store.get_record(om.key(ref.thread, ref.resource))
-        through = record.cursor.get(ref.thread, 0) if record is not None else 0
-        if not through:
-            return ()
-        prefix = _stored_id(ref.thread, "")
-        seqs = {lc_id: m.seq for lc_id, m in known.items()}
-        seqs.update({m.id.removeprefix(prefix): m.seq for m in stored_input})
-        return tuple(
-            m.id
-            for m in messages
-            if m.id and (seq := seqs.get(m.id)) is not None and seq <= through
-        )
 
     async def store_new(self, ref: ThreadRef, messages: Sequence[Any]) -> list[Message]:
         """Store what of the turn's traffic in ``messages`` (after its last human message) the
@@ -872,3 +850,21 @@ def recall_tool(
     """The ``recall`` tool as a LangChain tool for the call's conversation (or the one given);
     see :meth:`LangGraphMemory.recall_tool`. Pass ``recall=True`` to the pre-model hook too."""
     return LangGraphMemory(memory, resource=resource, thread=thread).recall_tool()
+
+
+def _observed(
+    ref: ThreadRef,
+    messages: Sequence[BaseMessage],
+    known: Mapping[str, Message],
+    stored_input: Sequence[Message],
+    through: int,
+) -> tuple[str, ...]:
+    """Ids of ``messages`` memory has observed: stored at or before seq ``through``."""
+    if not through:
+        return ()
+    prefix = _stored_id(ref.thread, "")
+    seqs = {lc_id: m.seq for lc_id, m in known.items()}
+    seqs.update({m.id.removeprefix(prefix): m.seq for m in stored_input})
+    return tuple(
+        m.id for m in messages if m.id and (seq := seqs.get(m.id)) is not None and seq <= through
+    )
