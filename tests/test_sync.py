@@ -10,6 +10,7 @@ import pytest
 from pydantic_ai.models.test import TestModel
 
 from obsmem import Agent, Memory
+from obsmem.messages import Message
 from obsmem.stores import SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
@@ -60,3 +61,67 @@ async def test_the_sync_api_inside_a_running_loop_names_the_async_one(tmp_path: 
     with pytest.raises(RuntimeError, match=r"await memory.aclose\(\)"):
         memory.close()
     await memory.aclose()
+
+
+async def test_closing_a_memory_on_its_own_loop_from_async_code(tmp_path: Path) -> None:
+    """Work sent to the memory's own loop (``on_own_loop``, as a framework's short-lived loop
+    does) keeps its background work there: ``memory.close()`` from async code is refused
+    without breaking anything, and ``await memory.aclose()`` finishes the buffering still in
+    flight on that loop and stops the thread."""
+    import asyncio
+
+    gate = asyncio.Event()
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(gate=gate),
+                "messageTokens": 200,
+                "bufferTokens": 0.25,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    events: list[str] = []
+    memory.subscribe(lambda event: events.append(event.type))
+    ref = {"resource": "r", "thread": "t"}
+    for i in range(3):
+        note = Message.user(f"Note {i}: " + "water the garden " * 10)
+        await memory.on_own_loop(memory.context(ref, [note], actor_model=None))
+        await memory.on_own_loop(memory.save(ref, [Message.assistant("Ok.")], actor_model=None))
+    assert "data-om-buffering-start" in events
+    assert "data-om-buffering-end" not in events  # held at the gate: in flight
+
+    with pytest.raises(RuntimeError, match=r"await memory.aclose\(\)"):
+        memory.close()
+
+    async def open_gate() -> None:
+        gate.set()
+
+    await memory.on_own_loop(open_gate())
+    await memory.aclose()
+    assert "data-om-buffering-end" in events  # finished on its loop, not lost
+    assert not [t for t in threading.enumerate() if t.name == "obsmem-memory"]
+
+
+def test_a_sync_call_that_times_out_does_not_carry_on(tmp_path: Path) -> None:
+    """A ``run_sync`` that gives up (timeout, Ctrl-C) cancels its work."""
+    import asyncio
+
+    release = asyncio.Event()
+    finished: list[bool] = []
+
+    async def waits() -> None:
+        await release.wait()
+        finished.append(True)
+
+    async def let_go() -> None:
+        release.set()
+        for _ in range(3):
+            await asyncio.sleep(0)  # let anything still waiting on it run
+
+    with _memory(tmp_path / "m.db") as memory:
+        with pytest.raises(TimeoutError):
+            memory.run_sync(waits(), timeout=0.05)
+        memory.run_sync(let_go())
+    assert finished == []

@@ -32,6 +32,11 @@ class LoopThread:
     def running(self) -> bool:
         return self._loop is not None
 
+    @property
+    def here(self) -> bool:
+        """The caller runs on this loop's thread."""
+        return self._thread is not None and threading.current_thread() is self._thread
+
     def _start(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is not None:
@@ -50,24 +55,35 @@ class LoopThread:
             self._loop, self._thread = loop, thread
             return loop
 
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop thread and return its result (its exception is raised)."""
+    def check_caller(self) -> None:
+        """Refuse a caller that must not block: one inside a running event loop (it would stall
+        that loop; it should await instead), or this loop's own thread (it would wait on
+        itself)."""
+        if self.here:
+            raise RuntimeError("the sync API was called from memory's own loop thread")
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            pass
-        else:
+            return
+        raise RuntimeError(
+            "this is the sync API, called from inside a running event loop; await the async "
+            "method instead (for example `await memory.aclose()` for `memory.close()`)"
+        )
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop thread and return its result (its exception is raised)."""
+        try:
+            self.check_caller()
+        except RuntimeError:
             coro.close()
-            raise RuntimeError(
-                "this is the sync API, called from inside a running event loop; await the async "
-                "method instead (for example `await memory.aclose()` for `memory.close()`)"
-            )
+            raise
         loop = self._start()
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise RuntimeError("the sync API was called from memory's own loop thread")
         future: Future[T] = asyncio.run_coroutine_threadsafe(coro, loop)
-        return future.result(timeout)
+        try:
+            return future.result(timeout)
+        except BaseException:  # a timeout or Ctrl-C: the work must not carry on unseen
+            future.cancel()
+            raise
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Start ``coro`` on the loop thread without waiting (``asyncio.wrap_future`` awaits it
@@ -77,6 +93,8 @@ class LoopThread:
 
     def stop(self) -> None:
         """Stop the loop and join its thread (after the last :meth:`run`)."""
+        if self.here:
+            raise RuntimeError("memory's loop thread cannot stop itself; close from outside it")
         with self._lock:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None

@@ -48,7 +48,6 @@ from .records import OMRecord
 from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
-from .tokens.estimator import for_actor
 from .window import (
     HELD_CALLS_KEY,
     RETRACTED_KEY,
@@ -156,7 +155,6 @@ class ObservationalMemory:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._logs: OrderedDict[str, _LogState] = OrderedDict()
         self._catch_up_slots = asyncio.Semaphore(CATCH_UP_CONCURRENCY)
-        self._actor_estimators: dict[str, TokenEstimator] = {}
         self._closed = False
 
     @property
@@ -373,7 +371,9 @@ class ObservationalMemory:
     async def retract_last(self, thread_id: str, resource_id: str | None) -> Message | None:
         """Take back the thread's newest message that is not taken back yet, and return it
         (None when there is none). Storage keeps it, marked; it leaves the context and is
-        never observed. A message observed before it was taken back stays in the log."""
+        never observed from then on: a buffering cycle in flight is called off first (its
+        messages are buffered again later). A message observed or buffered before it was
+        taken back stays in the log."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         thread = await self.store.get_thread(thread_id)
@@ -390,6 +390,10 @@ class ObservationalMemory:
             through = (batch[-1].seq or 1) - 1
         if last is None:
             return None
+        task = self._tasks.get(f"obs:{subject.key}")
+        if task is not None and not task.done():  # it may have read the message already
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
         patch = ThreadPatch(thread_id=thread_id, set=(((RETRACTED_KEY, last.id), True),))
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
         return last
@@ -700,15 +704,8 @@ class ObservationalMemory:
         return self._estimator_of(label if isinstance(label, str) else None)
 
     def _estimator_of(self, label: str | None) -> TokenEstimator:
-        """The estimator for an actor model label, one per label, reused."""
-        if not label:
-            return self._deps.estimator
-        estimator = self._actor_estimators.get(label)
-        if estimator is None:
-            if len(self._actor_estimators) >= 64:
-                self._actor_estimators.clear()
-            estimator = self._actor_estimators[label] = for_actor(self._deps.estimator, label)
-        return estimator
+        """The estimator for an actor model label (shared with the cycles, reused)."""
+        return cycles.estimator_for(self._deps, label)
 
     def _counted(
         self, messages: Sequence[Any], actor_model: ModelSpec | None = None

@@ -204,8 +204,9 @@ class Memory:
     async def retract_last(self, ref: ThreadRef | Mapping[str, Any]) -> Message | None:
         """Take back the thread's newest message (an undo, the Agents SDK's ``pop_item``) and
         return it, or None when nothing is left. Storage keeps it, marked as taken back; it
-        leaves the context and memory never observes it. A message memory observed before it
-        was taken back stays in the observations."""
+        leaves the context and memory never observes it from then on (a buffering cycle in
+        flight is called off). A message memory observed or buffered before it was taken back
+        stays in the observations."""
         ref = ThreadRef.of(ref)
         if self.om is not None:
             return await self.om.retract_last(ref.thread, ref.resource)
@@ -367,7 +368,16 @@ class Memory:
             await self.om.settle()
 
     async def aclose(self, *, cancel: bool = False) -> None:
-        """Finish background work (or, with ``cancel=True``, abandon it) and close the store."""
+        """Finish background work (or, with ``cancel=True``, abandon it) and close the store.
+        A memory that runs on its own loop (sync code, :meth:`on_own_loop`) is closed there,
+        and its loop thread stopped."""
+        if self._sync.running and not self._sync.here:
+            await self.on_own_loop(self._aclose(cancel=cancel))
+            await asyncio.to_thread(self._sync.stop)
+            return
+        await self._aclose(cancel=cancel)
+
+    async def _aclose(self, *, cancel: bool = False) -> None:
         if self.om is not None:
             await self.om.aclose(cancel=cancel)
         else:
@@ -399,8 +409,9 @@ class Memory:
     def close(self, *, cancel: bool = False) -> None:
         """:meth:`aclose` for sync code: finishes background work, closes the store and stops
         the memory's loop thread. ``with Memory(...) as memory:`` calls it at the end."""
+        self._sync.check_caller()  # inside a running loop: refused, nothing stopped
         try:
-            self._sync.run(self.aclose(cancel=cancel))
+            self._sync.run(self._aclose(cancel=cancel))
         finally:
             self._sync.stop()
 

@@ -128,3 +128,55 @@ async def test_forgetting_is_refused_in_resource_scope(tmp_path: Path) -> None:
             await memory.forget_thread(REF)
     finally:
         await memory.aclose()
+
+
+async def test_a_message_taken_back_while_buffering_reads_it_is_not_observed(
+    tmp_path: Path,
+) -> None:
+    """The Agents SDK stores a turn and may pop it right away, while a buffering cycle started
+    by the save is already reading it: that cycle is called off, and the message never reaches
+    the log; the rest is buffered again later."""
+    import asyncio
+
+    gate = asyncio.Event()
+    started = asyncio.Event()
+    memory = Memory(
+        SQLiteStore(tmp_path / "m.db"),
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(gate=gate, words=30),
+                "messageTokens": 400,
+                "bufferTokens": 0.25,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    memory.subscribe(
+        lambda event: started.set() if event.type == "data-om-buffering-start" else None
+    )
+    try:
+        popped = None
+        for i in range(6):
+            note = Message.user(f"note {i} " + "water the garden " * 8)
+            await memory.context(REF, [note], actor_model=None)
+            await memory.save(
+                REF, [Message.assistant(f"SECRET{i} reply " + "zebra " * 10)], actor_model=None
+            )
+            try:  # the save starts buffering in the background, held at the gate
+                await asyncio.wait_for(started.wait(), 0.5)
+            except TimeoutError:
+                continue
+            popped = await memory.retract_last(REF)
+            break
+        assert popped is not None
+        secret = popped.parts[0].text.split()[0]  # type: ignore[union-attr]
+        assert secret.startswith("SECRET")
+        gate.set()
+        await memory.settle()
+        await memory.om.observe("t", "r")  # type: ignore[union-attr]
+        log = await memory.om.observations("t", "r")  # type: ignore[union-attr]
+        assert "garden" in log
+        assert secret not in log
+    finally:
+        gate.set()
+        await memory.aclose()

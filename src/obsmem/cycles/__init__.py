@@ -17,6 +17,7 @@ from .common import (
     META_SUGGESTED_RESPONSE,
     Deps,
     attachment_filter,
+    estimator_for,
     join_log,
     load,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "buffer_chunk",
     "buffer_reflection",
     "catch_up",
+    "estimator_for",
     "join_log",
     "load",
     "observe_sync",

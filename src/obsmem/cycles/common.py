@@ -35,6 +35,7 @@ from ..stores import (
     ThreadPatch,
 )
 from ..tokens import TokenEstimator
+from ..tokens.estimator import for_actor
 from ..window import HeldMessages
 from ..working_memory import WorkingMemory, strip_tool_traffic
 
@@ -72,6 +73,8 @@ class Deps:
     held: HeldMessages = field(default_factory=HeldMessages)
     """Unobserved messages read before: loads read only what came after them."""
     reads_resource: bool = True
+    actor_estimators: dict[str, TokenEstimator] = field(default_factory=dict[str, TokenEstimator])
+    """One estimator per actor model label (``estimator_for``), reused."""
     """Snapshots need the resource's metadata (working memory in resource scope)."""
 
     def now(self) -> datetime:
@@ -292,6 +295,25 @@ async def call_transform(hook: Callable[[str], Any] | None, text: str) -> str:
     """A transform hook's replacement for ``text`` (``text`` itself when it returns no text)."""
     changed = await call_hook(hook, text)
     return (display_text(changed) or "") if isinstance(changed, str) else text
+
+
+def estimator_for(deps: Deps, label: str | None) -> TokenEstimator:
+    """The estimator for an actor model label: image and PDF costs by that model's provider
+    (the deps' own estimator when the label is unknown, or the caller chose a model)."""
+    if not label:
+        return deps.estimator
+    estimator = deps.actor_estimators.get(label)
+    if estimator is None:
+        if len(deps.actor_estimators) >= 64:
+            deps.actor_estimators.clear()
+        estimator = deps.actor_estimators[label] = for_actor(deps.estimator, label)
+    return estimator
+
+
+def window_estimator(deps: Deps, snapshot: Snapshot) -> TokenEstimator:
+    """The estimator for ``snapshot``'s windows: the actor model the thread last saw."""
+    label = snapshot.thread_metadata.get(META_LAST_MODEL)
+    return estimator_for(deps, label if isinstance(label, str) else None)
 
 
 def wants_title(state: ThreadState | None, generation: int) -> bool:

@@ -29,6 +29,7 @@ from .common import (
     reload,
     report_titles,
     run_observer,
+    window_estimator,
 )
 from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, emit_thread_failure, run_cycle
@@ -77,7 +78,7 @@ async def observe_sync(
             snapshot = activated or await reload(deps, snapshot.subject)
             continue
         batches = sync_batches(
-            windows_of(snapshot, deps.estimator, deps.held),
+            windows_of(snapshot, window_estimator(deps, snapshot), deps.held),
             keep_tokens=keep_tokens,
             protect=held_by_chunks(snapshot.record.chunks, protect),
             cap=deps.options.observation.message_tokens,
