@@ -101,7 +101,7 @@ async def test_closing_a_memory_on_its_own_loop_from_async_code(tmp_path: Path) 
     await memory.on_own_loop(open_gate())
     await memory.aclose()
     assert "data-om-buffering-end" in events  # finished on its loop, not lost
-    assert not [t for t in threading.enumerate() if t.name == "obsmem-memory"]
+    assert not memory._sync.running  # pyright: ignore[reportPrivateUsage]  # thread stopped
 
 
 def test_a_sync_call_that_times_out_does_not_carry_on(tmp_path: Path) -> None:

@@ -162,10 +162,12 @@ async def test_a_message_taken_back_while_buffering_reads_it_is_not_observed(
             await memory.save(
                 REF, [Message.assistant(f"SECRET{i} reply " + "zebra " * 10)], actor_model=None
             )
-            try:  # the save starts buffering in the background, held at the gate
-                await asyncio.wait_for(started.wait(), 0.5)
-            except TimeoutError:
+            om = memory.om
+            assert om is not None
+            if not om._running(f"obs:{om.key('t', 'r')}"):  # pyright: ignore[reportPrivateUsage]
                 continue
+            # The save started buffering; once it has read the window it waits at the gate.
+            await asyncio.wait_for(started.wait(), 60)
             popped = await memory.retract_last(REF)
             break
         assert popped is not None
