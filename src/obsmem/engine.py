@@ -376,18 +376,7 @@ class ObservationalMemory:
         taken back stays in the log."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
-        thread = await self.store.get_thread(thread_id)
-        if thread is None:
-            return None
-        through: int | None = None
-        while True:
-            batch = await self.store.list_messages(
-                thread_id, through_seq=through, limit=50, newest_first=True
-            )
-            last = next((m for m in batch if not is_retracted(m, thread.metadata)), None)
-            if last is not None or len(batch) < 50:
-                break
-            through = (batch[-1].seq or 1) - 1
+        last = await newest_shown(self.store, thread_id)
         if last is None:
             return None
         task = self._tasks.get(f"obs:{subject.key}")
@@ -733,3 +722,19 @@ class ObservationalMemory:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this ObservationalMemory was closed")
+
+
+async def newest_shown(store: Store, thread_id: str) -> Message | None:
+    """The thread's newest message not taken back (read newest first, a page at a time)."""
+    thread = await store.get_thread(thread_id)
+    if thread is None:
+        return None
+    through: int | None = None
+    while True:
+        batch = await store.list_messages(
+            thread_id, through_seq=through, limit=50, newest_first=True
+        )
+        last = next((m for m in batch if not is_retracted(m, thread.metadata)), None)
+        if last is not None or len(batch) < 50:
+            return last
+        through = (batch[-1].seq or 1) - 1

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any, TypeVar
 
 from ._sync import LoopThread
-from .engine import ObservationalMemory
+from .engine import ObservationalMemory, newest_shown
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
 from .llm import CallListener
@@ -210,12 +210,9 @@ class Memory:
         ref = ThreadRef.of(ref)
         if self.om is not None:
             return await self.om.retract_last(ref.thread, ref.resource)
+        last = await newest_shown(self.store, ref.thread)
         thread = await self.store.get_thread(ref.thread)
-        if thread is None:
-            return None
-        messages = await self.store.list_messages(ref.thread, newest_first=True)
-        last = next((m for m in messages if not is_retracted(m, thread.metadata)), None)
-        if last is not None:
+        if last is not None and thread is not None:
             taken = {**(thread.metadata.get(RETRACTED_KEY) or {}), last.id: True}
             await self.store.update_thread(ref.thread, metadata={RETRACTED_KEY: taken})
         return last
