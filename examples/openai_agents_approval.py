@@ -50,9 +50,7 @@ def files_agent(model: ScriptedModel) -> Agent[None]:
 
 
 def session_of(memory: Memory) -> ObservationalSession:
-    return ObservationalSession(
-        memory, session_id="files-chat", resource="user-123", on_clear="new_thread"
-    )
+    return ObservationalSession(memory, session_id="files-chat", resource="user-123")
 
 
 async def ask() -> str:

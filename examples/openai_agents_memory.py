@@ -37,11 +37,15 @@ async def main() -> int:
     model = OpenAIChatCompletionsModel(model=model_id_of(spec), openai_client=client)
     memory = Memory(observational_memory={"model": spec})  # store=None: ./obsmem.db
     # Leaving the block finishes memory's background work and closes the memory.
+    # session.clear_session() would go on in a new thread, forgetting nothing (on_clear="forget"
+    # would forget this thread's memory).
     async with ObservationalSession(
-        memory, session_id="agents-sdk-example", resource="user-123", on_clear="new_thread"
+        memory, session_id="agents-sdk-example", resource="user-123"
     ) as session:
         agent = Agent(name="assistant", instructions="You are a helpful assistant.", model=model)
-        # Memory at every model call of a run; tracing off so nothing goes to OpenAI's traces.
+        # Memory at every model call of a run (without the filter, memory is assembled once per
+        # run and the session logs a warning after a tool loop); tracing off so nothing goes to
+        # OpenAI's traces.
         config = RunConfig(
             tracing_disabled=True, call_model_input_filter=session.call_model_input_filter
         )

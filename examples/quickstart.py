@@ -19,7 +19,7 @@ async def main() -> int:
     if model is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2
-    memory = Memory(observational_memory={"model": model})  # store=None: ./obsmem.db
+    memory = Memory(observational_memory=True)  # ./obsmem.db; Observer: model "auto" (the same)
     agent = Agent(
         id="my-agent",
         instructions="You are a helpful assistant.",

@@ -10,7 +10,12 @@ rule the way those servers do:
 - after it, user and assistant turns alternate (tool results follow the assistant's call):
   ``Conversation roles must alternate user/assistant/user/assistant/...``;
 - parameters the model rejects (``reject_params``) are a 400, as OpenAI's reasoning models answer
-  ``temperature``.
+  ``temperature``;
+- with ``context_size``, a request longer than that many tokens (about four characters each) is a
+  400 with llama.cpp's ``exceed_context_size_error`` (or vLLM's wording, ``serves="vllm"``), and
+  the window is told where those servers tell it: llama.cpp's ``GET /props``
+  (``default_generation_settings.n_ctx``) and ``/v1/models`` (``meta.n_ctx_train``), vLLM's
+  ``/v1/models`` (``max_model_len``), Ollama's ``POST /api/show`` (``serves="ollama"``).
 
 ``answer(request)`` gives the reply text, or an iterator of pieces to stream (it may never end: the
 server stops when the client hangs up, and counts what it sent). Every request is kept in
@@ -92,6 +97,10 @@ class StrictServer:
     """Whether answers carry token usage (many local servers leave it out of a stream)."""
     outage: int = 0
     """The first ``outage`` requests are answered 503 (a server that is down for a while)."""
+    context_size: int | None = None
+    """The model's context window in tokens (None: unlimited)."""
+    serves: str = "llama.cpp"
+    """Whose answers to give about the context: ``"llama.cpp"``, ``"vllm"`` or ``"ollama"``."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
     streamed_pieces: int = 0
@@ -160,6 +169,42 @@ class StrictServer:
             return 400, "Conversation roles must alternate user/assistant/user/assistant/..."
         return None
 
+    def tokens_of(self, body: dict[str, Any]) -> int:
+        """The request's size as this server counts it: about four characters a token."""
+        messages = body.get("messages") or []
+        chars = sum(len(json.dumps(m.get("content") or "")) + 8 for m in messages)
+        return chars // 4
+
+    def _overflow(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """The error body a request too long for ``context_size`` gets, or None."""
+        if self.context_size is None:
+            return None
+        size = self.tokens_of(body)
+        if size <= self.context_size:
+            return None
+        if self.serves == "vllm":
+            message = (
+                f"This model's maximum context length is {self.context_size} tokens. However, "
+                f"your request has {size} input tokens. Please reduce the length of the input "
+                "messages."
+            )
+            error = {"object": "error", "message": message, "type": "BadRequestError"}
+            return {"error": {**error, "param": None, "code": 400}}
+        message = (
+            f"request ({size} tokens) exceeds the available context size "
+            f"({self.context_size} tokens), try increasing it"
+        )
+        error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+        return {"error": {**error, "n_prompt_tokens": size, "n_ctx": self.context_size}}
+
+    def _model_card(self) -> dict[str, Any]:
+        card: dict[str, Any] = {"id": "local", "object": "model", "owned_by": self.serves}
+        if self.context_size is not None and self.serves == "vllm":
+            card["max_model_len"] = self.context_size
+        elif self.context_size is not None:
+            card["meta"] = {"n_ctx_train": self.context_size, "n_vocab": 49152}
+        return card
+
     # -- HTTP ----------------------------------------------------------------------------------
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -179,13 +224,35 @@ class StrictServer:
                 headers[name.strip().lower()] = value.strip()
             raw = await reader.readexactly(int(headers.get("content-length", "0")))
             if method == "GET" and path.rstrip("/").endswith("/models"):
-                await self._json(writer, 200, {"object": "list", "data": [{"id": "local"}]})
+                await self._json(writer, 200, {"object": "list", "data": [self._model_card()]})
+                return
+            if method == "GET" and path.rstrip("/").endswith("/props"):
+                if self.serves != "llama.cpp" or self.context_size is None:
+                    await self._json(writer, 404, {"error": {"code": 404, "message": "Not Found"}})
+                    return
+                props = {"default_generation_settings": {"n_ctx": self.context_size}}
+                await self._json(writer, 200, {**props, "total_slots": 1})
                 return
             body = json.loads(raw or b"{}")
+            if method == "POST" and path.rstrip("/").endswith("/api/show"):
+                if self.serves != "ollama" or self.context_size is None:
+                    await self._json(writer, 404, {"error": "not found"})
+                    return
+                info = {"general.architecture": "llama", "llama.context_length": 131072}
+                parameters = f"num_ctx                        {self.context_size}"
+                await self._json(writer, 200, {"model_info": info, "parameters": parameters})
+                return
             self.requests.append(body)
             refused = self.check(body)
             if len(self.requests) <= self.outage:
                 refused = (503, "Service Unavailable: loading model")
+            overflow = self._overflow(body) if refused is None else None
+            if overflow is not None:
+                self.refusals.append(overflow["error"]["message"])
+                await self._json(
+                    writer, 400, overflow if self.serves == "llama.cpp" else overflow["error"]
+                )
+                return
             if refused is not None:
                 status, message = refused
                 self.refusals.append(message)

@@ -336,3 +336,147 @@ def test_importing_the_model_seam_loads_no_model_library() -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+# -- activity: what a call is doing, as it happens ----------------------------------------------
+
+
+async def test_activity_listeners_see_start_retries_and_end(
+    caller: ModelCaller, sleeps: list[float]
+) -> None:
+    from obsmem.llm import CallActivity
+
+    seen: list[CallActivity] = []
+    remove = caller.add_activity_listener(seen.append)
+    error = ModelHTTPError(500, "flaky", {"message": "upstream exploded", "code": 500})
+    result = await caller.call(request(failing([error], []), retry_budget=5.0))
+    assert result.text == "recovered"
+    assert [a.kind for a in seen] == ["start", "retry", "end"]
+    start, retry, end = seen
+    assert start.call_id == retry.call_id == end.call_id
+    assert start.model_name == "flaky"
+    assert start.describe() == "Observer call to flaky"
+    assert retry.error is error
+    assert retry.attempt == 2
+    assert retry.delay == sleeps[0]
+    assert "retry 2 in " in retry.describe()
+    assert retry.describe().endswith("after HTTP 500: upstream exploded")
+    assert end.error is None
+    assert end.attempt == 2
+
+    remove()
+    await caller.call(request(answering("again")))
+    assert len(seen) == 3
+
+
+async def test_activity_tells_the_error_that_ended_a_call(caller: ModelCaller) -> None:
+    from obsmem.llm import CallActivity
+
+    seen: list[CallActivity] = []
+    caller.add_activity_listener(seen.append)
+    with pytest.raises(ModelError):
+        await caller.call(request(failing([ModelHTTPError(400, "flaky", "bad")], [])))
+    assert [a.kind for a in seen] == ["start", "end"]
+    assert isinstance(seen[-1].error, ModelError)
+    assert "failed after" in seen[-1].describe()
+
+
+async def test_a_failing_activity_listener_does_not_fail_the_call(
+    caller: ModelCaller, caplog: pytest.LogCaptureFixture
+) -> None:
+    from obsmem.llm import CallActivity
+
+    def broken(activity: CallActivity) -> None:
+        raise RuntimeError("display bug")
+
+    caller.add_activity_listener(broken)
+    result = await caller.call(request(answering("fine")))
+    assert result.text == "fine!"
+    assert "activity listener failed" in caplog.text
+
+
+async def test_a_timeout_names_the_last_error_it_met() -> None:
+    """A call that runs out of time while retrying says what it was retrying, not only that
+    it timed out."""
+    error = ModelHTTPError(500, "flaky", {"message": "upstream exploded"})
+    never = asyncio.Event()
+
+    async def slow_sleep(seconds: float) -> None:
+        await never.wait()
+
+    caller = ModelCaller(sleep=slow_sleep)
+    with pytest.raises(ModelError) as info:
+        await caller.call(request(failing([error], []), timeout=0.05, retry_budget=30.0))
+    message = str(info.value)
+    assert "timed out after 0.05 s (retries included); last error: HTTP 500: upstream" in message
+
+
+async def _timed_out_while_retrying(hang_in: str) -> TimeoutError:
+    """The TimeoutError of an ``asyncio.timeout`` around ``call_with_retry`` that hangs in its
+    pause (``"sleep"``) or in its second attempt (``"attempt"``) after a 503."""
+    from obsmem.models.retry import call_with_retry
+
+    never = asyncio.Event()
+    attempts: list[int] = []
+
+    async def attempt() -> str:
+        attempts.append(1)
+        if len(attempts) > 1:
+            await never.wait()  # the second attempt hangs
+        raise ModelHTTPError(503, "m", {"message": "loading model"})
+
+    async def sleep(seconds: float) -> None:
+        if hang_in == "sleep":
+            await never.wait()
+
+    with pytest.raises(TimeoutError) as info:
+        async with asyncio.timeout(0.05):
+            await call_with_retry(attempt, sleep=sleep)
+    return info.value
+
+
+@pytest.mark.parametrize("hang_in", ["sleep", "attempt"])
+async def test_a_deadline_outside_the_call_keeps_the_last_error_for_the_report(
+    hang_in: str,
+) -> None:
+    """A cycle's own deadline (``asyncio.timeout`` around the call) cancels it between attempts
+    or during one: the TimeoutError it raises still leads to the last error."""
+    from obsmem.cycles.common import describe_error
+
+    error = await _timed_out_while_retrying(hang_in)
+    assert describe_error(error) == "timed out; last error: HTTP 503: loading model"
+
+
+async def test_a_deadline_before_any_error_is_only_a_timeout() -> None:
+    from obsmem.cycles.common import describe_error
+
+    with pytest.raises(TimeoutError) as bare:
+        async with asyncio.timeout(0.01):
+            await asyncio.Event().wait()
+    assert describe_error(bare.value) == "timed out"
+
+
+async def test_retry_listener_and_give_up_message_name_the_server_answer() -> None:
+    from obsmem.models.retry import call_with_retry
+
+    told: list[tuple[int, BaseException, float]] = []
+    error = ModelHTTPError(502, "m", {"error": {"message": "bad gateway upstream"}})
+
+    async def attempt() -> str:
+        raise error
+
+    async def no_sleep(seconds: float) -> None:
+        return None
+
+    times = iter([0.0, 0.0, 0.5, 2.0, 2.0])
+    with pytest.raises(ModelError) as info:
+        await call_with_retry(
+            attempt,
+            max_total=1.0,
+            jitter=0.0,
+            sleep=no_sleep,
+            clock=lambda: next(times),
+            on_retry=lambda n, e, d: told.append((n, e, d)),
+        )
+    assert told == [(2, error, 1.0), (3, error, 0.5)]
+    assert "last error: HTTP 502: bad gateway upstream. Check" in str(info.value)

@@ -429,6 +429,169 @@ EXPECTED: dict[str, Expect] = {
         threads={"t1": ("partner's birthday is on Dec 30",), "t2": ("descale an espresso",)},
         thread_tasks={"t1": "Pick a birthday gift under €100."},
     ),
+    # ---- answers whose observations sit outside the usual shape ------------------------------
+    "bullets_en_dash_no_tags.txt": Expect(
+        keep=(
+            "– 🔴 (18:05) User stated they are training for their first sprint triathlon",
+            "  – -> assistant proposed 2 h swim, 2.5 h bike, 1.5 h run",
+            "– 🟢 (18:12) User mentioned they own a road bike but no wetsuit yet.",
+        ),
+        lines=("Date: Jan 20, 2026",),
+        drop=("Here are the observations", "I kept the times"),
+    ),
+    "bullets_em_dash_plus.txt": Expect(
+        keep=(
+            "— 🔴 (07:40) User stated they are vegan and their partner is allergic to sesame.",
+            "  + -> user rejected the tofu stir-fry",
+            "— ✅ (07:52) Assistant delivered a 5-dinner plan",
+        ),
+        lines=("Date: Feb 2, 2026",),
+        drop=("**", "Let me know"),
+    ),
+    "bullets_middle_dot_squares.txt": Expect(
+        keep=(
+            "· 🔴 (20:15) User stated they run a small pottery studio in Ghent",
+            "    ▪ -> assistant suggested a retail price of €38–€45 per mug",
+            "· ✅ (20:31) User chose €42 per mug",
+        ),
+        lines=("Date: Dec 30, 2025",),
+        drop=("Sure, here's", "###"),
+    ),
+    "bullets_lettered_sub_items.txt": Expect(
+        keep=(
+            "1) 🔴 (10:00) User stated they teach Year 9 history at a school in Cork.",
+            "   b) -> user wants the debate cut to 10 minutes",
+            "(3) 🟢 (10:11) User mentioned the class has 28 students",
+        ),
+        lines=("Date: Jan 8, 2026",),
+        drop=("Observations (Jan 8, 2026):",),
+    ),
+    "bullets_triangles_no_space.txt": Expect(
+        keep=(
+            "▸ 🔴 (19:00) User stated they play cello in a community orchestra in Lyon.",
+            "  ‣ -> assistant suggested fresh rosin",
+            "►🟢 (19:10) User mentioned their cello",
+            "➤✅ (19:15) User fixed the squeak by rehairing the bow.",
+        ),
+        lines=("Date: Jan 25, 2026",),
+        drop=("Observation log update",),
+    ),
+    "markers_without_bullets.txt": Expect(
+        keep=(
+            "🔴 (09:30) User stated they were diagnosed with coeliac disease last month",
+            "  -> assistant named two places and advised calling ahead",
+            "🟢 (09:40) User mentioned they prefer Portuguese food",
+            "✅ (09:45) User booked a table for 2 on Jan 17, 2026",
+        ),
+        lines=("Date: Jan 15, 2026",),
+        drop=("Here are the new observations", "These observations cover"),
+    ),
+    "markers_variation_selector_no_bullets.txt": Expect(
+        keep=(
+            "🔴\ufe0f (2:15 PM) User stated they are hard of hearing",
+            "🟡\ufe0f (2:19 PM) User asked how to turn on live captions",
+            "   → assistant explained that the web app supports live captions",
+            "✔️ (2:31 PM) User enabled live captions in the Teams web app.",
+            "🟢 (2:33 PM) User mentioned their team also uses Zoom on Fridays.",
+        ),
+        lines=("Date: Feb 9, 2026",),
+        drop=("Let me know",),
+    ),
+    "markers_text_no_bullets.txt": Expect(
+        keep=(
+            "[HIGH] (16:00) User stated they are moving their family of 4 from Austin to Denver",
+            "[MEDIUM] (16:06) User asked for school districts near Denver",
+            "[LOW] (16:10) User mentioned they like hiking on weekends.",
+            "[DONE] (16:20) Assistant sent a shortlist of three districts",
+        ),
+        lines=("Date: Jan 27, 2026",),
+        drop=("🔴", "✅", "Compare the three"),
+        current_task="Compare the three Denver school districts for special education.",
+    ),
+    "empty_block_then_lines.txt": Expect(
+        keep=(
+            "* 🔴 (11:20) User stated they are self-employed as a wedding photographer in Leipzig.",
+            "  * -> assistant explained the GWG limit of €800",
+        ),
+        lines=("Date: Jan 19, 2026",),
+        drop=("Primary: Explain", "Show the yearly"),
+        current_task="Primary: Explain how to depreciate the camera body on the 2025 German tax "
+        "return.",
+        suggested_response="Show the yearly depreciation amounts and ask when the camera was "
+        "bought.",
+    ),
+    "empty_block_then_bullets_and_hints.txt": Expect(
+        keep=(
+            "• 🔴 (21:02) User stated their 10-year-old son has ADHD and a 504 plan at school.",
+            "  ◦ -> assistant suggested 3 blocks of 12 minutes",
+            "• ✅ (21:18) User printed the routine checklist for the fridge.",
+        ),
+        lines=("Date: Feb 11, 2026",),
+        drop=("Primary: Adjust", "Offer a shortened", "ADHD homework routine"),
+        current_task="Primary: Adjust the homework routine for days with football practice.",
+        suggested_response="Offer a shortened 30-minute version for practice days.",
+        thread_title="ADHD homework routine",
+    ),
+    "mixed_lines_after_close.txt": Expect(
+        # Lines after the block that read as observations are kept; a list of remarks about
+        # the answer itself is not.
+        keep=(
+            "* 🟡 (13:14) User asked how to plan a heat-pump retrofit for the whole building.\n"
+            "* 🟡 (13:20) User said the building has a shared gas boiler from 2009.\n"
+            "  * -> assistant suggested a collective air-to-water system",
+            "* ✅ (13:35) User sent the survey results to the owners' association.",
+        ),
+        lines=("Date: Jan 22, 2026",),
+        drop=("Notes:", "I merged", "Times are in", "Draft the heat-pump"),
+        current_task="Draft the heat-pump proposal for the owners' association.",
+    ),
+    "mixed_date_header_outside.txt": Expect(
+        keep=(
+            "Date: Jan 14, 2026\n* 🔴 (08:05) User stated they are a night-shift paramedic",
+            "  * -> assistant suggested the main meal before the shift",
+        ),
+        lines=("Date: Jan 14, 2026",),
+        drop=("**",),
+        current_task="Write a 7-day meal plan for night shifts.",
+    ),
+    "mixed_second_day_after_close.txt": Expect(
+        keep=(
+            "* 🔴 (17:40) User stated they are learning to sail",
+            "Date: Dec 5, 2025\n* 🟡 (09:02) User said they will sail with 3 friends",
+            "* ✅ (09:20) Assistant compared a Bavaria 37 and a Sun Odyssey 389",
+        ),
+        lines=("Date: Dec 4, 2025", "Date: Dec 5, 2025"),
+        drop=("Sure!", "Let me know", "Help the user book"),
+        current_task="Help the user book a charter yacht for September 2026.",
+        thread_title="Croatia sailing charter",
+    ),
+    "threads_empty_wrapper_then_blocks.txt": Expect(
+        resource_scope=True,
+        threads={
+            "t-7f3a": ("▪ 🔴 (10:00) User stated they are colour-blind (protanopia)",),
+            "t-91bc": ("▪ ✅ (11:22) User exported the dashboard",),
+        },
+        thread_tasks={"t-7f3a": "Pick an accessible palette for the risk dashboard."},
+    ),
+    "threads_one_outside_wrapper.txt": Expect(
+        resource_scope=True,
+        threads={
+            "thread-42": ("– 🔴 (14:00) User stated they are allergic to penicillin",),
+            "thread-57": (
+                "– 🟡 (16:30) User asked how to repot a fiddle-leaf fig in winter.",
+                "  – -> assistant advised waiting until spring",
+            ),
+        },
+        thread_tasks={"thread-57": "Explain how to care for the fiddle-leaf fig until spring."},
+    ),
+    "threads_bare_markers_no_wrapper.txt": Expect(
+        resource_scope=True,
+        threads={
+            "t1": ("🔴 (08:10) User stated they are writing a PhD thesis on Baltic herring",),
+            "t2": ("1. 🟡 (09:00) User asked for a 3-day itinerary in Tallinn",),
+        },
+        drop=("Here are the observations per thread", "<observations/>"),
+    ),
     # ---- loops and long lists ----------------------------------------------------------------
     "degenerate_repeated_line.txt": Expect(degenerate=True),
     "degenerate_repeated_block.txt": Expect(degenerate=True),

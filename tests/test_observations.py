@@ -114,6 +114,100 @@ PARSE_CASES: list[tuple[str, str, dict[str, Any]]] = [
         {"observations": "* a", "sections": {"user-profile": "likes tea", "open_todos": "none"}},
     ),
     (
+        "no-tags-other-bullets",
+        "Here are the observations:\n– 🔴 a\n— 🟡 b\n+ c\n· d\n▪ e\n● f\n■ g\n▸ h\n➤ i\n"
+        "‣ j\n− k\n・ l\nI hope this helps.",
+        {"observations": "– 🔴 a\n— 🟡 b\n+ c\n· d\n▪ e\n● f\n■ g\n▸ h\n➤ i\n‣ j\n− k\n・ l"},
+    ),
+    (
+        "no-tags-other-numbering",
+        "(1) 🔴 a\n  a) -> c\n  ii. -> d\n(b) e\n10) f",
+        {"observations": "(1) 🔴 a\n  a) -> c\n  ii. -> d\n(b) e\n10) f"},
+    ),
+    (
+        "no-tags-bullet-glued-to-marker",
+        "•🔴 (09:00) a\n-🟡(09:05) b\n*✅ c\n-1.5% is prose",
+        {"observations": "•🔴 (09:00) a\n-🟡(09:05) b\n*✅ c"},
+    ),
+    (
+        "no-tags-rules-are-not-list-lines",
+        "— — —\n* * *\n- 🔴 a\n– – –",
+        {"observations": "- 🔴 a"},
+    ),
+    (
+        "no-tags-marker-lines-without-bullets",
+        "Here are the observations:\nDate: Dec 4, 2025\n🔴 (14:30) a\n🟡️ b\n🟢\ufe0e c\n✅ d\n"
+        "✔️ e\n☑ f\n[HIGH] g\n:red_circle: h\n(14:50) i\n(2:55 PM) j\nThat is all.",
+        {
+            "observations": "Date: Dec 4, 2025\n🔴 (14:30) a\n🟡️ b\n🟢\ufe0e c\n✅ d\n✔️ e\n☑ f\n"
+            "[HIGH] g\n:red_circle: h\n(14:50) i\n(2:55 PM) j"
+        },
+    ),
+    (
+        "no-tags-sub-items-follow-their-line",
+        "🔴 (14:30) a\n  -> b\n  → c\n  continued\n\n-> not under a line\n  stray indented prose",
+        {"observations": "🔴 (14:30) a\n  -> b\n  → c\n  continued"},
+    ),
+    (
+        "no-tags-unmarked-prose-stays-out",
+        "⚠️ Note: the transcript had no times.\n💡 Tip: ask me again later.\nSummary:\n🔴 a",
+        {"observations": "🔴 a"},
+    ),
+    (
+        "lines-after-empty-block",
+        "<observations></observations>\nDate: Dec 4, 2025\n* 🔴 a\n• 🟡 b\n- c\n"
+        "<current-task>t</current-task>",
+        {"observations": "Date: Dec 4, 2025\n* 🔴 a\n• 🟡 b\n- c", "current_task": "t"},
+    ),
+    (
+        "prose-after-empty-block-stays-empty",
+        "No new information.\n<observations>\n</observations>\nNothing else to add.",
+        {"observations": ""},
+    ),
+    (
+        "remarks-before-empty-block-are-not-observations",
+        "Nothing new here:\n- the user only said thanks\n<observations></observations>",
+        {"observations": ""},
+    ),
+    (
+        "no-tags-cjk-numbering",
+        "1．🔴 a\n2、 🟡 b\n（3） c\n① d",
+        {"observations": "1．🔴 a\n2、 🟡 b\n（3） c\n① d"},
+    ),
+    (
+        "lines-after-unclosed-block-and-hints",
+        "<observations>\n* 🔴 a\n<current-task>t</current-task>\n* 🟡 (09:00) b\nThanks!",
+        {"observations": "* 🔴 a\n* 🟡 (09:00) b", "current_task": "t"},
+    ),
+    (
+        "lines-after-closed-block",
+        "<observations>\n* 🔴 a\n</observations>\n* 🟡 (14:31) b\n  * -> c\n🟢 d\n"
+        "<current-task>t</current-task>",
+        {"observations": "* 🔴 a\n* 🟡 (14:31) b\n  * -> c\n🟢 d", "current_task": "t"},
+    ),
+    (
+        "remarks-after-closed-block-are-not-observations",
+        "<observations>\n* 🔴 a\n</observations>\nNotes:\n- I merged two lines.\n"
+        "1. Times are local.\n  * -> nor this\nLet me know!",
+        {"observations": "* 🔴 a"},
+    ),
+    (
+        "date-header-before-block",
+        "**Dec 4, 2025**\n<observations>\n* 🔴 a\n</observations>",
+        {"observations": "Date: Dec 4, 2025\n* 🔴 a"},
+    ),
+    (
+        "lines-between-blocks",
+        "<observations>\n* 🔴 one\n</observations>\nDate: Dec 5, 2025\n* 🟡 two\n"
+        "<observations>\n* 🟢 three\n</observations>",
+        {"observations": "* 🔴 one\nDate: Dec 5, 2025\n* 🟡 two\n* 🟢 three"},
+    ),
+    (
+        "unclosed-hint-after-block-is-not-observations",
+        "<observations></observations>\n* 🔴 a\n<current-task>\n* 🟡 cut off",
+        {"observations": "* 🔴 a", "current_task": None},
+    ),
+    (
         "garbage",
         "I'm sorry, I can't help with that.",
         {"observations": "", "current_task": None, "sections": {}, "threads": {}},

@@ -50,7 +50,7 @@ def test_defaults_resolve_to_the_documented_numbers() -> None:
     assert r.share_token_budget is False
     assert r.temporal_markers is False
     assert r.retrieval is None
-    assert obs.model == ref.model == "google/gemini-2.5-flash"
+    assert obs.model == ref.model == "auto"
     assert obs.message_tokens == 30_000
     assert obs.buffer_tokens == 6_000
     assert obs.buffer_activation == 0.8
@@ -714,7 +714,7 @@ def test_compression_start_level_reads_model_names() -> None:
         model_name = "gemini-2.5-flash-preview"
 
     assert compression_start_level(Named()) == 2
-    assert compression_start_level(resolve(True).reflector_model) == 2
+    assert compression_start_level("google/gemini-2.5-flash") == 2  # what "auto" falls back to
 
 
 # --- smaller options -----------------------------------------------------------------------------

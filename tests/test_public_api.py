@@ -20,6 +20,7 @@ def test_top_level_names_are_pinned() -> None:
             "ImagePart",
             "Memory",
             "Message",
+            "MemoryUnavailableError",
             "MissingExtraError",
             "ModelByInputTokens",
             "ModelError",

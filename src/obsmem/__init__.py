@@ -16,6 +16,7 @@ from ._lazy import lazy_names
 from .errors import (
     ConfigError,
     ConflictError,
+    MemoryUnavailableError,
     MissingExtraError,
     ModelError,
     ObserverOutputError,
@@ -77,6 +78,7 @@ __all__ = [
     "Hooks",
     "ImagePart",
     "Memory",
+    "MemoryUnavailableError",
     "Message",
     "MissingExtraError",
     "ModelByInputTokens",

@@ -37,6 +37,7 @@ from .integrations.pydantic_ai import (
     for_model,
     mark_as_context,
     merged_requests,
+    step_start,
 )
 from .memory import Memory, ThreadRef
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCallPart
@@ -260,7 +261,9 @@ class Agent:
                 ref, new, actor_model=self.model, recall=self.memory.retrieval
             )
             sent = context.messages
-            capabilities.append(_StepMemory(self.memory, ref, self.instructions))
+            memory_steps = _StepMemory(self.memory, ref, self.instructions)
+            memory_steps.starts_at(context.stored_input)
+            capabilities.append(memory_steps)
             if self.memory.agent_updates_working_memory:
                 tools.append(_working_memory_tool(self.memory, ref))
             if self.memory.retrieval:
@@ -324,6 +327,11 @@ class _StepMemory(ObservationalMemoryCapability):
         # The agent's instructions lead every request, before memory (SPEC §6: the stable
         # prefix a prompt cache keeps).
         self._state.system_prompts.append(instructions)
+
+    def starts_at(self, stored_input: Sequence[Message]) -> None:
+        """The run's first step is the input the agent stored: a compaction after the model
+        refused it as too long keeps it raw (the capability's retry, for every step)."""
+        self._state.step_from = step_start(stored_input)
 
     def started_from(self, history: list[pa.ModelMessage]) -> None:
         """The run's starting history: memory's context, its input already stored."""

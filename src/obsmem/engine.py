@@ -36,17 +36,28 @@ from .cycles import (
     Outcome,
 )
 from .embeddings import Embedder, resolve_embedder
-from .errors import ConfigError, check_id
-from .events import EventBus, Hooks, Listener, StatusEvent
+from .errors import ConfigError, MemoryUnavailableError, ObsmemError, check_id
+from .events import EventBus, Hooks, Listener, StatusEvent, Trigger
+from .failures import (
+    FAILURE_KEY,
+    FailureState,
+    MemoryStatus,
+    Role,
+    cause_of,
+    failures_in,
+    next_failure,
+)
 from .llm import CallListener, ModelCaller
 from .messages import Message, check_json, utcnow
 from .models import ModelSpec
+from .models.environment import AutoModel, credentials_problem, resolve_auto
+from .models.specs import AUTO
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .planner import Backoff
 from .recall import RecallBoundary, recall, search_groups
 from .records import OMRecord
 from .snapshot import Snapshot, Subject
-from .stores import LoadRequest, Store, ThreadPatch
+from .stores import LoadRequest, ResourcePatch, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .window import (
     HELD_CALLS_KEY,
@@ -86,6 +97,9 @@ class _LogState:
     observer: Backoff | None = None
     reflector: Backoff | None = None
     suppressed_reflection_at: int | None = None
+    observer_failure: FailureState | None = None
+    """The failure state this engine last stored for the role (newer than a stale snapshot's)."""
+    reflector_failure: FailureState | None = None
 
     @property
     def empty(self) -> bool:
@@ -93,6 +107,8 @@ class _LogState:
             self.observer is None
             and self.reflector is None
             and self.suppressed_reflection_at is None
+            and self.observer_failure is None
+            and self.reflector_failure is None
         )
 
 
@@ -145,7 +161,9 @@ class ObservationalMemory:
             background_timeout=background_timeout,
             config=options.snapshot(),
             working_memory=managed,
-            reads_resource=working_memory is not None and working_memory.scope == "resource",
+            # Resource scope keeps the log's failure state in the resource's metadata.
+            reads_resource=options.scope == "resource"
+            or (working_memory is not None and working_memory.scope == "resource"),
             embedder=(
                 resolve_embedder(embedder or options.retrieval.embedder or "local")
                 if options.retrieval is not None and options.retrieval.vector
@@ -156,6 +174,21 @@ class ObservationalMemory:
         self._logs: OrderedDict[str, _LogState] = OrderedDict()
         self._catch_up_slots = asyncio.Semaphore(CATCH_UP_CONCURRENCY)
         self._closed = False
+        self._warned: OrderedDict[tuple[str, str], str] = OrderedDict()
+        """(log key or "*", role) -> the cause last logged, so each cause is logged once."""
+        self.model_choice: AutoModel | None = None
+        """What ``"auto"`` resolved to (None while unresolved, or when models were given)."""
+        self._auto_roles = {
+            role
+            for role, model in (
+                ("observation", options.observation.model),
+                ("reflection", options.reflection.model),
+            )
+            if model == AUTO
+        }
+        self._models_final = not self._auto_roles
+        self._credentials: str | None = None
+        self._credentials_checked = False
 
     @property
     def estimator(self) -> TokenEstimator:
@@ -234,6 +267,9 @@ class ObservationalMemory:
         like ``new_messages`` they stay raw this time, neither observed nor activated."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
+        self._settle_models(actor_model)
+        if self._credentials is not None and self.options.failure_policy == "raise":
+            raise MemoryUnavailableError(self._credentials_message())
         obs, ref = self.options.observation, self.options.reflection
         snapshot = await cycles.load(
             self._deps,
@@ -294,7 +330,8 @@ class ObservationalMemory:
                 trigger="turn-sync",
             )
             snapshot = result.snapshot
-            self._observer_outcome(subject.key, result.error)
+            await self._observer_outcome(snapshot, result.error)
+            await self._thread_outcomes(result)
         if plan.start_buffering:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
         if plan.catch_up:
@@ -302,6 +339,8 @@ class ObservationalMemory:
             upto = dict(protect) or {thread_id: (newest or 0) + 1}
             self._spawn(f"catch-up:{subject.key}", self._catch_up(snapshot, upto))
         snapshot = await self._reflection_step(snapshot, signals)
+        if self.options.failure_policy == "raise":
+            self._raise_if_failing(snapshot)
         main = windows[0] if snapshot is loaded else None  # a plain turn: counted already
         return PreparedContext(
             messages=self._context(
@@ -323,6 +362,7 @@ class ObservationalMemory:
         """Store the actor's reply (and tool traffic) and start background buffering when due."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
+        self._settle_models(actor_model)
         patches = (
             [
                 ThreadPatch(
@@ -392,11 +432,46 @@ class ObservationalMemory:
         a failure stopped it (the failed event says why)."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
+        self._settle_models(None)
+        self._deps.thread_backoff.clear()  # asked for now: threads backing off are tried too
         result = await cycles.observe_sync(
             self._deps, await self._load(subject), keep_tokens=0, trigger="manual"
         )
-        self._observer_outcome(subject.key, result.error)
-        return result.error is None
+        await self._observer_outcome(result.snapshot, result.error)
+        await self._thread_outcomes(result)
+        return result.error is None and not result.thread_errors
+
+    async def compact(
+        self,
+        thread_id: str,
+        resource_id: str | None = None,
+        *,
+        keep_raw_from: int | None = None,
+        keep_tokens: int | None = None,
+        trigger: Trigger = "manual",
+    ) -> bool:
+        """Shrink the thread's context now, as far as memory can: activate buffered chunks and
+        observe synchronously until the retention floor (or ``keep_tokens``, when smaller) stays
+        raw. ``keep_raw_from``: the current step's first seq; from it on the messages stay raw
+        (a retried request must still carry them), as ``prepare`` keeps them. True when the
+        context shrank (the cursor moved); False when there was nothing to observe or a failure
+        stopped it (the failed event says why)."""
+        self._check_open()
+        subject = self.subject(thread_id, resource_id)
+        self._settle_models(None)
+        snapshot = await self._load(subject)
+        before = snapshot.record.cursor
+        floor = self.options.observation.retention_floor or 0
+        result = await cycles.observe_sync(
+            self._deps,
+            snapshot,
+            keep_tokens=min(floor, keep_tokens) if keep_tokens is not None else floor,
+            protect={thread_id: keep_raw_from} if keep_raw_from else None,
+            trigger=trigger,
+        )
+        await self._observer_outcome(result.snapshot, result.error)
+        after = result.snapshot.record.cursor
+        return any(after.get(t, 0) > before.get(t, 0) for t in after)
 
     async def reflect(
         self, thread_id: str, resource_id: str | None = None, *, guidance: str | None = None
@@ -404,6 +479,7 @@ class ObservationalMemory:
         """Reflect the log now, starting at compression level 0; the new head, or None."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
+        self._settle_models(None)
         outcome = await cycles.reflect_now(
             self._deps,
             await self._load(subject),
@@ -420,6 +496,32 @@ class ObservationalMemory:
         windows = self._windows(snapshot)
         threshold = planner.message_threshold(self.options, snapshot.record.observation_tokens)
         return self._status(snapshot, windows, threshold)
+
+    async def health(self, thread_id: str, resource_id: str | None = None) -> MemoryStatus:
+        """Whether memory works for this conversation: the models (and how ``"auto"`` chose
+        them), missing credentials, the stored failure state of the log (and of its threads in
+        resource scope), and how many messages the actor's context leaves out now."""
+        self._settle_models(None)
+        snapshot = await self._load(self.subject(thread_id, resource_id))
+        windows = self._windows(snapshot)
+        record = snapshot.record
+        return MemoryStatus(
+            thread_id=thread_id,
+            resource_id=snapshot.subject.resource_id,
+            enabled=True,
+            observer_model=self._model_label("observer"),
+            reflector_model=self._model_label("reflector"),
+            model_choice=(f"{self.model_choice.why}" if self.model_choice is not None else None),
+            credentials=self._credentials,
+            failures=tuple(self.failures(snapshot)),
+            left_out=views.left_out_count(snapshot, self.options, windows[0]),
+            unobserved_tokens=sum(w.total for w in windows),
+            message_threshold=planner.message_threshold(self.options, record.observation_tokens),
+            observation_tokens=record.observation_tokens,
+            observation_threshold=self.options.reflection.observation_tokens,
+            generation=record.generation,
+            buffered_chunks=len(record.chunks),
+        )
 
     async def observations(self, thread_id: str, resource_id: str | None = None) -> str:
         record = await self.store.get_record(self.key(thread_id, resource_id))
@@ -515,7 +617,6 @@ class ObservationalMemory:
 
     async def _buffer_loop(self, snapshot: Snapshot, *, idle: bool = False) -> None:
         """Buffer chunks while the planner says another is due, starting from ``snapshot``."""
-        key = snapshot.subject.key
         while not self._closed:
             batch = planner.chunk_slice(
                 self.options,
@@ -526,7 +627,10 @@ class ObservationalMemory:
             if batch is None:
                 return
             outcome = await cycles.buffer_chunk(self._deps, snapshot, batch)
-            self._observer_outcome(key, outcome.error if isinstance(outcome, Failure) else None)
+            after = outcome.snapshot if isinstance(outcome, Outcome) else None
+            await self._observer_outcome(
+                after or snapshot, outcome.error if isinstance(outcome, Failure) else None
+            )
             if isinstance(outcome, Failure) or outcome.snapshot is None:
                 return
             snapshot = outcome.snapshot
@@ -545,7 +649,8 @@ class ObservationalMemory:
         async with self._catch_up_slots:
             snapshot = await self._load(snapshot.subject)
             result = await cycles.catch_up(self._deps, snapshot, upto=upto)
-        self._observer_outcome(snapshot.subject.key, result.error)
+        await self._observer_outcome(result.snapshot, result.error)
+        await self._thread_outcomes(result)
 
     async def _reflection_step(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
         """Activate, run or start a reflection when the planner says so; the snapshot after."""
@@ -575,11 +680,13 @@ class ObservationalMemory:
             snapshot = activated or await self._load(snapshot.subject)
         elif plan.reflect_sync:
             outcome = await cycles.reflect_now(self._deps, snapshot, trigger="turn-sync")
-            self._reflector_outcome(key, outcome.error if isinstance(outcome, Failure) else None)
             after: int | None = None
             if isinstance(outcome, Outcome) and outcome.snapshot is not None:
                 snapshot = outcome.snapshot
                 after = snapshot.record.observation_tokens
+            await self._reflector_outcome(
+                snapshot, outcome.error if isinstance(outcome, Failure) else None
+            )
             self._update(
                 key,
                 suppressed_reflection_at=planner.suppression_after(
@@ -594,7 +701,8 @@ class ObservationalMemory:
         outcome = await cycles.buffer_reflection(self._deps, snapshot)
         if outcome is not None:
             error = outcome.error if isinstance(outcome, Failure) else None
-            self._reflector_outcome(snapshot.subject.key, error)
+            after = outcome.snapshot if isinstance(outcome, Outcome) else None
+            await self._reflector_outcome(after or snapshot, error)
 
     # -- back-off --------------------------------------------------------------------------------
 
@@ -611,21 +719,227 @@ class ObservationalMemory:
         while len(self._logs) > MAX_REMEMBERED_LOGS:
             self._logs.popitem(last=False)
 
-    def _observer_outcome(self, key: str, error: str | None) -> None:
-        previous = self._state(key).observer
-        if error is None:
-            if previous is not None:
-                self._update(key, observer=None)
-            return
-        self._update(key, observer=self._backoff(previous, error))
+    async def _observer_outcome(self, snapshot: Snapshot, error: str | None) -> None:
+        await self._outcome("observer", snapshot, error)
 
-    def _reflector_outcome(self, key: str, error: str | None) -> None:
-        previous = self._state(key).reflector
+    async def _reflector_outcome(self, snapshot: Snapshot, error: str | None) -> None:
+        await self._outcome("reflector", snapshot, error)
+
+    async def _outcome(self, role: Role, snapshot: Snapshot, error: str | None) -> None:
+        """After a cycle of ``role``: the back-off, and the failure state stored with the log
+        (with a WARNING once per cause, and once when it heals)."""
+        key = snapshot.subject.key
+        state = self._state(key)
+        previous: Backoff | None = getattr(state, role)
+        remembered: FailureState | None = getattr(state, f"{role}_failure")
+        stored = self._stored_failures(snapshot).get(role)
         if error is None:
-            if previous is not None:
-                self._update(key, reflector=None)
+            if previous is None and remembered is None and stored is None:
+                return
+            self._update(key, **{role: None, f"{role}_failure": None})
+            if self._warned.pop((key, role), None) is not None or stored is not None:
+                log.warning(
+                    "obsmem: memory for %s works again: the %s answered (%s)",
+                    key,
+                    role.capitalize(),
+                    self._model_label(role),
+                )
+            if stored is not None:
+                await self._write_failure(snapshot.subject, role, None)
             return
-        self._update(key, reflector=self._backoff(previous, error))
+        backoff = self._backoff(previous, error)
+        newest = max(
+            (s for s in (stored, remembered) if s is not None),
+            key=lambda s: s.last_at,
+            default=None,
+        )
+        failure = next_failure(
+            newest,
+            role=role,
+            error=error,
+            model=self._model_label(role),
+            now=self._deps.now(),
+            next_retry_at=backoff.retry_at,
+            left_out=self._left_out(snapshot),
+        )
+        self._update(key, **{role: backoff, f"{role}_failure": failure})
+        self._warn_once((key, role), error, f"obsmem: memory for {key}: {failure.summary()}")
+        await self._write_failure(snapshot.subject, role, failure)
+
+    async def _thread_outcomes(self, result: cycles.SyncObservation) -> None:
+        """Resource scope: the failure state of each thread that failed (or healed) alone,
+        stored on the thread itself, so the log's other threads carry on."""
+        snapshot = result.snapshot
+        if snapshot.subject.scope != "resource":
+            return
+        for thread_id in set(result.advanced):
+            where = (f"thread:{thread_id}", "observer")
+            if self._warned.pop(where, None) is not None:
+                log.warning(
+                    "obsmem: thread %s of %s is observed again", thread_id, snapshot.subject.key
+                )
+            await self._write_thread_failure(snapshot, thread_id, None)
+        for thread_id, error in result.thread_errors.items():
+            state = snapshot.thread(thread_id)
+            stored = failures_in(state.thread.metadata if state else None).get("observer")
+            backoff = self._deps.thread_backoff.get(thread_id)
+            failure = next_failure(
+                stored,
+                role="observer",
+                error=error,
+                model=self._model_label("observer"),
+                now=self._deps.now(),
+                next_retry_at=backoff.retry_at if backoff else None,
+                left_out=0,
+                thread_id=thread_id,
+            )
+            self._warn_once(
+                (f"thread:{thread_id}", "observer"),
+                error,
+                f"obsmem: memory for {snapshot.subject.key}: {failure.summary()}",
+            )
+            await self._write_thread_failure(snapshot, thread_id, failure)
+
+    async def _write_thread_failure(
+        self, snapshot: Snapshot, thread_id: str, failure: FailureState | None
+    ) -> None:
+        state = snapshot.thread(thread_id)
+        if failure is None and (state is None or not failures_in(state.thread.metadata)):
+            return
+        value = failure.to_json() if failure is not None else None
+        patch = ThreadPatch(thread_id=thread_id, set=(((FAILURE_KEY, "observer"), value),))
+        try:
+            await cycles.load(self._deps, LoadRequest(subject=snapshot.subject, patches=[patch]))
+        except ObsmemError as exc:
+            log.warning("obsmem: could not store the failure state of %s: %s", thread_id, exc)
+
+    def _warn_once(self, where: tuple[str, str], error: str, message: str) -> None:
+        cause = cause_of(error)
+        if self._warned.get(where) == cause:
+            return
+        self._warned[where] = cause
+        self._warned.move_to_end(where)
+        while len(self._warned) > MAX_REMEMBERED_LOGS:
+            self._warned.popitem(last=False)
+        log.warning("%s", message)
+
+    async def _write_failure(
+        self, subject: Subject, role: Role, failure: FailureState | None
+    ) -> None:
+        """Store (or, with None, clear) the log's failure state for ``role``: one small write,
+        only when the state changes. A store that cannot take it is logged, never raised."""
+        value = failure.to_json() if failure is not None else None
+        path = ((FAILURE_KEY, role), value)
+        request = (
+            LoadRequest(
+                subject=subject,
+                resource_patch=ResourcePatch(resource_id=subject.resource_id, set=(path,)),
+            )
+            if subject.scope == "resource"
+            else LoadRequest(
+                subject=subject, patches=[ThreadPatch(thread_id=subject.thread_id, set=(path,))]
+            )
+        )
+        try:
+            await cycles.load(self._deps, request)
+        except ObsmemError as exc:
+            log.warning("obsmem: could not store the failure state of %s: %s", subject.key, exc)
+
+    def _stored_failures(self, snapshot: Snapshot) -> dict[Role, FailureState]:
+        meta = (
+            snapshot.resource_metadata
+            if snapshot.subject.scope == "resource"
+            else snapshot.thread_metadata
+        )
+        return failures_in(meta)
+
+    def failures(self, snapshot: Snapshot) -> list[FailureState]:
+        """The log's failure states in ``snapshot`` (and, in resource scope, its threads')."""
+        found = list(self._stored_failures(snapshot).values())
+        if snapshot.subject.scope == "resource":
+            for thread in snapshot.threads:
+                found += [
+                    f
+                    for f in failures_in(thread.thread.metadata).values()
+                    if f.thread_id is not None
+                ]
+        return found
+
+    def _left_out(self, snapshot: Snapshot) -> int:
+        return views.left_out_count(snapshot, self.options, self._main_window(snapshot))
+
+    def _raise_if_failing(self, snapshot: Snapshot) -> None:
+        """``failure_policy="raise"``: a turn whose log is failing raises, naming the cause."""
+        state = self._state(snapshot.subject.key)
+        known = [
+            f for f in (state.observer_failure, state.reflector_failure) if f is not None
+        ] or self.failures(snapshot)
+        # A role whose back-off has passed was just tried again (maybe in the background):
+        # only one still waiting out its back-off fails the turn.
+        now = self._deps.now()
+        failing = [f for f in known if f.next_retry_at is None or f.next_retry_at > now]
+        if failing:
+            summary = " ".join(f.summary() for f in failing)
+            raise MemoryUnavailableError(
+                f"observational memory is failing for {snapshot.subject.key}: {summary} "
+                "(the turn's input was stored; failure_policy='warn' lets turns go on)"
+            )
+
+    # -- models ----------------------------------------------------------------------------------
+
+    def _settle_models(self, actor_model: ModelSpec | None) -> None:
+        """Resolve ``"auto"`` for the Observer and Reflector (once the actor is known, for good)
+        and look for missing credentials without a network call: a WARNING (or, with
+        ``failure_policy="raise"``, the turn's error) names the key to set."""
+        if not self._models_final:
+            choice = resolve_auto(actor_model)
+            obs, ref = self.options.observation, self.options.reflection
+            chosen = replace(
+                self.options,
+                observation=replace(obs, model=choice.model)
+                if "observation" in self._auto_roles
+                else obs,
+                reflection=replace(ref, model=choice.model)
+                if "reflection" in self._auto_roles
+                else ref,
+            )
+            self.options = self._deps.options = chosen
+            self._deps.config = chosen.snapshot()
+            if choice != self.model_choice:
+                self._credentials_checked = False
+            self.model_choice = choice
+            self._models_final = actor_model is not None or choice.why == "OBSMEM_MODEL"
+        if self._credentials_checked and self._credentials is None:
+            return
+        self._credentials_checked = True
+        problems = {
+            credentials_problem(model)
+            for model in (self.options.observer_model, self.options.reflector_model)
+        }
+        was = self._credentials
+        self._credentials = "; ".join(sorted(p for p in problems if p)) or None
+        if self._credentials is not None:
+            self._warn_once(("*", "credentials"), self._credentials, self._credentials_message())
+        elif was is not None:
+            self._warned.pop(("*", "credentials"), None)
+            log.warning("obsmem: the memory models' credentials are there now")
+
+    def _credentials_message(self) -> str:
+        how = (
+            f" (model 'auto': {self.model_choice.model}, {self.model_choice.why})"
+            if self.model_choice is not None
+            else ""
+        )
+        return (
+            f"obsmem: observational memory cannot work{how}: {self._credentials}. Until then "
+            "the conversation is kept raw (the oldest messages are left out past block_after). "
+            "Fix: set that key, or choose the model with OBSMEM_MODEL or "
+            "observational_memory={'model': ...}"
+        )
+
+    def _model_label(self, role: Role) -> str:
+        model = self.options.observer_model if role == "observer" else self.options.reflector_model
+        return views.model_label(model)
 
     def _backoff(self, previous: Backoff | None, error: str) -> Backoff:
         return planner.backoff_after(

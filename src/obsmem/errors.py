@@ -8,6 +8,7 @@ __all__ = [
     "MAX_ID_LENGTH",
     "ConfigError",
     "ConflictError",
+    "MemoryUnavailableError",
     "MissingExtraError",
     "ModelError",
     "ObserverOutputError",
@@ -78,6 +79,11 @@ class ModelError(ObsmemError):
 
 class ObserverOutputError(ModelError):
     """The Observer or Reflector answered with output that cannot be used (empty or degenerate)."""
+
+
+class MemoryUnavailableError(ObsmemError):
+    """Observational memory cannot work for this conversation (``failure_policy="raise"``): the
+    message names the cause and the fix. The turn's input was stored before it was raised."""
 
 
 def check_id(field: str, value: object) -> str:

@@ -83,6 +83,9 @@ class ObservationStartEvent(_EventBase):
     thread_id: str
     thread_ids: tuple[str, ...] = ()
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    trigger: Trigger | None = None
+    """Why it runs now: ``turn-sync`` (past ``block_after``), ``manual``, ``catch-up``, or
+    ``overflow`` (the actor's model refused a request as longer than its context)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,7 +237,7 @@ class EventBus:
 
 # -- hooks -------------------------------------------------------------------------------------
 
-Trigger: TypeAlias = Literal["manual", "turn-sync", "async-buffer", "catch-up"]
+Trigger: TypeAlias = Literal["manual", "turn-sync", "async-buffer", "catch-up", "overflow"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,7 +5,9 @@ input-token estimate), sends one system message and one user message (a plain st
 text only, as strict OpenAI-compatible servers require) through pydantic-ai's direct API,
 streams the answer and cuts it off when it runs away (past the request's output cap, or
 repeating itself), retries transient errors within a budget, bounds the whole call by a timeout,
-and reports the answer with its token usage and cost to its listeners. A model that cannot
+and reports the answer with its token usage and cost to its listeners. Activity listeners
+are told as it happens: when a call starts, when a retry is scheduled (the error and the
+delay) and when it ends, so a progress display can say what it waits on. A model that cannot
 stream (a ``FunctionModel`` without a stream function) is called once and checked afterwards.
 Each call is one OpenTelemetry span named ``obsmem.<role>``; without an OpenTelemetry SDK
 configured the span costs nothing.
@@ -26,7 +28,7 @@ from obsmem.errors import ModelError, ObsmemError
 from obsmem.messages import FilePart, ImagePart, display_text
 from obsmem.models.describe import provider_of
 from obsmem.models.providers import resolve_model
-from obsmem.models.retry import call_with_retry
+from obsmem.models.retry import call_with_retry, describe_exception, last_error
 from obsmem.models.settings import call_settings
 from obsmem.models.specs import ModelByInputTokens, ModelSpec
 
@@ -36,6 +38,8 @@ if TYPE_CHECKING:
     from pydantic_ai.usage import RequestUsage
 
 __all__ = [
+    "ActivityListener",
+    "CallActivity",
     "CallListener",
     "LLMRequest",
     "LLMResult",
@@ -97,6 +101,62 @@ class LLMResult:
 CallListener: TypeAlias = Callable[[LLMRequest, LLMResult], None]
 """Told about each successful call: the request and its result."""
 
+_ROLE_NAMES = {"observer": "Observer", "reflector": "Reflector", "extractor": "extractor"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallActivity:
+    """What a memory-model call is doing, as it happens (see ``ModelCaller.add_activity_listener``).
+
+    ``kind`` is ``"start"`` (the model is chosen, the first attempt goes out), ``"retry"`` (a
+    transient error; attempt ``attempt`` goes out in ``delay`` seconds) or ``"end"`` (the call
+    returned, ``error`` None, or failed or was cancelled, ``error`` set). One call's events share
+    ``call_id``.
+    """
+
+    kind: Literal["start", "retry", "end"]
+    request: LLMRequest
+    call_id: int
+    model_name: str
+    attempt: int = 1
+    """The attempt that goes out (``"start"``: 1; ``"retry"``: 2 for the first retry) or, at
+    ``"end"``, the last one made."""
+    error: BaseException | None = None
+    """``"retry"``: the error that is retried; ``"end"``: what ended the call, if it failed."""
+    delay: float = 0.0
+    """``"retry"``: seconds until the next attempt."""
+    elapsed: float = 0.0
+    """Seconds since the call started."""
+
+    def describe(self) -> str:
+        """What the call waits on, in a few words: ``Observer call to gpt-5-mini``, or
+        ``Observer call to gpt-5-mini: retry 2 in 1.0 s after HTTP 500: <the server's
+        message>``; at ``"end"``, how it ended."""
+        role = _ROLE_NAMES.get(self.request.role, self.request.role)
+        background = " (background)" if self.request.operation == "buffering" else ""
+        what = f"{role} call{background} to {self.model_name}"
+        if self.kind == "retry" and self.error is not None:
+            return (
+                f"{what}: retry {self.attempt} in {self.delay:.1f} s after "
+                f"{describe_exception(self.error)}"
+            )
+        if self.kind == "end":
+            if self.error is None:
+                return f"{what}: answered in {self.elapsed:.1f} s"
+            if isinstance(self.error, asyncio.CancelledError):
+                return f"{what}: cancelled after {self.elapsed:.1f} s"
+            return f"{what}: failed after {self.elapsed:.1f} s: {_one_line(str(self.error))}"
+        return what
+
+
+ActivityListener: TypeAlias = Callable[[CallActivity], None]
+"""Told about each call's start, retries and end (``CallActivity``)."""
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
 
 class ModelCaller:
     """Sends memory-model calls (Observer, Reflector, extractors): resolves each string spec once,
@@ -106,11 +166,14 @@ class ModelCaller:
     ``sleep`` waits between retries (tests pass one that records the delays and returns at once).
     """
 
-    __slots__ = ("_listeners", "_resolved", "_sleep", "_text_only")
+    __slots__ = ("_activity", "_calls", "_listeners", "_resolved", "_sleep", "_text_only")
 
     def __init__(self, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self._sleep = sleep
         self._listeners: list[CallListener] = []
+        self._activity: list[ActivityListener] = []
+        self._calls = 0
+        """Calls started, numbering each call's activity (``CallActivity.call_id``)."""
         self._resolved: dict[str, Model] = {}
         """Models resolved from strings, kept so each spec builds its SDK client once."""
         self._text_only: set[tuple[str, str]] = set()
@@ -144,7 +207,34 @@ class ModelCaller:
             if provider is not None:
                 span.set_attribute("gen_ai.provider.name", provider)
 
-            response, cut_off = await self._request(request, model)
+            self._calls += 1
+            call_id, attempts = self._calls, [1]
+
+            def tell(kind: Literal["start", "retry", "end"], **detail: Any) -> None:
+                elapsed = time.perf_counter() - started
+                self._tell(
+                    CallActivity(
+                        kind=kind,
+                        request=request,
+                        call_id=call_id,
+                        model_name=model.model_name,
+                        attempt=attempts[0],
+                        elapsed=elapsed,
+                        **detail,
+                    )
+                )
+
+            def on_retry(attempt: int, error: BaseException, delay: float) -> None:
+                attempts[0] = attempt
+                tell("retry", error=error, delay=delay)
+
+            tell("start")
+            try:
+                response, cut_off = await self._request(request, model, on_retry)
+            except BaseException as exc:
+                tell("end", error=exc)
+                raise
+            tell("end")
 
             model_name = response.model_name or model.model_name
             usage = response.usage
@@ -185,6 +275,28 @@ class ModelCaller:
 
         return remove
 
+    def add_activity_listener(self, listener: ActivityListener) -> Callable[[], None]:
+        """Be told, as it happens, when each call made through this caller starts, when it
+        schedules a retry (with the error and the delay) and when it ends (progress displays
+        use it to say what they wait on); returns the function that removes the listener.
+
+        Listeners run on the caller's event loop and must not block; an exception one raises is
+        logged and does not affect the call."""
+        self._activity.append(listener)
+
+        def remove() -> None:
+            if listener in self._activity:
+                self._activity.remove(listener)
+
+        return remove
+
+    def _tell(self, activity: CallActivity) -> None:
+        for listener in list(self._activity):
+            try:
+                listener(activity)
+            except Exception:  # a display's bug must not fail memory's call
+                log.exception("obsmem: an activity listener failed on %s", activity.kind)
+
     def resolve(self, spec: str | Model) -> Model:
         """The pydantic-ai ``Model`` for ``spec``: a ``Model`` as it is, a string resolved on its
         first use and the same instance after (see ``obsmem.models.resolve_model``)."""
@@ -203,7 +315,10 @@ class ModelCaller:
         return self.resolve(spec), tier
 
     async def _request(
-        self, request: LLMRequest, model: Model
+        self,
+        request: LLMRequest,
+        model: Model,
+        on_retry: Callable[[int, BaseException, float], None] | None = None,
     ) -> tuple[pa.ModelResponse, str | None]:
         from pydantic_ai import messages as pa
         from pydantic_ai.direct import model_request
@@ -265,15 +380,21 @@ class ModelCaller:
         try:
             async with deadline:
                 return await call_with_retry(
-                    attempt, max_total=request.retry_budget, sleep=self._sleep, what=what
+                    attempt,
+                    max_total=request.retry_budget,
+                    sleep=self._sleep,
+                    what=what,
+                    on_retry=on_retry,
                 )
         except ObsmemError:
             raise
         except Exception as exc:
             if isinstance(exc, TimeoutError) and deadline.expired():
+                last = last_error(exc)
+                met = f"; last error: {describe_exception(last)}" if last is not None else ""
                 raise ModelError(
-                    f"{what} timed out after {request.timeout:g} s (retries included); raise the "
-                    "timeout, or use a faster model or smaller inputs"
+                    f"{what} timed out after {request.timeout:g} s (retries included){met}; "
+                    "raise the timeout, or use a faster model or smaller inputs"
                 ) from exc
             raise ModelError(
                 f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "

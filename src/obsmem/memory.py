@@ -18,6 +18,7 @@ from ._sync import LoopThread
 from .engine import ObservationalMemory, newest_shown
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
+from .failures import MemoryStatus
 from .llm import CallListener
 from .messages import Message, utcnow
 from .models import ModelSpec
@@ -231,6 +232,26 @@ class Memory:
                 ref.thread, metadata={RETRACTED_THROUGH_KEY: thread.message_count}
             )
 
+    async def compact(
+        self,
+        ref: ThreadRef | Mapping[str, Any],
+        *,
+        keep_raw_from: int | None = None,
+        keep_tokens: int | None = None,
+    ) -> bool:
+        """Shrink the thread's context now: buffered observations are activated and the rest
+        observed until only the retention floor (``observation.retention_floor``, or
+        ``keep_tokens`` when smaller) stays raw; the messages from seq ``keep_raw_from`` on
+        (the current step) stay raw. The front doors do it by themselves, once, when the
+        model refuses a request as longer than its context. True when the context shrank;
+        False when nothing could be observed (or memory is off)."""
+        ref = ThreadRef.of(ref)
+        if self.om is None:
+            return False
+        return await self.om.compact(
+            ref.thread, ref.resource, keep_raw_from=keep_raw_from, keep_tokens=keep_tokens
+        )
+
     # -- recall ------------------------------------------------------------------------------------
 
     @property
@@ -339,6 +360,15 @@ class Memory:
             return await self.om.record(ref.thread, ref.resource, messages, actor_model=actor_model)
         await self.store.create_thread(ref.thread, ref.resource)
         return await self.store.append_messages(ref.thread, messages)
+
+    async def status(self, ref: ThreadRef | Mapping[str, Any]) -> MemoryStatus:
+        """Whether memory works for this conversation, and if not, why and what to do: the
+        models (and how ``"auto"`` chose them), missing credentials, the log's stored failure
+        state, and how many messages the actor's context leaves out now."""
+        ref = ThreadRef.of(ref)
+        if self.om is not None:
+            return await self.om.health(ref.thread, ref.resource)
+        return MemoryStatus(thread_id=ref.thread, resource_id=ref.resource, enabled=False)
 
     # -- threads ---------------------------------------------------------------------------------
 

@@ -83,7 +83,41 @@ _THREAD_BLOCK = re.compile(
     re.DOTALL | re.IGNORECASE,
 )
 _THREAD_TAG = re.compile(r"[ \t]*</?thread(?![\w-])[^>]*>[ \t]*\n?", re.IGNORECASE)
-_LIST_LINE = re.compile(r"^\s*(?:[*\-•◦]\s|\d+[.)]\s)")
+# What starts a list item: the bullets and numbering models write (ASCII, typographic dashes,
+# dots, circles, squares, triangles; 1. 1) (1) ① 1． 1、 a) ii.), followed by a space or
+# directly by a priority marker. A line of bullets alone ("— — —", "* * *") is a rule, not an item.
+_BULLET = (
+    r"(?:[*+\-•◦‣⁃∙·・●○◉⚬⬤◆◇■□▪▫▸▹►▻▶▷➤➢➔⦁⦾⦿–—−‐‑⋅❖✦✧①-⑳]"
+    r"|\d{1,3}[.)．、）]|[(（]\d{1,3}[)）]|[a-z][.)]|\([a-z]\)|[ivx]{1,5}[.)])"
+)
+# Priority markers as models write them: the four of the prompt and their look-alikes (other
+# colours, squares, check marks; with or without a variation selector), the text markers the
+# parser keeps as written, and emoji shortcodes.
+_MARKER = (
+    r"(?:[🔴🟠🟡🟢🔵🟣🟤⚫⚪🟥🟧🟨🟩🟦🟪✅✔☑✓][\ufe0e\ufe0f]?"
+    r"|(?i:\[(?:high|medium|med|low|critical|important|done|completed?)\])"
+    r"|(?i:\((?:red|orange|yellow|green|high|medium|low|done)\))"
+    r"|:(?:large_)?(?:red|orange|yellow|green|blue|purple|brown|white|black)_(?:circle|square):"
+    r"|:(?:white|heavy)_check_mark:|:ballot_box_with_check:)"
+)
+# A time as the log writes it, "(14:30)", or in 12-hour form, "(2:30 PM)".
+_TIME = r"[(\[]\d{1,2}:\d{2}(?:\s?(?i:[ap]\.?m\.?))?[)\]]"
+_LIST_LINE = re.compile(rf"^\s*{_BULLET}(?:\s+(?=.*\w)|(?={_MARKER}))")
+# A line that reads as an observation with or without a bullet: it starts (after the bullet, a
+# checkbox or bold markup) with a priority marker, or with a time after at most a symbol or two
+# ("⚠️ (10:25) …").
+_ENTRY_LINE = re.compile(
+    rf"^\s*(?:{_BULLET}\s*)?(?:\[[ xX]\]\s*)?(?:\*\*|__)?"
+    rf"(?:{_MARKER}|(?:[^\w\s()\[\]]{{1,4}}\s*)?{_TIME})"
+)
+# A sub-item written without its bullet: "-> assistant …", "→ …", "↳ …".
+_ARROW_LINE = re.compile(rf"^\s*(?:{_BULLET}\s+)?(?:-+>|=>|[→↳⇒⮑➝⟶])")
+# After the closed sections are taken out, an opening tag at the start of a line is a section
+# the answer never closed (cut off): nothing from there on is an observation.
+_UNCLOSED_SECTION = re.compile(
+    r"^[ \t]*<(?!(?:observations|thread)(?![\w-]))[a-z][\w-]*(?:\s[^<>]*)?>",
+    re.IGNORECASE | re.MULTILINE,
+)
 _DATE_LINE = re.compile(r"^\s*Date:\s")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*$")
@@ -147,10 +181,11 @@ def parse_output(
     ``<observations>`` they are taken out of the log too (and used when missing outside).
     """
     text = _CUT_TAG.sub("", _without_reasoning(_NEWLINE.sub("\n", text)))
-    blocks, outside = _observation_blocks(text)
+    blocks, between = _observation_blocks(text)
     if blocks is None and (rewritten := _json_answer(text)) is not None:
-        blocks, outside = _observation_blocks(rewritten)
-    body = _fallback_lines(text) if blocks is None else "\n\n".join(map(_unfenced, blocks))
+        blocks, between = _observation_blocks(rewritten)
+    body = _loose_lines(text) if blocks is None else _joined_blocks(blocks, between)
+    outside = "".join(between)
     threads: dict[str, ParsedOutput] = {}
     if multi_thread:
         body = _THREAD_BLOCK.sub(lambda m: _take_thread(m, threads), body)
@@ -171,8 +206,9 @@ def parse_output(
     )
 
 
-def _observation_blocks(text: str) -> tuple[list[str] | None, str]:
-    """The ``<observations>`` contents (``None`` when there are none) and the text outside."""
+def _observation_blocks(text: str) -> tuple[list[str] | None, list[str]]:
+    """The ``<observations>`` contents (``None`` when there are none) and the text outside
+    them: one piece before each block and one after the last."""
     blocks: list[str] = []
     outside: list[str] = []
     pos = 0
@@ -184,13 +220,32 @@ def _observation_blocks(text: str) -> tuple[list[str] | None, str]:
             hint = _HINT_OPEN.search(rest)
             cut = hint.start() if hint else len(rest)
             blocks.append(_without_closing_remarks(rest[:cut]))
-            outside.append(rest[cut:])
-            pos = len(text)
+            pos = opening.end() + cut
             break
         blocks.append(text[opening.end() : closing.start()])
         pos = closing.end()
     outside.append(text[pos:])
-    return (blocks or None), "".join(outside)
+    return (blocks or None), outside
+
+
+def _joined_blocks(blocks: list[str], between: list[str]) -> str:
+    """The blocks (a blank line between two) with the observations written around them, in
+    the order of the answer: a date header above the first block, lines after a block closed
+    too early, ``<thread>`` blocks after the wrapper. When every block is empty (a model that
+    opened and closed the block at once, then wrote its log) the text after the first block is
+    read like an answer without tags; otherwise, and always before the first block, only lines
+    that read as observations are taken (so a list of remarks about the answer stays out)."""
+    blocks = [_unfenced(b) for b in blocks]
+    strict = any(b.strip() for b in blocks)
+    pieces: list[str] = []
+    for i, block in enumerate(blocks):
+        if around := _loose_lines(between[i], strict=strict or not i):
+            pieces.append(around)
+        elif i:
+            pieces.append("")
+        pieces.append(block)
+    pieces.append(_loose_lines(between[-1], strict=strict))
+    return "\n".join(pieces)
 
 
 def _inner(text: str) -> ParsedOutput:
@@ -280,21 +335,46 @@ def _json_object(content: str) -> dict[str, Any]:
     return cast(dict[str, Any], value) if isinstance(value, dict) else {}
 
 
-def _fallback_lines(text: str) -> str:
-    """An answer without ``<observations>`` tags: its list-item lines and date headers outside
-    any section, and its ``<thread>`` blocks whole."""
+def _loose_lines(text: str, *, strict: bool = False) -> str:
+    """The log written outside ``<observations>`` tags (a whole answer without them, or the
+    text around the blocks): its ``<thread>`` blocks whole and, outside any section, its
+    observation lines (see :func:`_log_lines`)."""
     parts: list[str] = []
     pos = 0
     for match in _THREAD_BLOCK.finditer(text):
-        parts += [_list_lines(text[pos : match.start()]), match.group(0)]
+        parts += [_log_lines(text[pos : match.start()], strict=strict), match.group(0)]
         pos = match.end()
-    parts.append(_list_lines(text[pos:]))
+    parts.append(_log_lines(text[pos:], strict=strict))
     return "\n".join(p for p in parts if p)
 
 
-def _list_lines(text: str) -> str:
-    lines = _SECTION.sub("", text).splitlines()
-    return "\n".join(ln for ln in lines if _LIST_LINE.match(ln) or _is_date_line(ln))
+def _log_lines(text: str, *, strict: bool) -> str:
+    """Date headers, lines that read as observations (a priority marker or a time first, with
+    or without a bullet), any list item unless ``strict``, and the lines right under one of
+    those that continue it (indented, or a ``->`` sub-item); prose, closed sections, and all
+    from a section the answer never closed are left out."""
+    text = _SECTION.sub("", text)
+    if (unclosed := _UNCLOSED_SECTION.search(text)) is not None:
+        text = text[: unclosed.start()]
+    kept: list[str] = []
+    under_entry = False
+    for line in text.split("\n"):
+        if _is_date_line(line):
+            kept.append(line)
+            under_entry = False
+        elif _ENTRY_LINE.match(line) or (not strict and _LIST_LINE.match(line)):
+            kept.append(line)
+            under_entry = True
+        elif under_entry and line.strip() and (line[:1] in " \t" or _ARROW_LINE.match(line)):
+            kept.append(line)
+        else:
+            under_entry = False
+    return "\n".join(kept)
+
+
+def _is_entry(line: str) -> bool:
+    """``line`` is an observation: a list item, or a line led by a priority marker or time."""
+    return bool(_LIST_LINE.match(line) or _ENTRY_LINE.match(line))
 
 
 def _is_date_line(line: str) -> bool:
@@ -386,7 +466,7 @@ def _without_closing_remarks(block: str) -> str:
 
 
 def _is_log_line(line: str) -> bool:
-    return bool(_LIST_LINE.match(line)) or _is_date_line(line) or line[:1] in (" ", "\t", "<")
+    return _is_entry(line) or _is_date_line(line) or line[:1] in (" ", "\t", "<")
 
 
 def _sanitise(text: str) -> str:
@@ -562,12 +642,12 @@ def with_reflection(reflection: str, reflected: str, tail: str) -> str:
         return reflection
     lines = tail.split("\n")
     first_date = next((i for i, ln in enumerate(lines) if _DATE_LINE.match(ln)), len(lines))
-    undated = any(_LIST_LINE.match(ln) for ln in lines[:first_date])
+    undated = any(_is_entry(ln) for ln in lines[:first_date])
     governing = next(
         (ln.strip() for ln in reversed(reflected.split("\n")) if _DATE_LINE.match(ln)), None
     )
     if undated and governing is not None:
-        at = next(i for i, ln in enumerate(lines) if _LIST_LINE.match(ln))
+        at = next(i for i, ln in enumerate(lines) if _is_entry(ln))
         lines.insert(at, governing)
         tail = "\n".join(lines)
     return f"{reflection}\n\n{tail}"

@@ -20,7 +20,19 @@ def can_plot() -> None:
 
 
 def plot_sawtooth(report: ReplayReport, path: str | Path, *, title: str = "") -> Path:
-    """Draw raw-message tokens, log tokens and their sum per turn, with the thresholds."""
+    """Draw raw-message tokens, log tokens and their sum per turn, with the thresholds, what
+    memory did at each turn (observations, activations, reflections, failed cycles) and the
+    turns whose context left messages out; write it as a PNG."""
+    plt = _pyplot()
+    fig = sawtooth_figure(report, title=title)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out)
+    plt.close(fig)
+    return out
+
+
+def _pyplot() -> Any:
     try:
         import matplotlib
 
@@ -28,6 +40,12 @@ def plot_sawtooth(report: ReplayReport, path: str | Path, *, title: str = "") ->
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise MissingExtraError("drawing the context plot", "cli", package="matplotlib") from exc
+    return plt
+
+
+def sawtooth_figure(report: ReplayReport, *, title: str = "") -> Any:
+    """The sawtooth as a matplotlib figure (see :func:`plot_sawtooth`)."""
+    plt = _pyplot()
     turns = [p.turn for p in report.points]
     raw = [p.raw_tokens for p in report.points]
     log = [p.log_tokens for p in report.points]
@@ -63,16 +81,53 @@ def plot_sawtooth(report: ReplayReport, path: str | Path, *, title: str = "") ->
                 xytext=(2, 2),
                 textcoords="offset points",
             )
+    _mark_memory(ax, report)
     peak = max([*total, 1])
     ax.set_ylim(0, peak * 1.6)
     ax.set_xlabel("turn")
     ax.set_ylabel("tokens")
-    ax.set_title(title or "Context size per turn with observational memory")
+    heading = title or "Context size per turn with observational memory"
+    if not report.healthy:
+        heading += "\nmemory is failing: " + (report.status[2] if len(report.status) > 2 else "")
+    ax.set_title(heading[:160], fontsize=10 if not report.healthy else None)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.25)
     fig.tight_layout()
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out)
-    plt.close(fig)
-    return out
+    return fig
+
+
+_MARKERS = {
+    "observed": ("^", "#27ae60", "observation"),
+    "activated": ("o", "#16a085", "activation"),
+    "reflected": ("s", "#8e44ad", "reflection"),
+    "failed": ("X", "#c0392b", "failed cycle"),
+}
+
+
+def _mark_memory(ax: Any, report: ReplayReport) -> None:
+    """Mark what memory did at each turn, and shade the turns whose context left raw messages
+    out (memory behind or failing): a drop that is only messages left out never looks like
+    memory working."""
+    for mark, (shape, color, label) in _MARKERS.items():
+        points = [p for p in report.points if mark in p.marks]
+        if points:
+            ax.scatter(
+                [p.turn for p in points],
+                [p.context_tokens for p in points],
+                marker=shape,
+                color=color,
+                s=46 if mark == "failed" else 30,
+                zorder=5,
+                label=label,
+            )
+    left = [p for p in report.points if p.left_out]
+    if left:
+        ax.bar(
+            [p.turn for p in left],
+            [p.context_tokens for p in left],
+            width=1.0,
+            color="#c0392b",
+            alpha=0.12,
+            label=f"messages left out (up to {max(p.left_out for p in left)})",
+            zorder=1,
+        )

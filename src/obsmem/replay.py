@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ from .convert import from_openai_chat
 from .engine import ObservationalMemory
 from .errors import ObsmemError
 from .events import BufferingEndEvent, Event, ObservationEndEvent
-from .llm import LLMRequest, LLMResult
+from .llm import ActivityListener, LLMRequest, LLMResult
 from .messages import Message, TextPart, message_from_dict
 from .tokens import HeuristicEstimator
 
@@ -240,6 +240,13 @@ def turns_of(messages: Sequence[Message]) -> Iterator[tuple[list[Message], list[
 
 # -- replaying -----------------------------------------------------------------------------------
 
+_MARKS = {
+    "data-om-observation-end": "observed",
+    "data-om-activation": "activated",
+    "data-om-observation-failed": "failed",
+    "data-om-buffering-failed": "failed",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class TurnPoint:
@@ -248,6 +255,10 @@ class TurnPoint:
     """What the actor would be sent at this turn (memory messages and raw messages)."""
     raw_tokens: int
     log_tokens: int
+    left_out: int = 0
+    """Raw messages left out of the context at this turn (memory behind or failing)."""
+    marks: tuple[str, ...] = ()
+    """What memory did during the turn: ``observed``, ``activated``, ``reflected``, ``failed``."""
 
 
 @dataclass(slots=True)
@@ -267,6 +278,9 @@ class ReplayReport:
     final_log: str = ""
     thresholds: dict[str, int | None] = field(default_factory=dict[str, int | None])
     failures: list[str] = field(default_factory=list[str])
+    status: list[str] = field(default_factory=list[str])
+    """Memory's state at the end, in words (``Memory.status``): models, stored failures."""
+    healthy: bool = True
 
     @property
     def largest_context(self) -> int:
@@ -290,8 +304,12 @@ async def replay(
     thread_id: str = "replay",
     resource_id: str = "replay-user",
     progress: Callable[[int, int], None] | None = None,
+    activity: ActivityListener | None = None,
 ) -> ReplayReport:
-    """Feed ``messages`` through ``om`` turn by turn and report what memory did."""
+    """Feed ``messages`` through ``om`` turn by turn and report what memory did.
+
+    ``progress(done, total)`` is told at the start (0) and after each turn; ``activity`` about
+    every memory-model call as it happens (start, retries, end: what a turn waits on)."""
     estimator = HeuristicEstimator()
     report = ReplayReport(
         messages=len(messages),
@@ -337,12 +355,22 @@ async def replay(
             )
         elif event.type.endswith("-failed"):
             report.failures.append(f"{event.type}: {getattr(event, 'error', '')}")
+        mark = _MARKS.get(event.type)
+        if mark == "observed" and getattr(event, "operation_type", "") == "reflection":
+            mark = "reflected"
+        if mark is not None:
+            marks.add(mark)
 
+    marks: set[str] = set()
     remove_listener = om.caller.add_listener(on_call)
+    remove_activity = om.caller.add_activity_listener(activity) if activity else None
     unsubscribe = om.subscribe(on_event)
     turns = list(turns_of(messages))
+    if progress is not None:
+        progress(0, len(turns))
     try:
         for n, (inputs, replies) in enumerate(turns, 1):
+            marks.clear()
             prepared = await om.prepare(thread_id, resource_id, inputs)
             raw = [
                 m
@@ -355,17 +383,28 @@ async def replay(
                     context_tokens=estimator.count_messages(prepared.messages),
                     raw_tokens=estimator.count_messages(raw),
                     log_tokens=prepared.record.observation_tokens,
+                    left_out=sum(
+                        int((m.metadata.get("obsmem") or {}).get("count") or 0)
+                        for m in prepared.messages
+                        if (m.metadata.get("obsmem") or {}).get("synthetic") == "left_out"
+                    ),
                 )
             )
             if replies:
                 await om.record(thread_id, resource_id, replies)
             await om.settle()
+            report.points[-1] = replace(report.points[-1], marks=tuple(sorted(marks)))
             report.turns = n
             if progress is not None:
                 progress(n, len(turns))
     finally:
         remove_listener()
+        if remove_activity is not None:
+            remove_activity()
         unsubscribe()
+    health = await om.health(thread_id, resource_id)
+    report.status = health.lines()
+    report.healthy = health.state in ("healthy", "off")
     report.final_log = await om.observations(thread_id, resource_id)
     report.generations = len(await om.history(thread_id, resource_id))
     report.cost_usd = round(sum(costs), 6) if costs else None

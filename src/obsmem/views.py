@@ -21,7 +21,14 @@ from .snapshot import Snapshot
 from .window import ThreadWindow, held_calls, pending_calls, visible
 from .working_memory import WorkingMemory, stored_working_memory, working_memory_message
 
-__all__ = ["CacheSignals", "actor_context", "cache_signals", "model_label", "status_event"]
+__all__ = [
+    "CacheSignals",
+    "actor_context",
+    "cache_signals",
+    "left_out_count",
+    "model_label",
+    "status_event",
+]
 
 
 def actor_context(
@@ -43,11 +50,7 @@ def actor_context(
     observations = snapshot.record.observations
     recalls = recall and options.retrieval is not None
     raw = window.messages if window is not None else visible(snapshot.main)
-    cut = 0
-    if window is not None:
-        obs = options.observation
-        limit = obs.block_after or message_threshold(options, snapshot.record.observation_tokens)
-        cut = raw_cut(window, limit=limit, keep_from=keep_from)
+    cut = left_out_count(snapshot, options, window, keep_from=keep_from) if window else 0
     return build_context(
         ContextInput(
             observations=observations if recalls else strip_recall_ranges(observations),
@@ -191,6 +194,21 @@ def _expired(
             return False
         return idle_ms >= prompt_cache_ttl_ms(actor_model)
     return idle_ms >= float(setting)
+
+
+def left_out_count(
+    snapshot: Snapshot,
+    options: ResolvedOptions,
+    window: ThreadWindow,
+    *,
+    keep_from: int | None = None,
+) -> int:
+    """How many of the thread's oldest raw messages the actor's context leaves out so the rest
+    stays within ``block_after`` (while observation catches up or the Observer is away)."""
+    limit = options.observation.block_after or message_threshold(
+        options, snapshot.record.observation_tokens
+    )
+    return raw_cut(window, limit=limit, keep_from=keep_from)
 
 
 def model_label(model: ModelSpec) -> str:

@@ -11,6 +11,7 @@ import pydantic_ai.messages as pa
 import pytest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from obsmem.failures import failures_in
 from obsmem.observations import ParsedOutput, match_thread_blocks
 from obsmem.stores import Store
 from obsmem.testing import scripted_observer, scripted_reflector
@@ -92,7 +93,9 @@ async def _three_threads(store: Store, model: FunctionModel) -> tuple[Any, Recor
     return om, events, facts
 
 
-async def _heals(om: Any, on: dict[str, bool], facts: list[str], store: Store) -> None:
+async def _heals(
+    om: Any, on: dict[str, bool], facts: list[str], store: Store, *, keep_open: bool = False
+) -> None:
     """Once the Observer labels its blocks right, every fact of every thread is observed."""
     on["wrong"] = False
     assert await om.observe("thread-alpha", "u1")
@@ -100,7 +103,8 @@ async def _heals(om: Any, on: dict[str, bool], facts: list[str], store: Store) -
     for fact in facts:
         assert fact in log, fact
     await assert_no_gap_no_double(store, "resource:u1", THREADS)
-    await om.aclose()
+    if not keep_open:
+        await om.aclose()
 
 
 def pa_text(text: str) -> Any:
@@ -121,28 +125,28 @@ async def test_a_mislabelled_thread_is_matched_by_order(store: Store) -> None:
     await om.aclose()
 
 
-async def test_an_observer_without_thread_tags_loses_nothing(store: Store) -> None:
-    """No thread tags at all in a three-thread batch: nothing can be attributed, so nothing is
-    advanced and the failure is reported; once the Observer tags its blocks again, every fact
-    of every thread is observed."""
-    model, on = _rewriting(lambda text: re.sub(r"</?thread[^>]*>\n?", "", text))
-    om, events, facts = await _three_threads(store, model)
-    assert not await om.observe("thread-alpha", "u1")
-    failed = events.of("data-om-observation-failed")
-    assert failed
-    assert "no observations for any of the threads" in failed[-1].error
-    record = await store.get_record("resource:u1")
-    assert record is not None
-    assert not any(record.cursor.get(t, 0) for t in THREADS), "nothing advanced"
-    await _heals(om, on, facts, store)
+async def test_an_observer_without_thread_tags_observes_every_thread(store: Store) -> None:
+    """No thread tags at all in a three-thread answer: nothing in it can be attributed, so
+    each thread is asked again alone in the same cycle (a one-thread call needs no tags), and
+    every fact of every thread is observed."""
+    model, _ = _rewriting(lambda text: re.sub(r"</?thread[^>]*>\n?", "", text))
+    om, _events, facts = await _three_threads(store, model)
+    assert await om.observe("thread-alpha", "u1")
+    log = await om.observations("thread-alpha", "u1")
+    for fact in facts:
+        assert fact in log, fact
+    await assert_no_gap_no_double(store, "resource:u1", THREADS)
+    await om.aclose()
 
 
-async def test_a_thread_left_out_is_not_advanced_and_is_named(store: Store) -> None:
-    """The answer covers two of three threads: those two advance; the third does not, a failed
-    event names it, and the next observation covers it."""
+async def test_a_thread_left_out_backs_off_alone_and_heals(store: Store) -> None:
+    """Every answer leaves one thread out, even when it is asked alone: the other two advance,
+    a failed event names the third, its failure state is stored on that thread alone (the log
+    has none), and once the Observer answers for it, it is observed and the state is gone."""
 
     def drop_gamma(text: str) -> str:
-        return re.sub(r'<thread id="thread-gamma">.*?</thread>\n?', "", text, flags=re.DOTALL)
+        text = re.sub(r'<thread id="thread-gamma">.*?</thread>\n?', "", text, flags=re.DOTALL)
+        return text if "factamma" not in text else "<observations></observations>"
 
     model, on = _rewriting(drop_gamma)
     om, events, facts = await _three_threads(store, model)
@@ -155,4 +159,45 @@ async def test_a_thread_left_out_is_not_advanced_and_is_named(store: Store) -> N
     assert record.cursor.get("thread-alpha", 0) > 0
     assert record.cursor.get("thread-beta", 0) > 0
     assert record.cursor.get("thread-gamma", 0) == 0
-    await _heals(om, on, facts, store)
+    gamma = await store.get_thread("thread-gamma")
+    assert gamma is not None
+    [state] = failures_in(gamma.metadata).values()
+    assert state.thread_id == "thread-gamma"
+    assert not failures_in(await store.get_resource("u1")), "the log itself is fine"
+    await _heals(om, on, facts, store, keep_open=True)
+    gamma = await store.get_thread("thread-gamma")
+    assert gamma is not None
+    assert not failures_in(gamma.metadata)
+    await om.aclose()
+
+
+async def test_turns_go_on_for_every_thread_with_an_observer_that_never_tags(
+    store: Store,
+) -> None:
+    """45 turns over three threads of one resource with an Observer that never writes thread
+    tags: every thread is observed as it goes, nothing is left out of any context, and no
+    failure is stored."""
+    model, _ = _rewriting(lambda text: re.sub(r"</?thread[^>]*>\n?", "", text))
+    om = engine(
+        store,
+        {
+            "scope": "resource",
+            "observation": {"model": model, "messageTokens": 1_000, "bufferTokens": False},
+            "reflection": {"model": scripted_reflector(), "observationTokens": 100_000},
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    conv = Conversation()
+    for turn in range(45):
+        thread = THREADS[turn % 3]
+        prepared = await om.prepare(thread, "u1", [conv.user(60)])
+        assert not any("left out" in m.text for m in prepared.messages), turn
+        await om.record(thread, "u1", [conv.assistant(120)])
+    record = await store.get_record("resource:u1")
+    assert record is not None
+    assert all(record.cursor.get(t, 0) > 0 for t in THREADS), record.cursor
+    assert not events.of("data-om-observation-failed")
+    assert not failures_in(await store.get_resource("u1"))
+    await assert_no_gap_no_double(store, "resource:u1", THREADS)
+    await om.aclose()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, cast
 
 import pytest
-from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool
+from agents import Agent, RunConfig, Runner, Session, SQLiteSession, function_tool
 from agents.items import ModelResponse, TResponseInputItem
 from agents.models.interface import Model
 from agents.testing import ModelCall, assistant_message
@@ -191,15 +191,36 @@ async def test_wrap_keeps_the_full_history_in_the_inner_session() -> None:
     inner.close()
 
 
-async def test_clear_session_without_a_choice_names_both_and_clears_nothing() -> None:
+async def test_clear_session_with_no_choice_goes_on_in_a_new_thread_forgetting_nothing() -> None:
     memory = make_memory()
     inner = SQLiteSession("undecided")
     session = ObservationalSession.wrap(inner, memory, resource=RESOURCE)
-    await session.add_items([{"role": "user", "content": "hi"}])
-    with pytest.raises(ConfigError, match=r'on_clear="new_thread".*on_clear="forget"'):
-        await session.clear_session()
-    assert await inner.get_items() == [{"role": "user", "content": "hi"}]
-    assert await session.get_items() == [{"role": "user", "content": "hi"}]
+    model = ScriptedModel()
+    agent = make_agent(model)
+    for i in range(8):
+        await Runner.run(agent, user_turn(i), session=session, run_config=OFFLINE)
+        await memory.settle()
+    assert memory.om is not None
+    learned = await memory.om.observations("undecided", RESOURCE)
+    assert learned
+    stored = await memory.messages("undecided")
+
+    async def clear(any_session: Session) -> None:
+        """Code that clears whatever session it is given."""
+        await any_session.clear_session()
+
+    assert isinstance(session, Session)
+    await clear(session)
+    assert session.on_clear == "new_thread"
+    assert session.ref.thread == "undecided~1"
+    assert await session.get_items() == []
+    assert await inner.get_items() == [], "the inner session is cleared"
+    assert await memory.messages("undecided") == stored, "the old thread keeps its messages"
+    assert await memory.om.observations("undecided", RESOURCE) == learned, "and its memory"
+    await Runner.run(agent, user_turn(8), session=session, run_config=OFFLINE)
+    assert [m.text for m in await memory.messages("undecided~1") if m.role == "user"] == [
+        user_turn(8)
+    ]
     inner.close()
 
 

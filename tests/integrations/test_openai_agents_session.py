@@ -153,9 +153,7 @@ async def test_clear_on_a_new_thread_starts_over_and_every_process_goes_on_there
     tmp_path: Path,
 ) -> None:
     memory = sqlite_memory(tmp_path)
-    session = ObservationalSession(
-        memory, session_id=THREAD, resource=RESOURCE, on_clear="new_thread"
-    )
+    session = ObservationalSession(memory, session_id=THREAD, resource=RESOURCE)  # the default
     model = ScriptedModel()
     await _chat(session, model, range(6))
     assert memory.om is not None
@@ -188,9 +186,7 @@ async def test_clear_on_a_new_thread_in_resource_scope_still_shows_what_was_lear
     tmp_path: Path,
 ) -> None:
     memory = sqlite_memory(tmp_path, scope="resource")
-    session = ObservationalSession(
-        memory, session_id=THREAD, resource=RESOURCE, on_clear="new_thread"
-    )
+    session = ObservationalSession(memory, session_id=THREAD, resource=RESOURCE)
     model = ScriptedModel()
     await _chat(session, model, range(6))
     await session.clear_session()
@@ -225,7 +221,7 @@ async def test_clear_by_forgetting_drops_the_thread_memory(tmp_path: Path) -> No
 async def test_a_wrapped_session_pops_and_clears_with_memory(tmp_path: Path) -> None:
     memory = sqlite_memory(tmp_path)
     inner = SQLiteSession("wrapped", tmp_path / "inner.db")
-    session = ObservationalSession.wrap(inner, memory, resource=RESOURCE, on_clear="new_thread")
+    session = ObservationalSession.wrap(inner, memory, resource=RESOURCE)
     model = ScriptedModel()
     await _chat(session, model, range(2))
     full = await inner.get_items()

@@ -16,8 +16,7 @@ from ..longmemeval.report import (
     read_results,
     summarize,
 )
-from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
-from .common import Progress, check_model
+from .common import Progress, check_model, pick_model
 
 if TYPE_CHECKING:
     from ..longmemeval.runner import RunConfig, RunProgress
@@ -104,9 +103,8 @@ def _run_longmemeval(args: argparse.Namespace, out: TextIO) -> int:
     done = {r.question_id: r for r in earlier if r.question_id in wanted}
     todo = [q for q in questions if q.question_id not in done]
 
-    reader = args.reader or model_from_environment()
+    reader: str | None = pick_model(args, "reader") if todo else args.reader
     if reader is None and todo:
-        print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
         return 2
     print(
         f"LongMemEval {data.name}: {len(questions)} question(s) selected, {len(done)} already in "

@@ -1,25 +1,61 @@
-"""``obsmem chat``: talk to an agent with observational memory and watch the windows."""
+"""``obsmem chat``: talk to an agent with observational memory and watch the windows.
+
+Lines are read on the main thread with ``input()`` (line editing and a history kept in
+``~/.obsmem_history`` when the stdlib ``readline`` is there and stdin is a terminal); the
+agent's turns and memory run on an event loop of their own thread, so the prompt answers
+Ctrl-C and Ctrl-D at once. While a reply is awaited a terminal shows a spinner (with the memory
+call it waits on, if any), erased when the answer comes.
+
+A failed turn (a model, server or store error) is reported in one line and the conversation
+goes on. Ctrl-C during a reply cancels that reply and returns to the prompt; Ctrl-C at the
+prompt leaves at once (exit 130), abandoning background memory work; Ctrl-D or ``/quit``
+leaves (exit 0) after background memory work finished (Ctrl-C then abandons it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
-from typing import TYPE_CHECKING, Any, TextIO
+import threading
+import time
+import traceback
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
-from .common import add_memory_options, check_model, memory_options, pick_model
+from .common import (
+    add_memory_options,
+    check_model,
+    db_label,
+    describe_error,
+    memory_options,
+    open_store,
+    pick_model,
+)
 
 if TYPE_CHECKING:
+    from .._sync import LoopThread
+    from ..agent import Agent
+    from ..llm import CallActivity
     from ..memory import Memory
 
 __all__ = ["add"]
+
+T = TypeVar("T")
 
 HELP = """commands:
   /observations        the observation log
   /recall [FROM:TO]    the stored messages (by position), e.g. /recall 1:10
   /threads             this resource's threads
   /help                this help
-  /quit                leave (Ctrl-D works too)"""
+  /quit                leave (Ctrl-D works too; Ctrl-C leaves at once)
+Ctrl-C while the agent answers cancels that reply."""
+
+HISTORY_FILE = "~/.obsmem_history"
+"""Where the prompt's history is kept between sessions (when ``readline`` is available)."""
+HISTORY_LENGTH = 1_000
 
 
 def add(sub: Any) -> None:
@@ -27,7 +63,8 @@ def add(sub: Any) -> None:
         "chat",
         help="a REPL with an agent that has observational memory",
         description="Chat with an agent whose memory lives in the store; a status line shows "
-        "the message and observation windows against their thresholds.",
+        "the message and observation windows against their thresholds. A failed turn is "
+        "reported and the chat goes on; Ctrl-C cancels a reply, or leaves at the prompt.",
     )
     add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
     parser.add_argument("--thread", default="chat", help="conversation id (default: chat)")
@@ -40,89 +77,319 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     model = pick_model(args)
     if model is None:
         return 2
-    return asyncio.run(_chat(args, out, model))
+    from .._sync import LoopThread
 
-
-async def _chat(args: argparse.Namespace, out: TextIO, model: str) -> int:
-    problem = await check_model(model)
-    if problem is not None:
-        print(f"obsmem: {problem}", file=sys.stderr)
-        return 2
-    from ..agent import Agent  # pydantic-ai's agent machinery loads only for a chat
-    from ..memory import Memory
-    from ..stores import SQLiteStore
-
-    memory = Memory(SQLiteStore(args.db), observational_memory=memory_options(args, model))
-    agent = Agent(id="obsmem-chat", instructions=args.instructions, model=model, memory=memory)
-    ref = {"resource": args.resource, "thread": args.thread}
-    print(
-        f"obsmem chat: thread {args.thread!r} in {args.db}, model {model}. /help for commands.",
-        file=out,
-    )
-    loop = asyncio.get_running_loop()
+    loop = LoopThread("obsmem-chat")
     try:
+        return _Session(args, out, model, loop).run()
+    finally:
+        if loop.running:
+            loop.run(_cancel_leftovers())
+        loop.stop()
+
+
+class _Spinner:
+    """A "thinking…" line on a terminal, redrawn while a reply is awaited and erased when it
+    comes; it names the memory-model call being waited on, if any. Nothing off a terminal."""
+
+    FRAMES = "|/-\\"
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self._label = ""
+        self._since = 0.0
+        self._frame = 0
+        self._shown = False
+        self._memory: dict[int, str] = {}
+        """What memory-model calls in flight wait on, by call id (set on the loop's thread)."""
+
+    def activity(self, event: CallActivity) -> None:
+        """A ``ModelCaller`` activity listener (runs on the loop's thread)."""
+        if event.kind == "end":
+            self._memory.pop(event.call_id, None)
+        else:
+            self._memory[event.call_id] = event.describe()
+
+    def start(self, label: str) -> None:
+        self._label, self._since, self._frame = label, time.monotonic(), 0
+
+    def tick(self) -> None:
+        if not self.tty or not self._label:
+            return
+        self._frame += 1
+        waits = list(self._memory.values())
+        memory = f"  (memory: {waits[-1]})" if waits else ""
+        line = (
+            f"{self.FRAMES[self._frame % len(self.FRAMES)]} {self._label} "
+            f"{time.monotonic() - self._since:.0f}s{memory}"
+        )
+        import shutil
+
+        columns = shutil.get_terminal_size(fallback=(100, 24)).columns
+        if len(line) >= columns:
+            line = line[: max(10, columns - 2)] + "…"
+        self.out.write("\r" + line + "\x1b[K")
+        self.out.flush()
+        self._shown = True
+
+    def clear(self) -> None:
+        self._label = ""
+        if self._shown:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._shown = False
+
+
+class _Session:
+    TICK = 0.1
+    """Seconds between the spinner's redraws (and checks for the reply)."""
+
+    def __init__(self, args: argparse.Namespace, out: TextIO, model: str, loop: LoopThread):
+        self.args = args
+        self.out = out
+        self.model = model
+        self.loop = loop
+        self.spinner = _Spinner(out)
+        self.memory: Memory | None = None
+        self.agent: Agent | None = None
+        self.history: Path | None = None
+
+    # -- the session -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        try:
+            problem = self._wait(check_model(self.model), "checking the model…")
+        except KeyboardInterrupt:
+            self._newline()
+            return 130
+        if problem is not None:
+            print(f"obsmem: {problem}", file=sys.stderr)
+            return 2
+        self.memory, self.agent = self.loop.run(self._open())
+        remove = (
+            self.memory.om.caller.add_activity_listener(self.spinner.activity)
+            if self.memory.om is not None
+            else None
+        )
+        code = 0
+        try:
+            self._start_history()
+            print(
+                f"obsmem chat: thread {self.args.thread!r} in {db_label(self.args.db)}, model "
+                f"{self.model}. /help for commands.",
+                file=self.out,
+            )
+            code = self._repl()
+        finally:
+            self._save_history()
+            self._close(abandon=code != 0)
+            if remove is not None:
+                remove()
+        return code
+
+    async def _open(self) -> tuple[Memory, Agent]:
+        """Memory and the agent, made on the loop they are used on."""
+        from ..agent import Agent  # pydantic-ai's agent machinery loads only for a chat
+        from ..memory import Memory
+
+        memory = Memory(
+            open_store(self.args.db), observational_memory=memory_options(self.args, self.model)
+        )
+        agent = Agent(
+            id="obsmem-chat", instructions=self.args.instructions, model=self.model, memory=memory
+        )
+        return memory, agent
+
+    def _repl(self) -> int:
+        """Read and answer lines until Ctrl-D or /quit (0) or Ctrl-C at the prompt (130)."""
         while True:
-            out.write("you> ")
-            out.flush()
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            if not line:
-                break
+            try:
+                line = self._read("you> ")
+            except KeyboardInterrupt:
+                self._newline()
+                return 130
+            if line is None:
+                self._newline()
+                return 0
             text = line.strip()
             if not text:
                 continue
-            if text.startswith("/"):
-                if not await _command(text, memory, args, out):
-                    break
-                continue
-            result = await agent.generate(text, memory=ref)
-            print(f"agent> {result.text}", file=out)
-            await _status(memory, args, out)
-    finally:
-        await memory.aclose()
-    return 0
-
-
-async def _status(memory: Memory, args: argparse.Namespace, out: TextIO) -> None:
-    assert memory.om is not None
-    status = await memory.om.status(args.thread, args.resource)
-    print(
-        f"  [messages {status.message_tokens:,}/{status.message_threshold:,} · "
-        f"log {status.observation_tokens:,}/{status.observation_threshold:,} · "
-        f"{status.buffered_chunks} buffered · generation {status.generation}]",
-        file=out,
-    )
-
-
-async def _command(text: str, memory: Memory, args: argparse.Namespace, out: TextIO) -> bool:
-    name, _, rest = text.partition(" ")
-    if name in ("/quit", "/exit"):
-        return False
-    if name == "/help":
-        print(HELP, file=out)
-    elif name == "/observations":
-        assert memory.om is not None
-        log = await memory.om.observations(args.thread, args.resource)
-        print(log or "(no observations yet)", file=out)
-    elif name == "/threads":
-        for thread in await memory.threads(args.resource):
-            marker = "*" if thread.id == args.thread else " "
-            print(
-                f" {marker} {thread.id}  {thread.message_count} messages  {thread.title or ''}",
-                file=out,
-            )
-    elif name == "/recall":
-        messages = await memory.messages(args.thread)
-        if rest.strip():
             try:
-                first, last = (int(x) for x in rest.strip().split(":"))
-            except ValueError:
-                print("usage: /recall FROM:TO, e.g. /recall 1:10", file=out)
-                return True
-            messages = [m for m in messages if first <= (m.seq or 0) <= last]
+                if text.startswith("/"):
+                    if not self._wait(self._command(text), "reading memory…"):
+                        return 0
+                    continue
+                self._turn(text)
+            except KeyboardInterrupt:
+                print("(cancelled)", file=self.out)
+            except Exception as exc:  # the conversation stays usable
+                self._report(exc)
+
+    def _read(self, prompt: str) -> str | None:
+        """One line from the user (None at the end of input)."""
+        try:
+            if self.out is sys.stdout:
+                return input(prompt)
+            self.out.write(prompt)
+            self.out.flush()
+            return input()
+        except EOFError:
+            return None
+
+    def _turn(self, text: str) -> None:
+        assert self.agent is not None
+        ref = {"resource": self.args.resource, "thread": self.args.thread}
+        result = self._wait(self.agent.generate(text, memory=ref), "thinking…")
+        print(f"agent> {result.text}", file=self.out)
+        self._wait(self._status(), "reading memory…")
+
+    def _report(self, exc: Exception) -> None:
+        """A failed turn or command in one line (a bug gets its traceback); the chat goes on."""
+        known = describe_error(exc, self.model)
+        if known is None:
+            traceback.print_exception(exc, file=sys.stderr)
+            print("obsmem: that was a bug in obsmem; the chat goes on", file=sys.stderr)
         else:
-            messages = messages[-10:]
-        for m in messages:
-            print(f"  #{m.seq} {m.role}: {m.text}", file=out)
-    else:
-        print(f"unknown command {name}; /help lists them", file=out)
-    return True
+            print(f"obsmem: {known[1]}", file=sys.stderr)
+        sys.stderr.flush()
+
+    def _newline(self) -> None:
+        """End the prompt's line (Ctrl-C and Ctrl-D leave the cursor after ``you>``)."""
+        print(file=self.out)
+        self.out.flush()
+
+    # -- running on the loop thread ----------------------------------------------------------
+
+    def _wait(self, work: Coroutine[Any, Any, T], label: str) -> T:
+        """Run ``work`` on the loop thread and return its result, with the spinner redrawing
+        meanwhile. Ctrl-C cancels it, waits for it to unwind, and raises KeyboardInterrupt."""
+        done = threading.Event()
+        task: asyncio.Task[T] = self.loop.run(_spawn(work, done))
+        self.spinner.start(label)
+        try:
+            while not done.wait(self.TICK):
+                self.spinner.tick()
+        except KeyboardInterrupt:
+            self.spinner.clear()
+            self.loop.submit(_cancel(task))
+            done.wait(10.0)  # a second Ctrl-C stops waiting for it
+            raise
+        finally:
+            self.spinner.clear()
+        return task.result()
+
+    def _close(self, *, abandon: bool) -> None:
+        """Close memory: after its background work finished, or (``abandon``, or Ctrl-C while
+        it finishes) abandoning that work."""
+        if self.memory is None:
+            return
+        memory, self.memory = self.memory, None
+        if not abandon:
+            try:
+                self._wait(memory.aclose(), "finishing memory work (Ctrl-C abandons it)…")
+                return
+            except KeyboardInterrupt:
+                self._newline()
+            except Exception as exc:
+                self._report(exc)
+                return
+        try:
+            self.loop.run(memory.aclose(cancel=True))
+        except Exception as exc:
+            self._report(exc)
+
+    # -- history -------------------------------------------------------------------------------
+
+    def _start_history(self) -> None:
+        """Line editing and history for a terminal, when the stdlib ``readline`` is there; a
+        history that cannot be read is ignored."""
+        if not sys.stdin.isatty():
+            return
+        try:
+            import readline
+        except ImportError:  # not on every platform: input() still works
+            return
+        self.history = Path(HISTORY_FILE).expanduser()
+        readline.set_history_length(HISTORY_LENGTH)
+        with contextlib.suppress(OSError, ValueError):  # none yet, unreadable: start afresh
+            readline.read_history_file(self.history)
+
+    def _save_history(self) -> None:
+        if self.history is None:
+            return
+        with contextlib.suppress(ImportError, OSError, ValueError):  # a convenience only
+            import readline
+
+            readline.write_history_file(self.history)
+
+    # -- the commands --------------------------------------------------------------------------
+
+    async def _status(self) -> None:
+        memory = self.memory
+        assert memory is not None
+        assert memory.om is not None
+        status = await memory.om.status(self.args.thread, self.args.resource)
+        print(
+            f"  [messages {status.message_tokens:,}/{status.message_threshold:,} · "
+            f"log {status.observation_tokens:,}/{status.observation_threshold:,} · "
+            f"{status.buffered_chunks} buffered · generation {status.generation}]",
+            file=self.out,
+        )
+
+    async def _command(self, text: str) -> bool:
+        memory, args, out = self.memory, self.args, self.out
+        assert memory is not None
+        name, _, rest = text.partition(" ")
+        if name in ("/quit", "/exit"):
+            return False
+        if name == "/help":
+            print(HELP, file=out)
+        elif name == "/observations":
+            assert memory.om is not None
+            log = await memory.om.observations(args.thread, args.resource)
+            print(log or "(no observations yet)", file=out)
+        elif name == "/threads":
+            for thread in await memory.threads(args.resource):
+                marker = "*" if thread.id == args.thread else " "
+                print(
+                    f" {marker} {thread.id}  {thread.message_count} messages  {thread.title or ''}",
+                    file=out,
+                )
+        elif name == "/recall":
+            messages = await memory.messages(args.thread)
+            if rest.strip():
+                try:
+                    first, last = (int(x) for x in rest.strip().split(":"))
+                except ValueError:
+                    print("usage: /recall FROM:TO, e.g. /recall 1:10", file=out)
+                    return True
+                messages = [m for m in messages if first <= (m.seq or 0) <= last]
+            else:
+                messages = messages[-10:]
+            for m in messages:
+                print(f"  #{m.seq} {m.role}: {m.text}", file=out)
+        else:
+            print(f"unknown command {name}; /help lists them", file=out)
+        return True
+
+
+async def _spawn(work: Coroutine[Any, Any, T], done: threading.Event) -> asyncio.Task[T]:
+    """``work`` as a task of the loop it runs on, setting ``done`` when it ends (however)."""
+    task = asyncio.ensure_future(work)
+    task.add_done_callback(lambda _: done.set())
+    return task
+
+
+async def _cancel(task: asyncio.Task[Any]) -> None:
+    task.cancel()
+
+
+async def _cancel_leftovers() -> None:
+    """Cancel and await what a cancelled reply left on the loop, as ``asyncio.run`` does before
+    it closes its loop (a task destroyed pending would be reported at exit)."""
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -57,19 +58,20 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYNC109
     from ..errors import ModelError, ObserverOutputError
-    from ..llm import LLMRequest, LLMResult, ModelCaller
+    from ..llm import REPEATING, LLMRequest, LLMResult, ModelCaller
     from ..messages import Message
     from ..observer import ObserverInput, observe
     from ..tokens import HeuristicEstimator
 
     print(f"obsmem doctor: {model}", file=out)
     started = time.monotonic()
-    problem = await check_model(model)
+    problem = await check_model(model, in_doctor=True)
     if problem is not None:
         print(f"  reachable      no: {problem}", file=out)
         print("verdict: not ready. Fix the above and run obsmem doctor again.", file=out)
         return 1
     print(f"  reachable      yes ({time.monotonic() - started:.1f} s)", file=out)
+    context_advice = await _context_step(model, out)
 
     caller = ModelCaller()
     calls: list[tuple[LLMRequest, LLMResult]] = []
@@ -91,10 +93,12 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
         )
     except ObserverOutputError as exc:
         parsed = None
-        ran_away = any(result.cut_off for _, result in calls)
-        advice.append(_output_advice(str(exc), ran_away=ran_away))
+        cut = [(request.max_output_tokens, result.cut_off) for request, result in calls]
+        repeating = any(why == REPEATING for _, why in cut) or "degenerate" in str(exc)
+        caps = [cap for cap, why in cut if why is not None and why != REPEATING]
+        advice.append(_output_advice(repeating=repeating, cap=caps[0] if caps else None))
     except ModelError as exc:
-        print(f"  requests       refused: {describe_failure(model, exc)}", file=out)
+        print(f"  requests       refused: {describe_failure(model, exc, in_doctor=True)}", file=out)
         print("verdict: not ready.", file=out)
         return 1
     took = time.monotonic() - started
@@ -134,20 +138,142 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
                 f"Observing five short messages took {took:.0f} s: a 30,000-token batch will "
                 "take far longer. Use a faster model, or lower observation.message_tokens."
             )
-    for line in advice:
+    for line in [*context_advice, *advice]:
         print(f"  advice         {line}", file=out)
     print("verdict: ready for memory work." if ready else "verdict: not ready.", file=out)
     return 0 if ready else 1
 
 
-def _output_advice(error: str, *, ran_away: bool) -> str:
-    if ran_away or "degenerate" in error:
+async def _context_step(model: str, out: TextIO) -> list[str]:
+    """Print the model's context window when its local server tells it, and return the advice
+    when memory's default thresholds cannot fit it."""
+    from ..models.overflow import fit_advice
+    from ..options import resolve_options
+
+    found = await context_window(model)
+    if found is None:
+        return []
+    window, source = found
+    print(f"  context        {window:,} tokens ({source})", file=out)
+    options = resolve_options(True)
+    assert options is not None
+    advice = fit_advice(
+        window,
+        message_tokens=options.observation.message_tokens,
+        observation_tokens=options.reflection.observation_tokens,
+    )
+    if advice is None:
+        return []
+    return [
+        f"As an actor this model overflows at the default thresholds: {advice}. (Memory "
+        "compacts the thread and retries when a request is refused as too long, but lower "
+        "thresholds avoid it.)"
+    ]
+
+
+async def context_window(model: str, *, timeout: float = 5.0) -> tuple[int, str] | None:  # noqa: ASYNC109
+    """The context window a local server reports for ``model`` and where it was read, or None.
+
+    Only servers named by the environment are asked (``OPENAI_BASE_URL`` for ``openai/``
+    models, ``OLLAMA_BASE_URL`` or Ollama's default for ``ollama/``), never a cloud API:
+    llama.cpp's ``GET /props`` (``default_generation_settings.n_ctx``, the window it runs
+    with), vLLM's ``GET /v1/models`` (``max_model_len``), llama.cpp's ``/v1/models``
+    (``meta.n_ctx_train``, the window it was trained with), Ollama's ``POST /api/show``
+    (``num_ctx`` in its parameters, else ``<arch>.context_length``)."""
+    import httpx
+
+    provider, _, name = model.replace(":", "/", 1).partition("/")
+    if provider == "openai":
+        base = os.environ.get("OPENAI_BASE_URL", "").strip()
+    elif provider == "ollama":
+        base = os.environ.get("OLLAMA_BASE_URL", "").strip() or "http://localhost:11434/v1"
+    else:
+        return None
+    if not base:
+        return None
+    base = base.rstrip("/")
+    root = base.removesuffix("/v1")
+    async with httpx.AsyncClient(timeout=timeout) as client:
+
+        async def get(url: str, payload: dict[str, Any] | None = None) -> Any:
+            try:
+                if payload is None:
+                    response = await client.get(url)
+                else:
+                    response = await client.post(url, json=payload)
+                return response.json() if response.status_code == 200 else None
+            except (httpx.HTTPError, ValueError):
+                return None
+
+        if provider == "ollama":
+            return _ollama_window(await get(f"{root}/api/show", {"model": name}))
+        props = await get(f"{root}/props")
+        n_ctx = _number(props, "default_generation_settings", "n_ctx")
+        if n_ctx:
+            return n_ctx, "llama.cpp /props"
+        models = await get(f"{base}/models")
+        data = models.get("data") if isinstance(models, dict) else None
+        cards = [c for c in data if isinstance(c, dict)] if isinstance(data, list) else []
+        card = next((c for c in cards if c.get("id") == name), cards[0] if cards else None)
+        if card is None:
+            return None
+        if length := _number(card, "max_model_len"):
+            return length, "/v1/models max_model_len"
+        if trained := _number(card, "meta", "n_ctx_train"):
+            return (
+                trained,
+                "/v1/models meta.n_ctx_train (the trained window; --ctx-size may be less)",
+            )
+    return None
+
+
+def _ollama_window(show: Any) -> tuple[int, str] | None:
+    if not isinstance(show, dict):
+        return None
+    parameters = show.get("parameters")
+    if isinstance(parameters, str):
+        for line in parameters.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "num_ctx" and value.strip().isdigit():
+                return int(value.strip()), "Ollama num_ctx"
+    info = show.get("model_info")
+    if isinstance(info, dict):
+        for key, value in info.items():
+            if str(key).endswith(".context_length") and isinstance(value, int):
+                return value, (
+                    "Ollama model_info; it runs with its num_ctx setting and cuts longer "
+                    "prompts silently"
+                )
+    return None
+
+
+def _number(value: Any, *path: str) -> int | None:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _output_advice(*, repeating: bool, cap: int | None) -> str:
+    """What to do when the Observer's answers could not be used: they looped, ran past obsmem's
+    output cap (obsmem cut them off, so no max_tokens setting of the model's is at fault), or
+    were not in the format."""
+    fix = (
+        "Use a stronger Observer model (--model), or check the server's chat template for this "
+        "model (a wrong template makes a model ramble)."
+    )
+    if repeating:
         return (
-            "The model's answers ran away (it rambles or repeats itself; they were cut off). "
-            "Use a larger Observer model, or a lower temperature in observation.model_settings."
+            "The model's answers ran away: it repeated itself until obsmem cut it off (obsmem "
+            f"stops an answer stuck in a loop), twice. {fix}"
+        )
+    if cap is not None:
+        return (
+            f"The model's answers ran away: it rambled past obsmem's output cap for this "
+            f"observation ({cap} tokens) and obsmem cut it off, twice; the cap is obsmem's, "
+            f"and a small observation fits well within it. {fix}"
         )
     return (
         "The model answered, but not in the observation format (no <observations>, no list "
         "lines), twice. It is too small or not instruction-tuned for this: use a stronger "
-        "Observer model."
+        "Observer model (--model)."
     )

@@ -6,17 +6,15 @@ import argparse
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
-from ..errors import StoreError
 from ..messages import message_to_dict, utcnow
 from ..records import OMRecord, record_key
-from .common import DEFAULT_DB
+from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
 if TYPE_CHECKING:
-    from ..stores import SQLiteStore
+    from ..stores.sqlstore import SQLStore
 
 __all__ = ["add"]
 
@@ -29,7 +27,7 @@ def add(sub: Any) -> None:
         "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
         "generations, buffered chunks and messages.",
     )
-    parser.add_argument("--db", default=DEFAULT_DB, help=f"SQLite file (default: {DEFAULT_DB})")
+    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
     parser.add_argument("--resource", help="only this resource")
     parser.add_argument("--thread", help="show this thread in detail")
     parser.add_argument("--messages", type=int, default=10, help="latest messages to show")
@@ -44,13 +42,9 @@ def add(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    if not Path(args.db).exists():
-        print(
-            f"No obsmem database at {args.db}. Pass --db PATH, or create one by using obsmem "
-            "with Memory() in this directory (or run `obsmem demo`).",
-            file=sys.stderr,
-        )
-        return 2
+    # Read-only: a SQLite file opened mode=ro, PostgreSQL in READ ONLY transactions; a store
+    # that is missing, not obsmem's or of another schema version is refused (exit 2).
+    store = open_store(args.db, read_only=True)
     span: tuple[int, int] | None = None
     if args.range:
         try:
@@ -59,19 +53,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             print(f"obsmem: --range {args.range!r} is not FIRST:LAST, e.g. 10:20", file=sys.stderr)
             return 2
         span = (first, last)
-    try:
-        return asyncio.run(_inspect(args, out, span))
-    except StoreError as exc:
-        if "schema" not in str(exc) and "no such database" not in str(exc):
-            raise
-        print(f"obsmem: {exc}", file=sys.stderr)
-        return 2
+    return asyncio.run(_inspect(store, args, out, span))
 
 
-async def _inspect(args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None) -> int:
-    from ..stores import SQLiteStore
-
-    store = SQLiteStore(args.db, read_only=True)
+async def _inspect(
+    store: SQLStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
+) -> int:
     try:
         if args.thread:
             return await _thread(store, args, out, span)
@@ -80,10 +67,10 @@ async def _inspect(args: argparse.Namespace, out: TextIO, span: tuple[int, int] 
         await store.aclose()
 
 
-async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -> int:
+async def _overview(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:
     resources = [args.resource] if args.resource else await store.list_resources()
     data: dict[str, Any] = {
-        "db": args.db,
+        "db": db_label(args.db),
         "schema_version": await store.schema_version(),
         "resources": [],
     }
@@ -99,17 +86,20 @@ async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -
                     "title": thread.title,
                     "messages": thread.message_count,
                     "memory": _record_summary(record, thread.id),
+                    "failures": _failures(thread.metadata),
                 }
             )
         shared = await store.get_record(
             record_key("resource", thread_id=None, resource_id=resource)
         )
         entry["resource_memory"] = _record_summary(shared, None)
+        entry["failures"] = _failures(await store.get_resource(resource))
         data["resources"].append(entry)
     if args.json:
         print(json.dumps(data, indent=2, default=str), file=out)
         return 0
-    print(f"{args.db}  (schema version {data['schema_version']})", file=out)
+    print(f"{db_label(args.db)}  (schema version {data['schema_version']})", file=out)
+    print(f"memory model here: {_auto_line()}", file=out)
     if not resources:
         print("  no threads yet", file=out)
     for entry in data["resources"]:
@@ -125,6 +115,8 @@ async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -
                     f"{m['tokens_observed']} message tokens observed in all",
                     file=out,
                 )
+            for line in t["failures"]:
+                print(f"    FAILING: {line}", file=out)
         m = entry["resource_memory"]
         if m:
             print(
@@ -132,7 +124,24 @@ async def _overview(store: SQLiteStore, args: argparse.Namespace, out: TextIO) -
                 f"{m['chunks']} buffered chunks",
                 file=out,
             )
+        for line in entry["failures"]:
+            print(f"  FAILING (resource memory): {line}", file=out)
     return 0
+
+
+def _failures(metadata: Any) -> list[str]:
+    """The failure states stored in a thread's or resource's metadata, one line each."""
+    from ..failures import failures_in
+
+    return [f.summary() for f in failures_in(metadata).values()]
+
+
+def _auto_line() -> str:
+    """What ``model="auto"`` resolves to in this environment (without an actor)."""
+    from ..models.environment import resolve_auto
+
+    choice = resolve_auto()
+    return f"'auto' is {choice.model} ({choice.why})"
 
 
 def _record_summary(record: OMRecord | None, thread_id: str | None) -> dict[str, Any] | None:
@@ -148,13 +157,13 @@ def _record_summary(record: OMRecord | None, thread_id: str | None) -> dict[str,
 
 
 async def _thread(
-    store: SQLiteStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
+    store: SQLStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
 ) -> int:
     thread = await store.get_thread(args.thread)
     if thread is None:
         known = [t.id for r in await store.list_resources() for t in await store.list_threads(r)]
         hint = f" Known threads: {', '.join(known[:10])}" if known else " The store has none."
-        print(f"obsmem: no thread {args.thread!r} in {args.db}.{hint}", file=sys.stderr)
+        print(f"obsmem: no thread {args.thread!r} in {db_label(args.db)}.{hint}", file=sys.stderr)
         return 2
     key = record_key("thread", thread_id=thread.id, resource_id=thread.resource_id)
     history = await store.history(key)
@@ -178,6 +187,8 @@ async def _thread(
                 "messages": thread.message_count,
                 "metadata": dict(thread.metadata),
             },
+            "failures": _failures(thread.metadata)
+            + _failures(await store.get_resource(thread.resource_id)),
             "log": log,
             "generations": [
                 {
@@ -205,6 +216,10 @@ async def _thread(
         return 0
     title = f' "{thread.title}"' if thread.title else ""
     print(f"thread {thread.id}{title} of resource {thread.resource_id}", file=out)
+    for line in _failures(thread.metadata) + _failures(
+        await store.get_resource(thread.resource_id)
+    ):
+        print(f"FAILING: {line}", file=out)
     if head is not None:
         how = "as the agent sees it" if args.as_actor else "as stored"
         print(

@@ -17,13 +17,16 @@ from .common import (
     add_memory_options,
     check_model,
     check_output_path,
+    db_label,
     memory_options,
+    open_store,
     pick_model,
 )
 
 if TYPE_CHECKING:
     from ..messages import Message
     from ..replay import ReplayReport
+    from ..stores.sqlstore import SQLStore
 
 __all__ = ["add_demo", "add_replay"]
 
@@ -66,13 +69,17 @@ def _run_demo(args: argparse.Namespace, out: TextIO) -> int:
     model = pick_model(args)
     if model is None:
         return 2
+    store = open_store(args.db)  # checked: a file or database that is not obsmem's is refused
     messages = load_conversation(DEMO_CONVERSATION)
     thread = f"demo-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}"
     print(
-        f"obsmem demo: {len(messages)} messages, Observer/Reflector {model}, store {args.db}",
+        f"obsmem demo: {len(messages)} messages, Observer/Reflector {model}, "
+        f"store {db_label(args.db)}",
         file=out,
     )
-    return asyncio.run(_replay(args, out, model, messages, thread, title="obsmem demo"))
+    return asyncio.run(
+        _replay(args, out, model, messages, thread, title="obsmem demo", store=store)
+    )
 
 
 def _run_replay(args: argparse.Namespace, out: TextIO) -> int:
@@ -86,8 +93,11 @@ def _run_replay(args: argparse.Namespace, out: TextIO) -> int:
     model = pick_model(args)
     if model is None:
         return 2
+    store = open_store(args.db)  # checked: a file or database that is not obsmem's is refused
     thread = f"replay-{Path(args.file).stem}-{datetime.now(UTC):%Y%m%d-%H%M%S-%f}"
-    return asyncio.run(_replay(args, out, model, messages, thread, title=Path(args.file).name))
+    return asyncio.run(
+        _replay(args, out, model, messages, thread, title=Path(args.file).name, store=store)
+    )
 
 
 async def _replay(
@@ -98,12 +108,12 @@ async def _replay(
     thread: str,
     *,
     title: str,
+    store: SQLStore,
 ) -> int:
     import sys
 
     from ..engine import ObservationalMemory
     from ..replay import replay
-    from ..stores import SQLiteStore
 
     problem = check_output_path(args.plot, "the plot") or check_output_path(
         args.report, "the report"
@@ -119,15 +129,22 @@ async def _replay(
         problem = await check_model(model)
     if problem is not None:
         print(f"obsmem: {problem}", file=sys.stderr)
+        await store.aclose()
         return 2
-    store = SQLiteStore(args.db)
     om = ObservationalMemory(store, memory_options(args, model))
     try:
         # Message ids are global in a store: give this run's copies ids of their own.
         own = [replace(m, id=f"{thread}:{m.id}") for m in messages]
-        report = await replay(
-            om, own, thread_id=thread, resource_id="replay", progress=Progress(title)
-        )
+        progress = Progress(title)  # redraws while a turn waits, saying on what
+        async with progress.ticking():
+            report = await replay(
+                om,
+                own,
+                thread_id=thread,
+                resource_id="replay",
+                progress=progress,
+                activity=progress.activity,
+            )
     finally:
         await om.aclose()
         await store.aclose()
@@ -166,3 +183,9 @@ def _summary(report: ReplayReport, out: TextIO, *, thread: str, quiet: bool) -> 
     )
     for failure in report.failures:
         print(f"  failed: {failure}", file=out)
+    if not report.healthy:
+        print("memory is not working as it should:", file=out)
+        for line in report.status:
+            print(f"  {line}", file=out)
+    elif report.status:
+        print(f"  {report.status[0]}", file=out)

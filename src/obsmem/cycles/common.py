@@ -22,6 +22,7 @@ from ..models import model_input_capabilities
 from ..observations import ParsedOutput, boundary_line
 from ..observer import ObserverInput, observe_exchange
 from ..options import ResolvedOptions
+from ..planner import Backoff
 from ..records import ObservationGroup, OMRecord
 from ..snapshot import Snapshot, Subject, ThreadState
 from ..stores import (
@@ -73,9 +74,12 @@ class Deps:
     held: HeldMessages = field(default_factory=HeldMessages)
     """Unobserved messages read before: loads read only what came after them."""
     reads_resource: bool = True
+    """Snapshots need the resource's metadata (working memory or failure state in resource
+    scope)."""
     actor_estimators: dict[str, TokenEstimator] = field(default_factory=dict[str, TokenEstimator])
     """One estimator per actor model label (``estimator_for``), reused."""
-    """Snapshots need the resource's metadata (working memory in resource scope)."""
+    thread_backoff: dict[str, Backoff] = field(default_factory=dict[str, Backoff])
+    """Resource scope: threads the Observer keeps leaving out, each backing off on its own."""
 
     def now(self) -> datetime:
         return self.clock()
@@ -335,8 +339,13 @@ def previous_for_observer(record: OMRecord) -> str:
 
 
 def describe_error(exc: BaseException) -> str:
+    """A failed cycle's error in one line. A timeout names the last error the call met before
+    it ran out of time (``timed out; last error: HTTP 500: ...``), when there was one."""
     if isinstance(exc, TimeoutError):
-        return "timed out"
+        from ..models.retry import describe_exception, last_error
+
+        last = last_error(exc)
+        return "timed out" if last is None else f"timed out; last error: {describe_exception(last)}"
     if isinstance(exc, ModelError | StoreError):
         return str(exc)
     return f"{type(exc).__name__}: {exc}"

@@ -143,7 +143,9 @@ def _emit_start(deps: Deps, cycle: Cycle) -> None:
     if cycle.background:
         deps.bus.emit(BufferingStartEvent(tokens_to_buffer=cycle.tokens, **common))
     else:
-        deps.bus.emit(ObservationStartEvent(tokens_to_observe=cycle.tokens, **common))
+        deps.bus.emit(
+            ObservationStartEvent(tokens_to_observe=cycle.tokens, trigger=cycle.trigger, **common)
+        )
 
 
 def _emit_end(deps: Deps, cycle: Cycle, outcome: Outcome, duration_ms: float) -> None:

@@ -4,16 +4,24 @@ demand."""
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from ..errors import ObserverOutputError
+from ..errors import ModelError, ObserverOutputError
 from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
 from ..observations import ParsedOutput, match_thread_blocks
-from ..planner import Batch, activatable_chunks, held_by_chunks, sync_batches
+from ..planner import (
+    Batch,
+    activatable_chunks,
+    backoff_after,
+    held_by_chunks,
+    may_retry,
+    sync_batches,
+)
 from ..records import ObservationGroup, OMRecord
 from ..snapshot import Snapshot
 from ..stores import CommitObservation, ResourcePatch, ThreadPatch
@@ -45,6 +53,11 @@ class SyncObservation:
 
     snapshot: Snapshot
     error: str | None = None
+    thread_errors: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Resource scope: threads the Observer still left out when asked alone. Each backs off
+    on its own (``Deps.thread_backoff``) while the other threads are observed."""
+    advanced: tuple[str, ...] = ()
+    """Resource scope: threads whose messages were observed (a failure of their own is over)."""
 
 
 async def observe_sync(
@@ -69,6 +82,14 @@ async def observe_sync(
     """
     deadline = deadline if deadline is not None else time.monotonic() + deps.sync_timeout
     protect = protect or {}
+    thread_errors: dict[str, str] = {}
+    advanced: list[str] = []
+
+    def ended(error: str | None = None) -> SyncObservation:
+        return SyncObservation(
+            snapshot=snapshot, error=error, thread_errors=thread_errors, advanced=tuple(advanced)
+        )
+
     while True:
         ready = activatable_chunks(snapshot.record.chunks, protect)
         if ready:
@@ -77,20 +98,22 @@ async def observe_sync(
             )
             snapshot = activated or await reload(deps, snapshot.subject)
             continue
+        now = deps.now()
+        windows = windows_of(snapshot, window_estimator(deps, snapshot), deps.held)
         batches = sync_batches(
-            windows_of(snapshot, window_estimator(deps, snapshot), deps.held),
+            [w for w in windows if may_retry(deps.thread_backoff.get(w.thread_id), now)],
             keep_tokens=keep_tokens,
             protect=held_by_chunks(snapshot.record.chunks, protect),
             cap=deps.options.observation.message_tokens,
         )
         if not batches:
-            return SyncObservation(snapshot=snapshot)
+            return ended()
         remaining = batch_budget or deadline - time.monotonic()
         if remaining <= 0:
-            return SyncObservation(snapshot=snapshot, error="out of time (sync_timeout)")
+            return ended("out of time (sync_timeout)")
         outcome = await observe_batches(deps, snapshot, batches, trigger=trigger, budget=remaining)
         if isinstance(outcome, Failure):
-            return SyncObservation(snapshot=snapshot, error=outcome.error)
+            return ended(outcome.error)
         before = snapshot.record.cursor
         snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
         stuck = [
@@ -99,10 +122,30 @@ async def observe_sync(
             if outcome.committed
             and snapshot.record.cursor.get(b.thread_id, 0) == before.get(b.thread_id, 0)
         ]
-        if stuck:  # the Observer missed these threads (each has its failed event): not again now
-            return SyncObservation(
-                snapshot=snapshot, error=f"no observations for thread(s) {', '.join(stuck)}"
+        for batch in batches:
+            if batch.thread_id not in stuck and outcome.committed:
+                deps.thread_backoff.pop(batch.thread_id, None)
+                thread_errors.pop(batch.thread_id, None)
+                advanced.append(batch.thread_id)
+        if stuck and deps.options.scope == "thread":
+            return ended(f"no observations for thread(s) {', '.join(stuck)}")
+        # Resource scope: a thread the Observer left out even when asked alone backs off on
+        # its own; the loop goes on with the others.
+        for thread_id in stuck:
+            error = (
+                f"the Observer's answers had no observations for thread {thread_id!r}, also "
+                "when it was asked alone; its messages stay unobserved"
             )
+            thread_errors[thread_id] = error
+            deps.thread_backoff[thread_id] = backoff_after(
+                deps.thread_backoff.get(thread_id), now=now, error=error, spread=random.random()
+            )
+        while len(deps.thread_backoff) > MAX_THREAD_BACKOFFS:
+            deps.thread_backoff.pop(next(iter(deps.thread_backoff)))
+
+
+MAX_THREAD_BACKOFFS = 10_000
+"""Most threads one engine keeps a back-off of their own for (the oldest go first)."""
 
 
 async def catch_up(deps: Deps, snapshot: Snapshot, *, upto: Mapping[str, int]) -> SyncObservation:
@@ -294,21 +337,65 @@ async def _observe_texts(
     sections: list[str] = []
     per_thread: dict[str, ParsedOutput] = {}
     main_run: ObserverRun | None = None
+    # A thread missing from a several-thread answer (a model that writes no thread tags, or
+    # skips one) is asked again alone, in this cycle: a one-thread call needs no tags.
+    retries: list[tuple[list[tuple[str, Sequence[Message]]], bool]] = []
     for group, run, is_main in zip(groups, results, mains, strict=True):
         if run is None:
             continue
         if is_main:
             main_run = run
-        parsed = run.parsed
-        ids = [t for t, _ in group]
-        matched = match_thread_blocks(ids, parsed.threads)
-        if not matched and len(group) == 1 and not parsed.threads:
-            matched = {ids[0]: parsed}  # one thread, written without its block: it is that one
-        for t, part in matched.items():
-            if part.observations.strip():
-                sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
-            per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
+        found = _read_group(group, run, is_main, sections, per_thread)
+        retries += [([(t, m)], is_main and t == main_thread) for t, m in group if t not in found]
+    if retries and any(len(g) > 1 for g in groups):
+
+        async def asked_alone(
+            group: list[tuple[str, Sequence[Message]]], is_main: bool
+        ) -> ObserverRun | None:
+            try:
+                return await run_observer(
+                    deps,
+                    snapshot,
+                    thread_id=group[0][0],
+                    threads=group,
+                    previous=previous,
+                    cycle_id=cycle_id,
+                    operation="observation",
+                    budget=budget,
+                    sections=plan.inline_sections if is_main else (),
+                    prior_values=plan.prompt_values if is_main else None,
+                )
+            except ModelError:  # this thread alone stays unobserved; the others go on
+                return None
+
+        alone = await asyncio.gather(*[asked_alone(group, is_main) for group, is_main in retries])
+
+        for (group, is_main), run in zip(retries, alone, strict=True):
+            if run is not None:
+                main_run = run if is_main else main_run
+                _read_group(group, run, is_main, sections, per_thread)
     return "\n".join(sections), per_thread, main_run
+
+
+def _read_group(
+    group: Sequence[tuple[str, Sequence[Message]]],
+    run: ObserverRun,
+    is_main: bool,
+    sections: list[str],
+    per_thread: dict[str, ParsedOutput],
+) -> set[str]:
+    """Give one answer's thread blocks to the threads of its group (a one-thread answer
+    written without its block is that thread's); the thread ids it covered."""
+    parsed = run.parsed
+    ids = [t for t, _ in group]
+    matched = match_thread_blocks(ids, parsed.threads)
+    if not matched and len(group) == 1 and not parsed.threads:
+        matched = {ids[0]: parsed}  # one thread, written without its block: it is that one
+    for t, part in matched.items():
+        if part.observations.strip():
+            sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
+        per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
+    return set(matched)
 
 
 def _with_thread_sections(part: ParsedOutput, whole: ParsedOutput) -> ParsedOutput:

@@ -16,16 +16,20 @@ protocol (``get_items``, ``add_items``, ``pop_item``, ``clear_session``) on a Me
   step's items as they happen (``add_items`` before the next model call); the filter sends the
   model what memory assembled for that step, so activation, synchronous observation and
   buffering happen between the steps of a long tool loop. Without it, memory is assembled once
-  per run.
+  per run and each later step is sent the Runner's whole growing item list: the first time a
+  run calls the model again after a tool without the filter, the session says so with a
+  WARNING on the ``obsmem`` logger (once per session). The SDK gives a session no say in a
+  step's input (the Runner reads ``get_items()`` once, at the start of a run), so the filter
+  cannot be put in for you.
 * ``get_items(limit=n)`` is the raw tail: the newest ``n`` stored items, without those taken
   back. The SDK reads it to check its own writes (a run resumed after an approval does).
 * ``pop_item()`` takes back the newest item and returns it (``Memory.retract_last``): storage
   keeps it, marked; it leaves the context and memory never observes it. The SDK pops items
   itself to undo a write it retries.
-* ``clear_session()`` does what ``on_clear`` says, chosen when the session is made (there is
-  no default: it raises ConfigError naming both): ``"new_thread"`` starts the conversation over
-  on a new memory thread and keeps what memory learned; ``"forget"`` forgets this thread's
-  memory as well (``Memory.forget_thread``, thread scope only).
+* ``clear_session()`` starts the conversation over, as ``on_clear`` says. By default
+  (``"new_thread"``) nothing is forgotten: the session goes on in a new memory thread, and the
+  old thread keeps its messages and what memory learned from them. ``on_clear="forget"``
+  forgets this thread's memory as well (``Memory.forget_thread``, thread scope only).
 
 ``SessionSettings(limit=n)``, on the session or in ``RunConfig(session_settings=...)``, is
 honoured on top of memory: the model gets memory's notes, at most ``n`` items of the history
@@ -66,6 +70,7 @@ import asyncio
 import base64
 import copy
 import json
+import logging
 import re
 import threading
 import weakref
@@ -127,9 +132,12 @@ METADATA_KEY = "openai_agents"
 session's first thread's metadata naming the thread it goes on in after a clear)."""
 
 ClearChoice: TypeAlias = Literal["new_thread", "forget"]
-"""What ``ObservationalSession.clear_session()`` does (the ``on_clear`` option)."""
+"""What ``ObservationalSession.clear_session()`` does (the ``on_clear`` option): go on in a new
+memory thread, forgetting nothing (``"new_thread"``, the default), or forget this thread's
+memory (``"forget"``)."""
 
 _Item = dict[str, Any]
+log = logging.getLogger("obsmem")
 _DATA_URL = re.compile(r"^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$", re.DOTALL)
 T = TypeVar("T")
 
@@ -674,9 +682,9 @@ def _limit_of(settings: SessionSettings | Mapping[str, Any] | None) -> int | Non
     return raw
 
 
-def _clear_choice(memory: Memory, on_clear: str | None) -> ClearChoice | None:
+def _clear_choice(memory: Memory, on_clear: str | None) -> ClearChoice:
     if on_clear is None:
-        return None
+        return "new_thread"
     if on_clear not in ("new_thread", "forget"):
         raise ConfigError(
             "ObservationalSession.on_clear",
@@ -706,6 +714,28 @@ def _next_thread(metadata: Mapping[str, Any]) -> tuple[str | None, int]:
         thread if isinstance(thread, str) else None,
         clears if isinstance(clears, int) else 0,
     )
+
+
+def _after_tools(items: Sequence[Any], after_tool: bool) -> tuple[bool, bool]:
+    """Read a batch the Runner stored (it stores each step's items before the next model
+    call): whether the model answered the tool output an earlier batch ended with
+    (``after_tool``), so the run made more than one model call; and whether this batch ends
+    with a tool's output."""
+    roles = [_read_item(_as_dict(raw))[0] for raw in items]
+    steps = [r for r in roles if r in ("assistant", "tool")]
+    answered = after_tool and "assistant" in steps
+    ends_with_tool = steps[-1] == "tool" if steps else after_tool
+    return answered, ends_with_tool
+
+
+_UNFILTERED = (
+    "ObservationalSession %r: a run called the model again after a tool without the session's "
+    "input filter, so memory was assembled only once, at the start of the run, and every later "
+    "step was sent the Runner's whole growing item list (no observation, buffering or "
+    "activation between the steps). Pass "
+    "RunConfig(call_model_input_filter=session.call_model_input_filter) to Runner.run for "
+    "memory at every model call. (Said once per session.)"
+)
 
 
 def _offers_recall(tools: Sequence[Any]) -> bool:
@@ -774,10 +804,13 @@ class InnerSession(Protocol):
 class ObservationalSession:
     """An OpenAI Agents SDK session whose history is a Memory thread (see the module docstring).
 
-    ``Runner.run(agent, "...", session=ObservationalSession(memory, session_id="chat-1",
-    resource="user-1", on_clear="new_thread"))``.
+    ``session = ObservationalSession(memory, session_id="chat-1", resource="user-1")``, then
+    ``Runner.run(agent, "...", session=session,
+    run_config=RunConfig(call_model_input_filter=session.call_model_input_filter))`` (the
+    filter gives memory at every model call of a run).
 
-    ``on_clear``: what :meth:`clear_session` does (:data:`ClearChoice`); unset, it raises.
+    ``on_clear``: what :meth:`clear_session` does (:data:`ClearChoice`): ``"new_thread"`` (the
+    default, also given by None) forgets nothing, ``"forget"`` forgets this thread's memory.
     ``session_settings``: ``SessionSettings(limit=n)`` sends at most ``n`` items of the history
     from before each run, after memory's notes. ``own_loop``: memory's work runs on the
     memory's own loop thread (sync code; ``with session:`` turns it on).
@@ -790,7 +823,7 @@ class ObservationalSession:
         session_id: str,
         resource: str,
         inner: InnerSession | None = None,
-        on_clear: ClearChoice | None = None,
+        on_clear: ClearChoice | None = "new_thread",
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         own_loop: bool = False,
     ) -> None:
@@ -798,7 +831,7 @@ class ObservationalSession:
         self._ref = ThreadRef.of({"resource": resource, "thread": session_id})
         self.session_id = session_id
         self.inner = inner
-        self.on_clear: ClearChoice | None = _clear_choice(memory, on_clear)
+        self.on_clear: ClearChoice = _clear_choice(memory, on_clear)
         self.limit = _limit_of(session_settings)
         """Most items of the history from before a run sent to the model (None: no limit)."""
         self.own_loop = own_loop
@@ -828,6 +861,15 @@ class ObservationalSession:
         """The span of the run this session last worked in (see ``_CycleSpans``)."""
         self._early: list[Event] | None = None
         """Memory events of a run that started before its trace did (the history read)."""
+        self._in_run = False
+        """A run started (the Runner read ``get_items()``)."""
+        self._run_filtered = False
+        """The current run called :meth:`call_model_input_filter`."""
+        self._after_tool = False
+        """The current run's last stored batch ended with a tool's output."""
+        self._warned_unfiltered = False
+        """This session logged that a run went through a tool loop without the input filter
+        (it says so once)."""
 
     @classmethod
     def wrap(
@@ -836,7 +878,7 @@ class ObservationalSession:
         memory: Memory,
         *,
         resource: str,
-        on_clear: ClearChoice | None = None,
+        on_clear: ClearChoice | None = "new_thread",
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         own_loop: bool = False,
     ) -> ObservationalSession:
@@ -893,6 +935,7 @@ class ObservationalSession:
         recall only when the agent being called has the ``recall`` tool."""
         from agents.run_config import ModelInputData
 
+        self._run_filtered = True
         self._see_trace()
         tools = data.agent.tools
         self._approving = frozenset(
@@ -945,6 +988,7 @@ class ObservationalSession:
         if not items:
             return
         self._see_trace()
+        self._note_steps(items)
         if self.inner is not None:
             await self.inner.add_items(items)
         await self._on_memory(self._store(items))
@@ -963,18 +1007,11 @@ class ObservationalSession:
         return cast("TResponseInputItem", item)
 
     async def clear_session(self) -> None:
-        """Start the conversation over, as ``on_clear`` says: ``"new_thread"`` goes on in a new
-        memory thread (remembered in the store, so every process goes on there) and keeps what
-        memory learned; ``"forget"`` also forgets this thread's memory. Wrapped, the inner
-        session is cleared too."""
-        if self.on_clear is None:
-            raise ConfigError(
-                "ObservationalSession.on_clear",
-                None,
-                "choose what clear_session() does when you make the session: "
-                'on_clear="new_thread" starts the conversation over on a new memory thread and '
-                'keeps what memory learned; on_clear="forget" also forgets this thread\'s memory',
-            )
+        """Start the conversation over, as ``on_clear`` says. ``"new_thread"`` (the default)
+        forgets nothing: the session goes on in a new memory thread (remembered in the store,
+        so every process goes on there) and the old thread keeps its messages and what memory
+        learned (in resource scope, the resource's notes are still shown). ``"forget"`` also
+        forgets this thread's memory. Wrapped, the inner session is cleared too."""
         await self._on_memory(self._clear(self.on_clear))
         if self.inner is not None:
             await self.inner.clear_session()
@@ -1059,6 +1096,21 @@ class ObservationalSession:
         self._run_from = None
         self._run_starting = True
         self._trace_parent, self._early = None, []
+        self._in_run, self._run_filtered, self._after_tool = True, False, False
+
+    def _note_steps(self, items: Sequence[Any]) -> None:
+        """Say once, loudly, that a run went through a tool loop without the input filter: the
+        model answered a tool's output (stored in an earlier batch, as the Runner stores each
+        step) and the filter was never called in this run."""
+        if not self._in_run:
+            return
+        answered, self._after_tool = _after_tools(items, self._after_tool)
+        if not answered or self._run_filtered or self._warned_unfiltered:
+            return
+        if self.memory.om is None:  # no observational memory: nothing to give between steps
+            return
+        self._warned_unfiltered = True
+        log.warning(_UNFILTERED, self.session_id)
 
     def _see_trace(self) -> None:
         """A call inside a run: remember the run's current span, and record there the memory

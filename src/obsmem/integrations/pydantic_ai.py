@@ -40,9 +40,10 @@ agent that does not have it: ``history_processor`` offers no tool, so give the a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from pydantic_ai import messages as pa
 from pydantic_ai.capabilities import AbstractCapability
@@ -57,6 +58,7 @@ from obsmem.errors import ConfigError
 from obsmem.events import Event
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
+from obsmem.models.overflow import ContextOverflow, context_overflow, fit_advice
 from obsmem.window import mark_deferred
 
 __all__ = [
@@ -73,6 +75,8 @@ MARK_KEY = "obsmem_integration"
 """Key of a pydantic-ai message's ``metadata`` marking it as stored in (or sent from) a thread."""
 
 _Mark = Literal["stored", "context"]
+
+log = logging.getLogger("obsmem")
 
 
 def _mark_of(message: pa.ModelMessage, thread: str) -> _Mark | None:
@@ -176,6 +180,8 @@ class _Thread:
         self.system_prompts: list[str] = []
         self.stored: list[Message] = []
         """What this front door stored, in order (as stored, with ``seq``)."""
+        self.step_from: int | None = None
+        """The first seq of the step the model is answering (it stays raw in a compaction)."""
 
     def collect_system_prompts(self, messages: Sequence[pa.ModelMessage]) -> None:
         """Remember the agent's system prompt parts (all but those this module sent)."""
@@ -219,13 +225,20 @@ class _Thread:
         all_messages: Sequence[pa.ModelMessage],
         new: Sequence[pa.ModelMessage],
         model: Model | None,
+        *,
+        keep_raw_from: int | None = None,
     ) -> list[pa.ModelMessage]:
         """Store ``new`` (a turn's input, or a step's tool traffic) and return the system prompt
         plus what memory assembled, in one memory step."""
         context = await self.memory.context(
-            self.ref, _storable(new), actor_model=model, recall=self.recall
+            self.ref,
+            _storable(new),
+            actor_model=model,
+            recall=self.recall,
+            keep_raw_from=keep_raw_from,
         )
         self.stored += context.stored_input
+        self.step_from = step_start(context.stored_input) or self.step_from
         _mark(new, self.ref.thread, "stored")
         self.collect_system_prompts(all_messages)
         system: list[pa.ModelMessage] = (
@@ -236,6 +249,81 @@ class _Thread:
         managed = for_model(merged_requests([*system, *to_pydantic_ai(context.messages)]), model)
         _mark(managed, self.ref.thread, "context")
         return managed
+
+    async def compact_after(self, overflow: ContextOverflow) -> bool:
+        """Compact the thread after the model refused a request as longer than its context:
+        everything before the current step is observed down to the retention floor (at most a
+        quarter of the model's context, when its answer names it). True when the context
+        shrank, so the request is worth sending again."""
+        return await compact_after_overflow(
+            self.memory, self.ref, overflow, keep_raw_from=self.step_from
+        )
+
+
+def step_start(stored: Sequence[Message]) -> int | None:
+    """The first seq of the step a model answers among the messages a memory step stored: the
+    last user message on (a turn's input), or all of them (a step's tool traffic); as
+    ``prepare`` keeps them raw."""
+    users = [m for m in stored if m.role == "user"]
+    first = users[-1] if users else stored[0] if stored else None
+    return first.seq if first is not None else None
+
+
+async def compact_after_overflow(
+    memory: Memory,
+    ref: ThreadRef,
+    overflow: ContextOverflow,
+    *,
+    keep_raw_from: int | None,
+) -> bool:
+    """Compact ``ref``'s thread once because its actor's model refused a request as too long,
+    and say so on the ``obsmem`` logger with the thresholds that would fit the model's context.
+    True when the context shrank (the front door sends the request again); False when memory is
+    off or nothing could be observed (the front door raises the model's error)."""
+    om = memory.om
+    if om is None:
+        return False
+    limit = overflow.limit
+    shrank = await om.compact(
+        ref.thread,
+        ref.resource,
+        keep_raw_from=keep_raw_from,
+        keep_tokens=limit // 4 if limit else None,
+        trigger="overflow",
+    )
+    request = f"the request ({overflow.requested:,} tokens)" if overflow.requested else "a request"
+    window = (
+        f"the model's context is {limit:,} tokens" if limit else "the model refused it as too long"
+    )
+    advice = (
+        fit_advice(
+            limit,
+            message_tokens=om.options.observation.message_tokens,
+            observation_tokens=om.options.reflection.observation_tokens,
+        )
+        if limit
+        else None
+    )
+    tail = f"; {advice}" if advice else ""
+    if shrank:
+        log.warning(
+            "obsmem compacted thread %s because %s did not fit: %s%s",
+            ref.thread,
+            request,
+            window,
+            tail,
+        )
+    else:
+        log.warning(
+            "obsmem could not compact thread %s (nothing before the current step is left to "
+            "observe), so %s that did not fit is not sent again: %s (%s)%s",
+            ref.thread,
+            request,
+            window,
+            overflow.message,
+            tail,
+        )
+    return shrank
 
 
 IdFrom: TypeAlias = Callable[[RunContext[Any]], str]
@@ -286,6 +374,10 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
         """The conversation, when fixed at construction (else each run's)."""
         self._thread = _Thread(memory, self.ref, recall=recall) if self.ref else None
         self._events: list[Event] = []
+        self._compacted_at: int | None = None
+        """The run step whose request overflowed the model's context and was compacted (each
+        step is compacted and retried at most once)."""
+        self._resend = False
 
     def __repr__(self) -> str:
         return f"ObservationalMemoryCapability(resource={self.resource!r}, thread={self.thread!r})"
@@ -373,6 +465,39 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
                 messages, [*reply, *new_input], request_context.model
             )
         await self._emit_events(ctx)
+        return request_context
+
+    async def on_model_request_error(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
+    ) -> pa.ModelResponse:
+        """When the model refuses the request as longer than its context, compact the thread
+        once and make the request again (pydantic-ai's ``RetryModelRequest``: same step, and
+        the model never sees the failed attempt). Any other error, a second overflow of the
+        same step, or a compaction that cannot shrink the context raises the model's error."""
+        from pydantic_ai import exceptions
+
+        retry: object = getattr(exceptions, "RetryModelRequest", None)
+        overflow = context_overflow(error)
+        if overflow is None or not isinstance(retry, type) or self._compacted_at == ctx.run_step:
+            raise error
+        self._compacted_at = ctx.run_step
+        if not await self._state.compact_after(overflow):
+            await self._emit_events(ctx)
+            raise error
+        self._resend = True
+        raise cast(type[Exception], retry)()
+
+    async def prepare_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        """The attempt after a compaction sends memory's context again, as it is now."""
+        if self._resend:
+            self._resend = False
+            state = self._state
+            request_context.messages = await state.context(
+                ctx.messages, [], request_context.model, keep_raw_from=state.step_from
+            )
+            await self._emit_events(ctx)
         return request_context
 
     async def after_run(

@@ -1,21 +1,63 @@
-"""Which model the environment points at (``OBSMEM_MODEL``, a provider key, or a local server)."""
+"""Which model the environment points at, and the ``"auto"`` model memory resolves to.
+
+``"auto"`` (the default of ``model``) resolves the same way in the library and on the command
+line, without a network call:
+
+1. ``OBSMEM_MODEL``;
+2. a fast model of the actor's own provider (``FAST_MODELS``), when that provider's key is set;
+   with ``OPENAI_BASE_URL`` pointing at a local server, the actor's own model on that server;
+3. the fast model of the first provider whose key is set;
+4. ``google/gemini-2.5-flash``.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-__all__ = ["HOW_TO_PROVIDE_A_MODEL", "MODEL_ENV", "model_from_environment"]
+from obsmem.models.describe import model_id_of, provider_of
+from obsmem.models.specs import AUTO, DEFAULT_MODEL, split_spec
+
+if TYPE_CHECKING:
+    from obsmem.models.specs import ModelSpec
+
+__all__ = [
+    "AUTO",
+    "FAST_MODELS",
+    "HOW_TO_PROVIDE_A_MODEL",
+    "MODEL_ENV",
+    "AutoModel",
+    "credentials_problem",
+    "model_from_environment",
+    "resolve_auto",
+]
 
 MODEL_ENV = "OBSMEM_MODEL"
-_ENV_DEFAULTS = (
-    ("OPENAI_API_KEY", "openai/gpt-5-mini"),
-    ("ANTHROPIC_API_KEY", "anthropic/claude-haiku-4-5"),
-    ("GOOGLE_API_KEY", "google/gemini-2.5-flash"),
-    ("GEMINI_API_KEY", "google/gemini-2.5-flash"),
-    ("DEEPSEEK_API_KEY", "deepseek/deepseek-chat"),
-    ("XAI_API_KEY", "xai/grok-4-1-fast"),
+
+FAST_MODELS: Mapping[str, str] = {
+    "openai": "openai/gpt-5-mini",
+    "anthropic": "anthropic/claude-haiku-4-5",
+    "google": "google/gemini-2.5-flash",
+    "deepseek": "deepseek/deepseek-chat",
+    "xai": "xai/grok-4-1-fast",
+    "groq": "groq/llama-3.3-70b-versatile",
+    "mistral": "mistral/mistral-small-latest",
+}
+"""A fast, cheap model per provider: what ``"auto"`` picks for the Observer and Reflector."""
+
+_KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("openai", ("OPENAI_API_KEY",)),
+    ("anthropic", ("ANTHROPIC_API_KEY",)),
+    ("google", ("GOOGLE_API_KEY", "GEMINI_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY")),
+    ("deepseek", ("DEEPSEEK_API_KEY",)),
+    ("xai", ("XAI_API_KEY",)),
+    ("groq", ("GROQ_API_KEY",)),
+    ("mistral", ("MISTRAL_API_KEY",)),
 )
+"""Providers in the order step 3 tries them, with the variables that hold their keys."""
 
 HOW_TO_PROVIDE_A_MODEL = (
     "No model is configured. Either set OBSMEM_MODEL (e.g. OBSMEM_MODEL=openai/gpt-5-mini) with "
@@ -25,17 +67,82 @@ HOW_TO_PROVIDE_A_MODEL = (
 )
 
 
-def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
-    """The model the environment points at: ``OBSMEM_MODEL``, else a default for the first
-    provider key found, else ``openai/<model>`` for an ``OPENAI_BASE_URL`` server (the model
-    name from ``OBSMEM_MODEL``, or ``local``). None when nothing is configured."""
+@dataclass(frozen=True, slots=True)
+class AutoModel:
+    """What ``"auto"`` resolved to, and why (shown by ``status``, ``inspect`` and ``doctor``)."""
+
+    model: str
+    why: str
+    configured: bool = True
+    """False when nothing in the environment chose it (step 4, the built-in default)."""
+
+
+def _set(env: Mapping[str, str], name: str) -> bool:
+    return bool(env.get(name, "").strip())
+
+
+def _has_key(env: Mapping[str, str], provider: str) -> bool:
+    return any(_set(env, name) for p, names in _KEYS if p == provider for name in names)
+
+
+def _local_server(env: Mapping[str, str]) -> str | None:
+    url = env.get("OPENAI_BASE_URL", "").strip()
+    return url if url and "api.openai.com" not in url else None
+
+
+def resolve_auto(
+    actor: ModelSpec | None = None, environ: Mapping[str, str] | None = None
+) -> AutoModel:
+    """The model ``"auto"`` stands for, given the actor's model (when known) and the
+    environment (``os.environ`` by default). Makes no network call."""
     env = os.environ if environ is None else environ
     explicit = env.get(MODEL_ENV, "").strip()
     if explicit:
-        return explicit
-    for key, model in _ENV_DEFAULTS:
-        if env.get(key, "").strip():
-            return model
-    if env.get("OPENAI_BASE_URL", "").strip():
-        return "openai/local"
+        return AutoModel(explicit, f"{MODEL_ENV}")
+    provider = provider_of(actor) if actor is not None else None
+    local = _local_server(env)
+    if provider == "openai" and local is not None and actor is not None:
+        name = model_id_of(actor)
+        return AutoModel(f"openai/{name}", f"the actor's model on OPENAI_BASE_URL ({local})")
+    if provider is not None and provider in FAST_MODELS and _has_key(env, provider):
+        why = f"a fast model of the actor's provider ({provider})"
+        return AutoModel(FAST_MODELS[provider], why)
+    for name, _ in _KEYS:
+        if _has_key(env, name):
+            return AutoModel(FAST_MODELS[name], f"the first provider key set ({name})")
+    if local is not None:
+        return AutoModel("openai/local", f"the server at OPENAI_BASE_URL ({local})")
+    return AutoModel(DEFAULT_MODEL, "the built-in default (nothing configured)", configured=False)
+
+
+def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+    """The model the environment points at (``"auto"`` without an actor), or None when nothing
+    is configured (``"auto"`` would fall back to its built-in default)."""
+    choice = resolve_auto(None, environ)
+    return choice.model if choice.configured else None
+
+
+def credentials_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """What stops ``spec`` from being called, found without a network call: a missing API key
+    (naming the variable), an unknown provider, or a provider SDK that is not installed (naming
+    the extra). None when nothing is known to be missing (model instances are not checked)."""
+    if not isinstance(spec, str):
+        return None
+    from obsmem.errors import MissingExtraError, ModelError
+    from obsmem.models.providers import check_credentials
+
+    env = os.environ if environ is None else environ
+    if split_spec(spec.strip()) is None and spec.strip() not in ("test", "default"):
+        return f"model {spec!r} is not understood; give it as 'provider/model'"
+    try:
+        check_credentials(spec, env, installed=lambda module: _installed(module))
+    except (ModelError, MissingExtraError) as exc:
+        return str(exc)
     return None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -9,16 +9,17 @@ from __future__ import annotations
 import importlib
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from obsmem.errors import MissingExtraError, ModelError
-from obsmem.models.specs import DEFAULT_MODEL, ModelByInputTokens, is_model, split_spec
+from obsmem.models.specs import AUTO, DEFAULT_MODEL, ModelByInputTokens, is_model, split_spec
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-__all__ = ["resolve_model"]
+__all__ = ["check_credentials", "resolve_model"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -117,6 +118,10 @@ def resolve_model(spec: str | Model) -> Model:
     text = spec.strip()
     if text == "default":
         text = DEFAULT_MODEL
+    if text == AUTO:
+        from obsmem.models.environment import resolve_auto
+
+        text = resolve_auto().model
     if text == "test":
         from pydantic_ai.models.test import TestModel
 
@@ -173,19 +178,56 @@ def _check_installed(spec: str, info: _Provider) -> None:
         ) from exc
 
 
-def _api_key(spec: str, info: _Provider) -> str | None:
+def _api_key(spec: str, info: _Provider, env: Mapping[str, str] | None = None) -> str | None:
+    environ = os.environ if env is None else env
     for name in info.key_env:
-        if value := _env(name):
+        if value := environ.get(name):
             return value
     if info.key_optional:
         return None
-    if info is _OPENAI and _env("OPENAI_BASE_URL"):
+    if info is _OPENAI and environ.get("OPENAI_BASE_URL"):
         return None
     names = " or ".join(info.key_env)
     extra = " (or OPENAI_BASE_URL for an OpenAI-compatible server)" if info is _OPENAI else ""
     raise ModelError(
         f"the model {spec!r} needs an API key: set the environment variable {names}{extra}"
     )
+
+
+def check_credentials(
+    spec: str, env: Mapping[str, str], *, installed: Callable[[str], bool]
+) -> None:
+    """Raise what :func:`resolve_model` would raise for a missing key, an unknown provider or a
+    missing SDK (``installed(module)`` tells), without importing anything or resolving."""
+    text = spec.strip()
+    if text == AUTO:
+        from obsmem.models.environment import resolve_auto
+
+        text = resolve_auto(None, env).model
+    parts = split_spec(DEFAULT_MODEL if text == "default" else text)
+    if parts is None or text == "test":
+        return
+    form, provider, _ = parts
+    if form == "mastra":
+        if provider == "gateway":
+            return
+        info = _PROVIDERS.get(provider)
+        if info is None:
+            raise ModelError(
+                f"unknown provider {provider!r} in model {spec!r}; known providers: "
+                f"{_known_providers()} (or use pydantic-ai's 'provider:model' form)"
+            )
+    else:
+        info = _PYDANTIC_AI_CHECKS.get(_PYDANTIC_AI_ALIASES.get(provider, provider))
+        if info is None:
+            return
+    if not installed(info.module):
+        if info.extra:
+            raise MissingExtraError(
+                f"the model {spec!r}", info.extra, package=info.module.split(".")[0]
+            )
+        raise ModelError(f"the model {spec!r} needs the {info.module} package")
+    _api_key(spec, info, env)
 
 
 def _openai_base_url() -> str | None:

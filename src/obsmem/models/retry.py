@@ -11,13 +11,17 @@ import random
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Literal, TypeVar
+from typing import Literal, TypeAlias, TypeVar
 
 from obsmem.errors import ModelError
 
-__all__ = ["call_with_retry", "is_transient"]
+__all__ = ["RetryListener", "call_with_retry", "describe_exception", "is_transient", "last_error"]
 
 T = TypeVar("T")
+
+RetryListener: TypeAlias = Callable[[int, BaseException, float], None]
+"""Told before each pause: the number of the attempt to come (2 for the first retry), the
+error that is retried, and the seconds until that attempt."""
 
 _TRANSIENT_STATUS = frozenset({408, 425, 429})
 _TRANSIENT_NAMES = frozenset({"APIConnectionError", "APITimeoutError", "ServiceUnavailableError"})
@@ -142,6 +146,51 @@ def is_transient(exc: BaseException) -> bool:
     return False
 
 
+def _server_message(exc: BaseException) -> str:
+    """The message of a server's error answer (``{"message": ...}`` or ``{"error": {"message":
+    ...}}``), else the exception's own text."""
+    body = getattr(exc, "body", None)
+    if isinstance(body, dict):
+        inner: object = body.get("error", body)  # pyright: ignore[reportUnknownMemberType]
+        message: object = (
+            inner.get("message")  # pyright: ignore[reportUnknownMemberType]
+            if isinstance(inner, dict)
+            else inner
+        )
+        if message:
+            return str(message)  # pyright: ignore[reportUnknownArgumentType]
+    elif isinstance(body, str | bytes) and body:
+        return body.decode(errors="replace") if isinstance(body, bytes) else body
+    return str(exc)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``exc`` in a few words for a person: ``HTTP 500: <the server's message>`` for an error
+    answer from a server (the first in the cause chain), else ``Type: message``."""
+    for link in _chain(exc):
+        status = _status_code(link)
+        if status is not None:
+            return _squash(f"HTTP {status}: {_server_message(link)}")
+    text = str(exc).strip()
+    return _squash(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
+
+
+def _squash(text: str, limit: int = 300) -> str:
+    """One line of at most ``limit`` characters, without a closing full stop."""
+    line = " ".join(text.split()).rstrip(".")
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
+
+
+def last_error(exc: BaseException) -> BaseException | None:
+    """The error a timed-out or cancelled call met last, if it met one: the first link of
+    ``exc``'s cause chain that is neither a timeout nor a cancellation. ``call_with_retry``
+    keeps it there (as the cancellation's ``__context__``) when a deadline ends its retries."""
+    for link in _chain(exc):
+        if not isinstance(link, TimeoutError | asyncio.CancelledError):
+            return link
+    return None
+
+
 async def call_with_retry(
     fn: Callable[[], Awaitable[T]],
     *,
@@ -153,12 +202,16 @@ async def call_with_retry(
     clock: Callable[[], float] = time.monotonic,
     rand: Callable[[], float] = random.random,
     what: str = "the model call",
+    on_retry: RetryListener | None = None,
 ) -> T:
     """Await ``fn()``, retrying transient errors with exponential backoff until ``max_total`` s.
 
     Delays are ``base_delay * 2**n`` capped at ``max_delay``, times ``1 ± jitter``, at least the
     provider's ``retry_after``, and never past the deadline. Non-transient errors propagate
     unchanged; when time runs out the last error is raised wrapped in ``ModelError``.
+    ``on_retry`` is told before each pause (see ``RetryListener``). When the call is cancelled
+    (an outer deadline) after an error, the cancellation carries that error as its
+    ``__context__``, so whoever reports the timeout can name it (``last_error``).
     """
     if max_total < 0 or base_delay < 0 or max_delay < 0 or not 0 <= jitter < 1:
         raise ValueError(
@@ -167,10 +220,15 @@ async def call_with_retry(
     start = clock()
     deadline = start + max_total
     attempts = 0
+    last: BaseException | None = None
     while True:
         attempts += 1
         try:
             return await fn()
+        except asyncio.CancelledError as cancelled:
+            if last is not None and cancelled.__context__ is None:
+                cancelled.__context__ = last  # the deadline's report names the last error
+            raise
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -180,12 +238,21 @@ async def call_with_retry(
                 tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
                 raise ModelError(
                     f"{what} gave up after {tries} in {elapsed:.1f} s "
-                    f"(transient errors; max_total={max_total:g} s); last error: "
-                    f"{type(exc).__name__}: {exc}. Check the provider's status and retry later."
+                    + (
+                        "(a transient error; retries are off)"
+                        if max_total == 0
+                        else f"(transient errors, retried for up to {max_total:g} s)"
+                    )
+                    + f"; last error: {describe_exception(exc)}. "
+                    "Check the provider's status and retry later."
                 ) from exc
             delay = min(max_delay, base_delay * 2 ** (attempts - 1))
             delay *= 1 + jitter * (2 * rand() - 1)
             retry_after = getattr(exc, "retry_after", None)
             if isinstance(retry_after, int | float) and retry_after > delay:
                 delay = float(retry_after)
-            await sleep(min(delay, remaining))
+            last = exc
+            delay = min(delay, remaining)
+            if on_retry is not None:
+                on_retry(attempts + 1, exc, delay)
+            await sleep(delay)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
 __all__ = [
+    "AUTO",
     "DEFAULT_MODEL",
     "InputCapability",
     "ModelByInputTokens",
@@ -26,6 +27,9 @@ __all__ = [
 ]
 
 DEFAULT_MODEL = "google/gemini-2.5-flash"
+AUTO = "auto"
+"""The model ``model`` defaults to: picked from the actor and the environment
+(:func:`obsmem.models.environment.resolve_auto`)."""
 
 InputCapability: TypeAlias = Literal["image", "pdf", "audio", "video"]
 

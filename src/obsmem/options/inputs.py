@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 Scope: TypeAlias = Literal["thread", "resource"]
+FailurePolicy: TypeAlias = Literal["warn", "raise"]
 
 if TYPE_CHECKING:
     from obsmem.models import ModelSpec
@@ -140,6 +141,7 @@ class ObservationalMemoryOptions(_Options):
 
     enabled: bool = True
     model: ModelField = None
+    failure_policy: FailurePolicy = "warn"
     scope: Scope = "thread"
     share_token_budget: bool = False
     activate_after_idle: Duration = None
@@ -172,6 +174,7 @@ _EXPECTED: dict[str, str] = {
     "model": 'must be a model name such as "openai/gpt-5-mini", a pydantic-ai Model or a '
     "ModelByInputTokens",
     "scope": 'must be "thread" or "resource"',
+    "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',
     "message_tokens": _TOKENS,
     "observation_tokens": _TOKENS,
     "max_tokens_per_batch": _TOKENS,

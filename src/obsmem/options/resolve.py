@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 from pydantic import BaseModel, ValidationError
 
 from obsmem.errors import ConfigError
+from obsmem.models.specs import AUTO
 from obsmem.options.checks import (
     attachment_filter,
     continuation_hints,
@@ -31,7 +32,6 @@ from obsmem.options.inputs import (
     config_error_from_validation,
 )
 from obsmem.options.model_specs import (
-    DEFAULT_MODEL,
     OBSERVER_MODEL_SETTINGS,
     REFLECTOR_MODEL_SETTINGS,
     model_or_none,
@@ -180,6 +180,8 @@ class _Resolver:
                 else self.obs.activate_on_provider_change,
             ),
             reflection=self._reflection(reflector_model, observation_tokens, async_on),
+            failure_policy=self.top.failure_policy,
+            auto_model=AUTO in (observer_model, reflector_model),
         )
 
     # -- models ------------------------------------------------------------------------------
@@ -198,7 +200,7 @@ class _Resolver:
                 )
         observer = top if top is not None else obs if obs is not None else ref
         reflector = top if top is not None else ref if ref is not None else obs
-        default = DEFAULT_MODEL
+        default = AUTO
         return (
             observer if observer is not None else default,
             reflector if reflector is not None else default,

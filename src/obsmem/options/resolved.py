@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from obsmem.options.durations import IdleSetting
-from obsmem.options.inputs import Scope
+from obsmem.options.inputs import FailurePolicy, Scope
 
 if TYPE_CHECKING:
     from obsmem.extractors import Extractor
@@ -133,6 +133,11 @@ class ResolvedOptions:
     """``None`` when retrieval is off."""
     observation: ResolvedObservation
     reflection: ResolvedReflection
+    failure_policy: FailurePolicy = "warn"
+    """``"warn"``: a failure is a WARNING on the ``obsmem`` logger (once per cause, and when it
+    heals) and the turn goes on; ``"raise"``: a turn whose memory cannot work raises."""
+    auto_model: bool = False
+    """The Observer or Reflector model is ``"auto"``: the engine picks it at the first turn."""
 
     @property
     def observer_model(self) -> ModelSpec:
@@ -154,6 +159,7 @@ class ResolvedOptions:
         obs, ref = self.observation, self.reflection
         return {
             "scope": self.scope,
+            "failure_policy": self.failure_policy,
             "share_token_budget": self.share_token_budget,
             "async_buffering": self.async_buffering,
             "temporal_markers": self.temporal_markers,

@@ -139,6 +139,8 @@ class LoadRequest:
     """Stored at the end of ``subject.thread_id`` first (a message id already stored in the
     thread is not stored again)."""
     patches: Sequence[ThreadPatch] = ()
+    resource_patch: ResourcePatch | None = None
+    """Merged into the subject's resource metadata first (failure state in resource scope)."""
     last_reply: bool = False
     """Also find when the assistant last spoke in the subject's thread."""
     held: Mapping[str, Sequence[Message]] = field(default_factory=dict[str, Sequence[Message]])

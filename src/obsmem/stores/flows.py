@@ -274,7 +274,7 @@ def load(
 ) -> Flow[Snapshot]:
     """The snapshot of ``request.subject``, after its appends and patches."""
     subject = request.subject
-    changing = bool(request.append or request.patches)
+    changing = bool(request.append or request.patches or request.resource_patch)
     if changing and not write:
         raise NeedsWrite
     rows = yield Op(
@@ -303,6 +303,8 @@ def load(
         change = yield from patch_thread(patch, now=now)
         if patch.thread_id == main.id:
             main = change.after
+    if request.resource_patch is not None and request.resource_patch.set:
+        yield from patch_resource(request.resource_patch, now=now)
     record = head if head is not None else (yield from _ensure_head(subject, now=now, write=write))
     return (
         yield from _read_state(

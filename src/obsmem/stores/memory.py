@@ -210,6 +210,8 @@ class InMemoryStore:
                 stored = self._append(main, request.append).stored
             for patch in request.patches:
                 self._patch_thread(patch)
+            if request.resource_patch is not None:
+                self._patch_resource(request.resource_patch)
             generations = self._generations.setdefault(subject.key, [])
             if not generations:
                 self._put(tr.initial_record(subject, now=utcnow()))

@@ -62,7 +62,9 @@ async def _drive(conn: Any, flow: Flow[T]) -> T:
 
 
 class _PostgresDriver:
-    def __init__(self, dsn: str, *, min_size: int, max_size: int, timeout: float) -> None:
+    def __init__(
+        self, dsn: str, *, min_size: int, max_size: int, timeout: float, read_only: bool = False
+    ) -> None:
         try:
             from psycopg_pool import AsyncConnectionPool  # needs psycopg itself
         except ImportError as exc:
@@ -70,8 +72,12 @@ class _PostgresDriver:
         self.dsn = dsn
         self.timeout = timeout
         self.name = f"PostgresStore({dsn.split('@')[-1]!r})"
+        self.read_only = read_only
+        # Read-only: every transaction of every connection is READ ONLY (the server refuses
+        # writes), and nothing is migrated or created.
+        kwargs = {"options": "-c default_transaction_read_only=on"} if read_only else None
         self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
-            dsn, min_size=min_size, max_size=max_size, open=False
+            dsn, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs
         )
         self._pool_opened = False
         self._ready = False
@@ -91,8 +97,11 @@ class _PostgresDriver:
                     await self._pool.open()
                     self._pool_opened = True
                 async with self._connection() as conn, conn.transaction():
-                    await _migrate(conn, self.name)
-                    self.pgvector = await _enable_pgvector(conn)
+                    if self.read_only:
+                        await _check_version(conn, self.name)
+                    else:
+                        await _migrate(conn, self.name)
+                        self.pgvector = await _enable_pgvector(conn)
                 self._ready = True
         return self._pool
 
@@ -163,6 +172,29 @@ async def _migrate(conn: Any, name: str) -> None:
         )
 
 
+async def _check_version(conn: Any, name: str) -> None:
+    """StoreError unless the database holds this version's schema (read-only: nothing is
+    migrated)."""
+    found = await (await conn.execute("SELECT to_regclass('obsmem_schema')")).fetchone()
+    version = 0
+    if found[0] is not None:
+        row = await (await conn.execute("SELECT max(version) FROM obsmem_schema")).fetchone()
+        version = int(row[0] or 0)
+    if version == sql.SCHEMA_VERSION:
+        return
+    if version == 0:
+        raise StoreError(f"{name}: not an obsmem database (it has no obsmem schema)")
+    raise StoreError(
+        f"{name}: the database schema is version {version}, "
+        + (
+            f"newer than this obsmem understands ({sql.SCHEMA_VERSION}); upgrade obsmem"
+            if version > sql.SCHEMA_VERSION
+            else f"older than this obsmem's ({sql.SCHEMA_VERSION}); open it once for writing "
+            "(any obsmem command that stores) to upgrade it"
+        )
+    )
+
+
 async def _enable_pgvector(conn: Any) -> bool:
     """Use pgvector when the server has it (and we may create it); client-side scoring if not."""
     cur = await conn.execute("SELECT 1 FROM pg_available_extensions WHERE name = 'vector'")
@@ -185,12 +217,22 @@ class PostgresStore(SQLStore):
     """
 
     def __init__(
-        self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+        self,
+        dsn: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout: float = 10.0,
+        read_only: bool = False,
     ) -> None:
         """``timeout``: seconds to wait for a connection before a call fails with
-        StoreError (the pool keeps trying to connect in the background)."""
+        StoreError (the pool keeps trying to connect in the background). ``read_only``: every
+        transaction is READ ONLY and the schema is checked, never created or migrated."""
         self.dsn = dsn
-        self._pg = _PostgresDriver(dsn, min_size=min_size, max_size=max_size, timeout=timeout)
+        self.read_only = read_only
+        self._pg = _PostgresDriver(
+            dsn, min_size=min_size, max_size=max_size, timeout=timeout, read_only=read_only
+        )
         super().__init__(self._pg)
 
     def __repr__(self) -> str:

@@ -146,7 +146,7 @@ class SQLStore:
         now = utcnow()
         return await self._driver.run(
             lambda write: flows.load(request, now=now, write=write, records=self._records),
-            write=bool(request.append or request.patches),
+            write=bool(request.append or request.patches or request.resource_patch),
             quick=True,
         )
 

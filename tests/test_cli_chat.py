@@ -1,0 +1,372 @@
+"""``obsmem chat`` driven through a pseudo-terminal, and what the demo's progress line says while
+memory waits on a failing server; models on a loopback server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import io
+import os
+import re
+import select
+import subprocess
+import sys
+import termios
+import threading
+import time
+from collections.abc import Generator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obsmem.cli.common import Progress
+from obsmem.cli.replaycmd import _summary  # pyright: ignore[reportPrivateUsage]
+from obsmem.engine import ObservationalMemory
+from obsmem.llm import ModelCaller
+from obsmem.messages import Message
+from obsmem.replay import replay
+from obsmem.stores import SQLiteStore
+
+from .loopback_openai import answer, is_memory_call
+from .strict_server import StrictServer
+
+INSTRUCTIONS = "You are a helpful assistant."
+SERVER_MESSAGE = "upstream exploded: the GPU fell over"
+
+
+@dataclass
+class FlakyServer(StrictServer):
+    """The loopback model, answering HTTP 500 with ``SERVER_MESSAGE`` to the agent's calls while
+    ``failing_agent`` is set and to every Observer/Reflector call while ``failing_memory`` is;
+    a user message containing ``please hang`` gets an answer only at shutdown."""
+
+    failing_agent: bool = False
+    failing_memory: bool = False
+    release: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: int = 0
+
+    def check(self, body: dict[str, Any]) -> tuple[int, str] | None:
+        messages = body.get("messages") or []
+        system = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+        memory = is_memory_call(system)
+        if (self.failing_memory and memory) or (
+            self.failing_agent and not memory and INSTRUCTIONS in system
+        ):
+            self.failed += 1
+            return 500, SERVER_MESSAGE
+        return super().check(body)
+
+
+def _answer(body: dict[str, Any]) -> Any:
+    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    if users and "please hang" in str(users[-1].get("content")):
+        return _hang(body)
+    return answer(body)
+
+
+async def _hang(body: dict[str, Any]) -> str:
+    await _SERVER[0].release.wait()
+    return answer(body)
+
+
+_SERVER: list[FlakyServer] = []
+
+
+@contextlib.contextmanager
+def flaky_server() -> Generator[FlakyServer]:
+    """A ``FlakyServer`` on its own event loop in a thread."""
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+
+        async def begin() -> None:
+            server = FlakyServer(answer=_answer)
+            await server.start()
+            _SERVER[:] = [server]
+            ready.set()
+
+        loop.run_until_complete(begin())
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="flaky-server", daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    server = _SERVER[0]
+    try:
+        yield server
+    finally:
+        loop.call_soon_threadsafe(server.release.set)
+        asyncio.run_coroutine_threadsafe(server.aclose(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+        _SERVER.clear()
+
+
+# -- obsmem chat in a terminal -------------------------------------------------------------------
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b[=>]")
+WAIT = 60.0
+"""Seconds any one expected output may take (a safety net: reads return as output comes)."""
+
+
+def _controlling_terminal() -> None:
+    """In the child: a session of its own with the pty (its stdin) as controlling terminal, so
+    ^C typed there is a SIGINT to it, as in a shell."""
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+class Terminal:
+    """``python -m obsmem chat`` on a pseudo-terminal: type into it, wait for what it shows."""
+
+    def __init__(self, cwd: Path, server: StrictServer) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env.update(
+            OPENAI_BASE_URL=server.base_url,
+            OBSMEM_MODEL="openai/local-test",
+            HOME=str(cwd),  # the prompt's history goes here
+            TERM="xterm",
+            COLUMNS="200",
+        )
+        master, slave = os.openpty()
+        self.master = master
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "obsmem", "chat", "--instructions", INSTRUCTIONS],
+            cwd=cwd,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            preexec_fn=_controlling_terminal,
+        )
+        os.close(slave)
+        self.seen = ""
+        """Everything shown so far, escape sequences removed."""
+        self._read_to = 0
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def expect(self, text: str) -> str:
+        """Wait until ``text`` shows (after what the last ``expect`` matched); returns what was
+        shown up to and including it."""
+        deadline = time.monotonic() + WAIT
+        while (found := self.seen.find(text, self._read_to)) < 0:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never showed; the terminal shows:\n{self.seen}"
+            if not self._read(left):
+                raise AssertionError(f"obsmem exited before {text!r} showed:\n{self.seen}")
+        start, self._read_to = self._read_to, found + len(text)
+        return self.seen[start : self._read_to]
+
+    def exit_code(self) -> int:
+        """Wait for the process to end (reading what it shows meanwhile)."""
+        deadline = time.monotonic() + WAIT
+        while self._read(max(0.0, deadline - time.monotonic())):
+            assert time.monotonic() < deadline, f"obsmem did not exit:\n{self.seen}"
+        return self.process.wait(timeout=WAIT)
+
+    def _read(self, timeout: float) -> bool:
+        """Read what is there within ``timeout`` s; False at the end of output."""
+        ready, _, _ = select.select([self.master], [], [], timeout)
+        if not ready:
+            return True
+        try:
+            data = os.read(self.master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            return False
+        if not data:
+            return False
+        self.seen += ANSI.sub("", data.decode(errors="replace")).replace("\r\n", "\n")
+        return True
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=WAIT)
+        os.close(self.master)
+
+
+@pytest.fixture
+def server() -> Iterator[FlakyServer]:
+    with flaky_server() as s:
+        yield s
+
+
+@pytest.fixture
+def terminal(tmp_path: Path, server: FlakyServer) -> Iterator[Terminal]:
+    term = Terminal(tmp_path, server)
+    try:
+        yield term
+    finally:
+        term.close()
+
+
+def test_a_server_error_is_one_line_and_the_chat_goes_on_then_ctrl_c_leaves(
+    terminal: Terminal, server: FlakyServer, tmp_path: Path
+) -> None:
+    terminal.expect("/help for commands.")
+    terminal.expect("you> ")
+    server.failing_agent = True
+    terminal.type("Remember that my favorite color is blue.\r")
+    shown = terminal.expect("you> ")
+    assert server.failed >= 1
+    [line] = [x for x in shown.splitlines() if "HTTP 500" in x]
+    assert line.startswith("obsmem: ")
+    assert SERVER_MESSAGE in line
+    assert "Traceback" not in terminal.seen
+    assert "ModelServerError" not in terminal.seen
+
+    server.failing_agent = False
+    terminal.type("What is my favorite color?\r")
+    shown = terminal.expect("you> ")
+    assert "agent> Your favorite color is blue." in shown
+    assert "[messages " in shown
+
+    started = time.monotonic()
+    terminal.type("\x03")  # Ctrl-C at the prompt
+    assert terminal.exit_code() in (0, 130)
+    assert time.monotonic() - started < 10
+    assert "Traceback" not in terminal.seen
+    history = (tmp_path / ".obsmem_history").read_text(encoding="utf-8")
+    assert "What is my favorite color?" in history
+
+
+def test_ctrl_d_at_the_prompt_leaves(terminal: Terminal) -> None:
+    terminal.expect("you> ")
+    terminal.type("\x04")
+    assert terminal.exit_code() == 0
+    assert "Traceback" not in terminal.seen
+
+
+def test_ctrl_c_during_a_reply_cancels_it_and_the_spinner_shows_meanwhile(
+    terminal: Terminal,
+) -> None:
+    terminal.expect("you> ")
+    terminal.type("please hang\r")
+    terminal.expect("thinking")  # the spinner, redrawn while the reply is awaited
+    terminal.type("\x03")
+    shown = terminal.expect("you> ")
+    assert "(cancelled)" in shown
+    terminal.type("/help\r")
+    assert "/observations" in terminal.expect("you> ")
+    terminal.type("/quit\r")
+    assert terminal.exit_code() == 0
+    assert "Traceback" not in terminal.seen
+
+
+# -- the demo's progress while memory waits -----------------------------------------------------
+
+
+class Plain(io.StringIO):
+    """stderr that is not a terminal: progress comes as plain lines."""
+
+    def isatty(self) -> bool:
+        return False
+
+
+class Screen(io.StringIO):
+    """stderr on a terminal: progress redraws one line."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _conversation() -> list[Message]:
+    said = [
+        ("user", "My favorite color is blue, and I am planning a trip to Lisbon next month."),
+        ("assistant", "Lisbon in spring is lovely; noted that you like blue."),
+        ("user", "I will stay in Alfama for a week and want to see the tile museum."),
+        ("assistant", "The National Tile Museum is a short ride from Alfama."),
+    ]
+    return [Message.user(t) if r == "user" else Message.assistant(t) for r, t in said]
+
+
+async def _quick_sleep(seconds: float) -> None:
+    """Retry pauses shortened a hundredfold (the retries and their reasons stay as they are)."""
+    await asyncio.sleep(seconds / 100)
+
+
+async def test_replay_against_a_failing_observer_says_what_it_waits_on_and_why_it_failed(
+    tmp_path: Path, server: FlakyServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from openai import AsyncOpenAI
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    model = OpenAIChatModel("local-test", provider=OpenAIProvider(openai_client=client))
+    server.failing_memory = True
+    om = ObservationalMemory(
+        SQLiteStore(tmp_path / "obsmem.db"),
+        {
+            "observation": {"model": model, "messageTokens": 30, "bufferTokens": False},
+            "reflection": {"model": model, "observationTokens": 10_000},
+        },
+        caller=ModelCaller(sleep=_quick_sleep),
+        sync_timeout=1.0,
+    )
+    progress = Progress("demo", Plain())
+    try:
+        async with progress.ticking():
+            report = await replay(
+                om, _conversation(), progress=progress, activity=progress.activity
+            )
+    finally:
+        await om.aclose()
+    assert server.failed >= 2
+    lines = progress.stream.getvalue().splitlines()  # pyright: ignore[reportAttributeAccessIssue]
+    waits = [x for x in lines if "waiting" in x]
+    retry = next(x for x in waits if "retry 2" in x)
+    assert "Observer call to local-test" in retry
+    assert f"after HTTP 500: {SERVER_MESSAGE}" in retry
+    assert lines[-1].startswith("demo [")
+    assert "2/2 turns" in lines[-1]
+
+    out = io.StringIO()
+    _summary(report, out, thread="replay", quiet=True)
+    failed = [x for x in out.getvalue().splitlines() if x.strip().startswith("failed:")]
+    assert failed, out.getvalue()
+    assert "timed out" in failed[0]
+    assert f"last error: HTTP 500: {SERVER_MESSAGE}" in failed[0]
+
+
+def test_the_progress_line_redraws_with_the_reason_while_a_call_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from obsmem.llm import CallActivity, LLMRequest
+
+    monkeypatch.setenv("COLUMNS", "300")
+    screen = Screen()
+    progress = Progress("demo", screen)
+    progress(3, 10)
+    request = LLMRequest(role="observer", model="openai/m", system="s", user=["u"])
+    start = CallActivity(kind="start", request=request, call_id=1, model_name="m")
+    progress.activity(start)
+    progress.tick()
+    assert screen.getvalue().endswith("\x1b[K")
+    assert "3/10 turns" in screen.getvalue().rsplit("\r", 1)[-1]
+    assert "on Observer call to m" in screen.getvalue().rsplit("\r", 1)[-1]
+    error = RuntimeError("boom")
+    progress.activity(
+        CallActivity(
+            kind="retry", request=request, call_id=1, model_name="m", attempt=2, error=error
+        )
+    )
+    assert "retry 2 in 0.0 s after RuntimeError: boom" in screen.getvalue().rsplit("\r", 1)[-1]
+    progress.activity(CallActivity(kind="end", request=request, call_id=1, model_name="m"))
+    assert "waiting" not in screen.getvalue().rsplit("\r", 1)[-1]
+    assert progress.last_retry is not None
+    assert "RuntimeError: boom" in progress.last_retry
+
+    monkeypatch.setenv("COLUMNS", "40")  # a narrow terminal: the line is cut, never wrapped
+    progress.activity(start)
+    drawn = screen.getvalue().rsplit("\r", 1)[-1].removesuffix("\x1b[K")
+    assert len(drawn) < 40
+    assert drawn.endswith("…")

@@ -1,0 +1,98 @@
+"""The README's Quick start, pasted as a new user would, gets memory from the environment: with
+only ``OBSMEM_MODEL`` and ``OPENAI_BASE_URL`` set, its ``Memory(observational_memory=True)``
+observes through that server (the default model is ``"auto"``), and nothing warns."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from .loopback_openai import LoopbackServer, is_memory_call
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _quick_start() -> str:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("## Quick start: an agent that remembers", 1)[1]
+    [code] = re.findall(r"```py\n(.*?)```", section, re.S)[:1]
+    assert "Memory(observational_memory=True)" in code
+    return code
+
+
+def test_the_quick_start_observes_with_the_environments_model(tmp_path: Path) -> None:
+    body = textwrap.indent(_quick_start(), "    ")
+    script = (
+        "import asyncio, logging\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "async def main():\n"
+        f"{body}\n"
+        "    assert memory.om is not None\n"
+        "    await memory.om.observe('conversation-123', 'user-123')\n"
+        "    log = await memory.om.observations('conversation-123', 'user-123')\n"
+        "    status = await memory.status(opts)\n"
+        "    print('LOG:', log)\n"
+        "    print('STATE:', status.state, status.observer_model)\n"
+        "    await memory.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    with LoopbackServer() as server:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env.update(OPENAI_BASE_URL=server.base_url, OBSMEM_MODEL="openai/local-test")
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+    assert result.returncode == 0, result.stderr
+    assert "favorite color is blue" in result.stdout
+    assert "STATE: healthy openai/local-test" in result.stdout
+    assert "WARNING" not in result.stderr, result.stderr
+    memory_calls = [
+        r
+        for r in server.stats.requests
+        if is_memory_call(str((r.get("messages") or [{}])[0].get("content")))
+    ]
+    assert memory_calls, "the Observer was called on the environment's server"
+    assert all(r["model"] == "local-test" for r in memory_calls)
+
+
+def test_the_quick_start_with_nothing_configured_says_so_in_the_log(tmp_path: Path) -> None:
+    """No key, no server: the first turn's log names the key to set (the actor here is a
+    pydantic-ai TestModel, so the turn itself works)."""
+    script = (
+        "import asyncio, logging\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from obsmem import Agent, Memory\n"
+        "async def main():\n"
+        "    memory = Memory(observational_memory=True)\n"
+        "    agent = Agent(id='a', instructions='Be brief.', model='test', memory=memory)\n"
+        "    await agent.generate('hi', memory={'resource': 'u', 'thread': 't'})\n"
+        "    await memory.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith("_API_KEY") and k not in ("OBSMEM_MODEL", "OPENAI_BASE_URL")
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("WARNING:obsmem")]
+    assert len(warnings) == 1, result.stderr
+    assert "GOOGLE_API_KEY" in warnings[0]
+    assert "OBSMEM_MODEL" in warnings[0]
