@@ -2,9 +2,11 @@
 
 Each file in ``tests/fixtures/model_outputs/`` is one answer, byte for byte, in a shape real
 models send: code fences, reasoning blocks, prose around the tags, other date and bullet styles,
-cut-off answers, CRLF, JSON, resource-scope thread blocks, loops. :data:`EXPECTED` says, per file,
-which facts must survive :func:`~obsmem.observations.parse_output`, what must not (reasoning,
-prose, fence and tag debris), the hints, the thread blocks and the :func:`is_degenerate` verdict.
+cut-off answers, CRLF, JSON, resource-scope thread blocks, loops, and observations written
+outside the tags (after an empty block, after the closing tag, a date header above it).
+:data:`EXPECTED` says, per file, which facts must survive
+:func:`~obsmem.observations.parse_output`, what must not (reasoning, prose, fence and tag
+debris), the hints, the thread blocks and the :func:`is_degenerate` verdict.
 Every file needs an entry, so a new case cannot go untested.
 
 Where a choice is debatable the expectation is the conservative one: text priority markers
@@ -596,6 +598,7 @@ EXPECTED: dict[str, Expect] = {
     "degenerate_repeated_line.txt": Expect(degenerate=True),
     "degenerate_repeated_block.txt": Expect(degenerate=True),
     "degenerate_phrase_loop.txt": Expect(degenerate=True),
+    "degenerate_bare_markers_after_empty_block.txt": Expect(degenerate=True),
     "long_similar_lines_legit.txt": Expect(
         keep=(
             "`pytest tests/test_api.py::test_case_0` after change #100",

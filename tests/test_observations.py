@@ -474,3 +474,13 @@ def test_lines_appended_during_a_reflection_keep_their_date() -> None:
     dated = "Date: Dec 4, 2025\n* 🟡 (09:00) D."
     assert with_reflection(reflection, reflected, dated) == f"{reflection}\n\n{dated}"
     assert with_reflection(reflection, reflected, "  ") == reflection
+
+
+def test_unbulleted_lines_appended_during_a_reflection_keep_their_date() -> None:
+    """A tail of observations written without bullets (a priority marker first) is dated too."""
+    from obsmem.observations import with_reflection
+
+    reflected = "Date: Dec 3, 2025\n🟡 (10:00) B."
+    reflection = "Date: Dec 3, 2025\n🟡 (10:00) B, shorter."
+    log = with_reflection(reflection, reflected, "🟢 (11:00) C.\n• ✅ (11:05) D.")
+    assert log == f"{reflection}\n\nDate: Dec 3, 2025\n🟢 (11:00) C.\n• ✅ (11:05) D."

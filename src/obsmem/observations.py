@@ -169,8 +169,13 @@ def parse_output(
     """Parse an Observer or Reflector answer.
 
     One or more ``<observations>`` blocks (the opening tag must start a line) are joined; without
-    them only list-item lines, date headers and ``<thread>`` blocks are kept (or, for an answer
-    written as a JSON object, its ``"observations"``). Reasoning (``<think>`` blocks), the code
+    them only list-item lines (any bullet or numbering), lines led by a priority marker or a
+    time, their indented or ``->`` continuation lines, date headers and ``<thread>`` blocks are
+    kept (or, for an answer written as a JSON object, its ``"observations"``). Around the blocks
+    the same is read, in order, when every block is empty; otherwise only date headers, marked
+    or timed lines with their continuations and ``<thread>`` blocks are taken from there, so a
+    date header above the block or lines after a block closed too early are kept and remarks
+    about the answer are not. Reasoning (``<think>`` blocks), the code
     fence around an answer, CRLF line endings and a tag the answer was cut off in are dropped
     first, and date headers written another way become ``Date: Dec 4, 2025`` lines. Tags are
     matched in any case and may carry attributes. ``<thread id="…">`` blocks inside
