@@ -1,17 +1,28 @@
 """First steps with obsmem's foundation: store a conversation, count its tokens, check options.
 
-Runs offline with no API key. Writes ./obsmem.db (the embedded default store); look at it
-afterwards with `obsmem inspect`.
+Runs offline with no API key and needs no extra: ``pip install obsmem`` (or, in a checkout,
+run it with the project's environment: ``.venv/bin/python examples/first_steps.py``). Writes
+./obsmem.db (the embedded default store); look at it afterwards with `obsmem inspect`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sys
 
-from obsmem import ConfigError, resolve_options
-from obsmem.convert import from_openai_chat
-from obsmem.stores import SQLiteStore
-from obsmem.tokens import HeuristicEstimator
+try:
+    from obsmem import ConfigError, resolve_options
+    from obsmem.convert import from_openai_chat
+    from obsmem.stores import SQLiteStore
+    from obsmem.tokens import HeuristicEstimator
+except ImportError as exc:
+    print(
+        f"This example needs obsmem ({exc}): pip install obsmem, or run it with the "
+        "environment obsmem is installed in (in a checkout: .venv/bin/python "
+        "examples/first_steps.py)",
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 CONVERSATION = [
     {"role": "system", "content": "You are a helpful assistant."},

@@ -1,7 +1,8 @@
 """A LangChain agent (``create_agent``) with observational memory, through middleware.
 
-Needs ``pip install "obsmem[langgraph]"`` plus the LangChain chat model package of your provider
-(``pip install langchain-openai`` or ``langchain-anthropic``). Set OBSMEM_MODEL and the provider's
+Needs ``pip install "obsmem[langchain]"`` (LangGraph, LangChain and ``langchain-openai``, the
+chat model for OpenAI and OpenAI-compatible servers); for Anthropic or Google models add
+``langchain-anthropic`` or ``langchain-google-genai``. Set OBSMEM_MODEL and the provider's
 key, a provider key alone, or OPENAI_BASE_URL for an OpenAI-compatible server. The memory lives
 in ./obsmem.db.
 
@@ -17,14 +18,22 @@ import importlib
 import sys
 from typing import Any
 
-from langchain.agents import create_agent
-from langchain.agents.middleware import HumanInTheLoopMiddleware
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.types import Command
+try:
+    from langchain.agents import create_agent
+    from langchain.agents.middleware import HumanInTheLoopMiddleware
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.types import Command
+
+    from obsmem.integrations.langchain import ObservationalMemoryMiddleware
+except ImportError as exc:
+    print(
+        f'This example needs LangChain and LangGraph ({exc.name}): pip install "obsmem[langchain]"',
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 from obsmem import Memory
-from obsmem.integrations.langchain import ObservationalMemoryMiddleware
 from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, model_id_of, provider_of
 
 CHAT_MODELS = {
@@ -43,8 +52,9 @@ def chat_model(spec: str) -> Any:
     try:
         cls = getattr(importlib.import_module(module), name)
     except ImportError:
-        print(f"This example needs {package}: pip install {package}", file=sys.stderr)
-        return None
+        extra = '"obsmem[langchain]"' + ("" if provider == "openai" else f" {package}")
+        print(f"This example needs {package} for {spec!r}: pip install {extra}", file=sys.stderr)
+        raise SystemExit(2) from None
     return cls(model=model_id_of(spec))
 
 
@@ -107,7 +117,11 @@ def main() -> int:
         return 2
     model = chat_model(spec)
     if model is None:
-        print(f"No LangChain chat model for {spec!r}. " + HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
+        print(
+            f"This example has no LangChain chat model for {spec!r}: set OBSMEM_MODEL to an "
+            f"{', '.join(CHAT_MODELS)} model (openai/<model> also serves OPENAI_BASE_URL).",
+            file=sys.stderr,
+        )
         return 2
     with Memory(observational_memory={"model": spec}) as memory:  # ./obsmem.db; closed at the end
         converse(build_agent(model, memory))

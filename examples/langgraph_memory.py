@@ -3,8 +3,9 @@ pre- and post-model hooks. For ``langchain.agents.create_agent`` (LangChain's re
 ``create_react_agent``) see examples/langchain_agent_memory.py; for a hand-built graph,
 docs/langgraph.md.
 
-Needs ``pip install "obsmem[langgraph]"`` plus the LangChain chat model package of your provider
-(``pip install langchain-openai`` or ``langchain-anthropic``). Set OBSMEM_MODEL and the provider's
+Needs ``pip install "obsmem[langchain]"`` (LangGraph, LangChain and ``langchain-openai``, the
+chat model for OpenAI and OpenAI-compatible servers); for Anthropic or Google models add
+``langchain-anthropic`` or ``langchain-google-genai``. Set OBSMEM_MODEL and the provider's
 key, a provider key alone, or OPENAI_BASE_URL for an OpenAI-compatible server. The graph state
 keeps the full history; the model sees what memory assembled. The memory lives in ./obsmem.db.
 """
@@ -12,12 +13,22 @@ keeps the full history; the model sees what memory assembled. The memory lives i
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import sys
 import warnings
 from typing import Any
 
 from obsmem import Memory
 from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, model_id_of, provider_of
+
+for _package in ("langgraph", "langchain_core"):  # imported where the graph is built
+    if importlib.util.find_spec(_package) is None:
+        print(
+            f"This example needs LangChain and LangGraph ({_package}): "
+            'pip install "obsmem[langchain]"',
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
 
 CHAT_MODELS = {
     "openai": ("langchain_openai", "ChatOpenAI", "langchain-openai"),
@@ -34,8 +45,9 @@ def chat_model(spec: str) -> Any:
     try:
         cls = getattr(importlib.import_module(module), name)
     except ImportError:
-        print(f"This example needs {package}: pip install {package}", file=sys.stderr)
-        return None
+        extra = '"obsmem[langchain]"' + ("" if provider == "openai" else f" {package}")
+        print(f"This example needs {package} for {spec!r}: pip install {extra}", file=sys.stderr)
+        raise SystemExit(2) from None
     return cls(model=model_id_of(spec))
 
 
@@ -74,7 +86,11 @@ def main() -> int:
         return 2
     model = chat_model(spec)
     if model is None:
-        print(f"No LangChain chat model for {spec!r}. " + HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
+        print(
+            f"This example has no LangChain chat model for {spec!r}: set OBSMEM_MODEL to an "
+            f"{', '.join(CHAT_MODELS)} model (openai/<model> also serves OPENAI_BASE_URL).",
+            file=sys.stderr,
+        )
         return 2
     with Memory(observational_memory={"model": spec}) as memory:  # ./obsmem.db; closed at the end
         print(converse(build_graph(model, memory)))

@@ -3,6 +3,8 @@
 Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-5-mini) and that provider's key,
 or just a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GOOGLE_API_KEY, ...), or point
 OPENAI_BASE_URL at an OpenAI-compatible server. The memory lives in ./obsmem.db.
+Needs the extra of the provider's SDK: ``pip install "obsmem[openai]"`` (OpenAI and
+OpenAI-compatible servers), ``"obsmem[anthropic]"`` or ``"obsmem[google]"``.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import sys
 
 from pydantic_ai import Agent
 
-from obsmem import Memory
+from obsmem import Memory, MissingExtraError, ObsmemError
 from obsmem.integrations.pydantic_ai import ObservationalMemoryCapability
 from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, resolve_model
 
@@ -38,5 +40,14 @@ async def main() -> int:
     return 0
 
 
+def run() -> int:
+    """``main()``, with a missing extra, a model or a store that failed said in one line."""
+    try:
+        return asyncio.run(main())
+    except ObsmemError as exc:
+        print(f"{__file__.rsplit('/', 1)[-1]}: {exc}", file=sys.stderr)
+        return 2 if isinstance(exc, MissingExtraError) else 1
+
+
 if __name__ == "__main__":
-    raise SystemExit(asyncio.run(main()))
+    raise SystemExit(run())

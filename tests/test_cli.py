@@ -340,7 +340,9 @@ def test_doctor_names_a_model_that_runs_away(tmp_path: Path) -> None:
         result = _run(["doctor", "--timeout", "60"], tmp_path, _on(server.base_url))
     assert result.returncode == 1, result.stdout + result.stderr
     assert "cut off: repeating itself" in result.stdout
-    assert "ran away" in result.stdout
+    assert "ran away: it repeated itself until obsmem cut it off" in result.stdout
+    assert "max_tokens" not in result.stdout
+    assert "obsmem doctor --model" not in result.stdout
     assert "verdict: not ready." in result.stdout
 
 
