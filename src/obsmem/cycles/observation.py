@@ -317,22 +317,33 @@ async def _observe_texts(
         groups[-1].append((batch.thread_id, batch.messages))
         size += batch.tokens
     mains = [any(t == main_thread for t, _ in group) for group in groups]
+
+    async def observe(
+        group: list[tuple[str, Sequence[Message]]], is_main: bool
+    ) -> ObserverRun | None:
+        return await run_observer(
+            deps,
+            snapshot,
+            thread_id=group[0][0],
+            threads=group,
+            previous=previous,
+            cycle_id=cycle_id,
+            operation="observation",
+            budget=budget,
+            sections=plan.inline_sections if is_main else (),
+            prior_values=plan.prompt_values if is_main else None,
+        )
+
+    async def asked_alone(
+        group: list[tuple[str, Sequence[Message]]], is_main: bool
+    ) -> ObserverRun | None:
+        try:
+            return await observe(group, is_main)
+        except ModelError:  # this thread alone stays unobserved; the others go on
+            return None
+
     results = await asyncio.gather(
-        *[
-            run_observer(
-                deps,
-                snapshot,
-                thread_id=group[0][0],
-                threads=group,
-                previous=previous,
-                cycle_id=cycle_id,
-                operation="observation",
-                budget=budget,
-                sections=plan.inline_sections if is_main else (),
-                prior_values=plan.prompt_values if is_main else None,
-            )
-            for group, is_main in zip(groups, mains, strict=True)
-        ]
+        *[observe(group, is_main) for group, is_main in zip(groups, mains, strict=True)]
     )
     sections: list[str] = []
     per_thread: dict[str, ParsedOutput] = {}
@@ -346,30 +357,12 @@ async def _observe_texts(
         if is_main:
             main_run = run
         found = _read_group(group, run, is_main, sections, per_thread)
-        retries += [([(t, m)], is_main and t == main_thread) for t, m in group if t not in found]
-    if retries and any(len(g) > 1 for g in groups):
-
-        async def asked_alone(
-            group: list[tuple[str, Sequence[Message]]], is_main: bool
-        ) -> ObserverRun | None:
-            try:
-                return await run_observer(
-                    deps,
-                    snapshot,
-                    thread_id=group[0][0],
-                    threads=group,
-                    previous=previous,
-                    cycle_id=cycle_id,
-                    operation="observation",
-                    budget=budget,
-                    sections=plan.inline_sections if is_main else (),
-                    prior_values=plan.prompt_values if is_main else None,
-                )
-            except ModelError:  # this thread alone stays unobserved; the others go on
-                return None
-
+        if len(group) > 1:
+            retries += [
+                ([(t, m)], is_main and t == main_thread) for t, m in group if t not in found
+            ]
+    if retries:
         alone = await asyncio.gather(*[asked_alone(group, is_main) for group, is_main in retries])
-
         for (group, is_main), run in zip(retries, alone, strict=True):
             if run is not None:
                 main_run = run if is_main else main_run
