@@ -240,6 +240,7 @@ def test_doctor_names_the_url_it_could_not_reach(tmp_path: Path) -> None:
     assert ".." not in result.stdout
     assert "obsmem doctor --model" not in result.stdout
     assert "No model is configured" not in result.stdout
+    assert "model 'auto' (what memory uses here): openai/x, OBSMEM_MODEL" in result.stdout
 
 
 def test_demo_names_the_url_and_points_at_doctor(tmp_path: Path) -> None:

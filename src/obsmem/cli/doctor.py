@@ -53,6 +53,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     model = pick_model(args)
     if model is None:
         return 2
+    if not args.model:
+        from ..models.environment import resolve_auto
+
+        choice = resolve_auto()
+        print(f"model 'auto' (what memory uses here): {choice.model}, {choice.why}", file=out)
     return asyncio.run(_doctor(model, args.timeout, out))
 
 
