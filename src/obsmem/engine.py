@@ -891,8 +891,7 @@ class ObservationalMemory:
         """Resolve ``"auto"`` for the Observer and Reflector (once the actor is known, for good)
         and look for missing credentials without a network call: a WARNING (or, with
         ``failure_policy="raise"``, the turn's error) names the key to set."""
-        if not self._models_final:
-            choice = resolve_auto(actor_model)
+        if not self._models_final and (choice := resolve_auto(actor_model)) != self.model_choice:
             obs, ref = self.options.observation, self.options.reflection
             chosen = replace(
                 self.options,
@@ -905,10 +904,12 @@ class ObservationalMemory:
             )
             self.options = self._deps.options = chosen
             self._deps.config = chosen.snapshot()
-            if choice != self.model_choice:
-                self._credentials_checked = False
+            self._credentials_checked = False
             self.model_choice = choice
-            self._models_final = actor_model is not None or choice.why == "OBSMEM_MODEL"
+        if actor_model is not None or (
+            self.model_choice is not None and self.model_choice.why == "OBSMEM_MODEL"
+        ):
+            self._models_final = True
         if self._credentials_checked and self._credentials is None:
             return
         self._credentials_checked = True
