@@ -76,7 +76,7 @@ _SERVER: list[FlakyServer] = []
 
 
 @contextlib.contextmanager
-def flaky_server() -> Generator[FlakyServer]:
+def flaky_server(context_size: int | None = None) -> Generator[FlakyServer]:
     """A ``FlakyServer`` on its own event loop in a thread."""
     loop = asyncio.new_event_loop()
     ready = threading.Event()
@@ -85,7 +85,7 @@ def flaky_server() -> Generator[FlakyServer]:
         asyncio.set_event_loop(loop)
 
         async def begin() -> None:
-            server = FlakyServer(answer=_answer)
+            server = FlakyServer(answer=_answer, context_size=context_size)
             await server.start()
             _SERVER[:] = [server]
             ready.set()
@@ -236,6 +236,22 @@ def test_a_server_error_is_one_line_and_the_chat_goes_on_then_ctrl_c_leaves(
     assert "Traceback" not in terminal.seen
     history = (tmp_path / ".obsmem_history").read_text(encoding="utf-8")
     assert "What is my favorite color?" in history
+
+
+def test_a_local_model_too_small_for_the_thresholds_is_a_warning_at_start(tmp_path: Path) -> None:
+    with flaky_server(context_size=8192) as small:
+        term = Terminal(tmp_path, small)
+        try:
+            shown = term.expect("/help for commands.")
+            [line] = [x for x in shown.splitlines() if "warning" in x]
+            assert line.startswith("obsmem: warning: the thresholds do not fit openai/local-test")
+            assert "8,192 tokens (llama.cpp /props)" in line
+            assert "--message-tokens 2900 --observation-tokens 2700" in line
+            term.expect("you> ")
+            term.type("\x04")  # Ctrl-D
+            assert term.exit_code() == 0
+        finally:
+            term.close()
 
 
 def test_ctrl_d_at_the_prompt_leaves(terminal: Terminal) -> None:

@@ -166,6 +166,18 @@ class _Session:
         if problem is not None:
             print(f"obsmem: {problem}", file=sys.stderr)
             return 2
+        from .doctor import fit_warning
+
+        warning = self._wait(
+            fit_warning(
+                self.model,
+                message_tokens=self.args.message_tokens,
+                observation_tokens=self.args.observation_tokens,
+            ),
+            "reading the context window…",
+        )
+        if warning is not None:
+            print(f"obsmem: warning: {warning}", file=sys.stderr)
         self.memory, self.agent = self.loop.run(self._open())
         remove = (
             self.memory.om.caller.add_activity_listener(self.spinner.activity)

@@ -152,28 +152,61 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
 async def _context_step(model: str, out: TextIO) -> list[str]:
     """Print the model's context window when its local server tells it, and return the advice
     when memory's default thresholds cannot fit it."""
-    from ..models.overflow import fit_advice
     from ..options import resolve_options
 
-    found = await context_window(model)
-    if found is None:
-        return []
-    window, source = found
-    print(f"  context        {window:,} tokens ({source})", file=out)
     options = resolve_options(True)
     assert options is not None
-    advice = fit_advice(
-        window,
+    found = await context_fit(
+        model,
         message_tokens=options.observation.message_tokens,
         observation_tokens=options.reflection.observation_tokens,
     )
+    if found is None:
+        return []
+    window, source, advice = found
+    print(f"  context        {window:,} tokens ({source})", file=out)
     if advice is None:
         return []
-    return [
-        f"As an actor this model overflows at the default thresholds: {advice}. (Memory "
-        "compacts the thread and retries when a request is refused as too long, but lower "
-        "thresholds avoid it.)"
-    ]
+    return [f"As an actor this model overflows at the default thresholds: {advice}. {_COMPACTS}"]
+
+
+_COMPACTS = (
+    "(Memory compacts the thread and retries when a request is refused as too long, but lower "
+    "thresholds avoid it.)"
+)
+
+
+async def context_fit(
+    model: str, *, message_tokens: int, observation_tokens: int
+) -> tuple[int, str, str | None] | None:
+    """The context window a local server reports for ``model``, where it was read, and what to
+    change when thresholds of ``message_tokens``/``observation_tokens`` cannot fit it (None
+    when they fit); None when no local server tells the window."""
+    from ..models.overflow import fit_advice
+
+    found = await context_window(model)
+    if found is None:
+        return None
+    window, source = found
+    advice = fit_advice(
+        window, message_tokens=message_tokens, observation_tokens=observation_tokens
+    )
+    return window, source, advice
+
+
+async def fit_warning(model: str, *, message_tokens: int, observation_tokens: int) -> str | None:
+    """A one-line warning when ``model``'s local server reports a context window the
+    thresholds cannot fit, else None (also when the server does not tell)."""
+    found = await context_fit(
+        model, message_tokens=message_tokens, observation_tokens=observation_tokens
+    )
+    if found is None or found[2] is None:
+        return None
+    window, source, advice = found
+    return (
+        f"the thresholds do not fit {model}'s context window of {window:,} tokens ({source}): "
+        f"{advice}. {_COMPACTS}"
+    )
 
 
 async def context_window(model: str, *, timeout: float = 5.0) -> tuple[int, str] | None:  # noqa: ASYNC109
