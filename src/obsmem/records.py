@@ -11,6 +11,9 @@ Vocabulary (see ARCHITECTURE.md):
   reflection retires it (``superseded_by``) and starts the next generation.
 - *cursor*: per thread, the ``seq`` of the last message the active log covers. Messages after it
   are raw (unobserved). It only moves forward.
+- *cycle record*: one row of the cycle ledger, what one piece of memory work did (kind,
+  outcome, timing, model, tokens, the messages it covered, the generation it produced), written
+  in the cycle's own commit.
 - *chunk*: observations made in the background for the messages right after the cursor, waiting
   to be activated. Chunks belong to the key, not to a generation, so a reflection can never strand
   them.
@@ -24,9 +27,14 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 __all__ = [
+    "CYCLE_KINDS",
+    "CYCLE_OUTCOMES",
     "BufferedChunk",
     "BufferedReflection",
     "Cursor",
+    "CycleKind",
+    "CycleOutcome",
+    "CycleRecord",
     "GroupEmbedding",
     "MessageRange",
     "OMRecord",
@@ -181,3 +189,73 @@ class GroupEmbedding:
     observed_at: datetime
     model: str
     vector: tuple[float, ...]
+
+
+CycleKind: TypeAlias = Literal["buffering", "observation", "activation", "reflection"]
+CycleOutcome: TypeAlias = Literal["committed", "redundant", "failed"]
+CYCLE_KINDS: tuple[CycleKind, ...] = ("buffering", "observation", "activation", "reflection")
+CYCLE_OUTCOMES: tuple[CycleOutcome, ...] = ("committed", "redundant", "failed")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CycleRecord:
+    """One cycle of memory work, as the cycle ledger keeps it (newest first per key).
+
+    Written in the cycle's own commit (a failed cycle in the small write that stores the failure
+    state; a redundant one, dropped because another worker covered its messages first, in a
+    small write of its own). ``kind``: ``buffering`` (an observation chunk or a reflection made
+    in the background), ``observation`` (synchronous, on demand or a background catch-up),
+    ``activation`` (buffered chunks or a buffered reflection moved into the log) or
+    ``reflection`` (synchronous)."""
+
+    cycle_id: str
+    key: str
+    resource_id: str
+    thread_ids: tuple[str, ...]
+    """The threads whose messages (or log) the cycle worked on; the cycle's own thread first."""
+    kind: CycleKind
+    outcome: CycleOutcome
+    error: str | None = None
+    """Why it failed (``outcome == "failed"``), in words."""
+    started_at: datetime
+    duration_ms: float
+    model: str | None = None
+    """The memory model that answered (or was asked, for a failure); None without a call."""
+    input_tokens: int | None = None
+    """Over every model call of the cycle (Observer or Reflector and extractors), as the
+    provider counted them; None when no call answered."""
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    """None when no call answered or the model is not in the price list."""
+    ranges: tuple[MessageRange, ...] = ()
+    """The messages the cycle covered, per thread (empty for a reflection)."""
+    generation: int | None = None
+    """The log generation the cycle's work went into (a reflection: the one it started); None
+    when nothing was committed."""
+    operation: str = ""
+    """What exactly ran, for people: ``observation``, ``catch-up``, ``buffered-observation``,
+    ``buffered-reflection``, ``chunk-activation``, ``reflection-activation``, ``reflection``."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as JSON-ready values (``started_at`` in ISO 8601, ranges as objects)."""
+        return {
+            "cycle_id": self.cycle_id,
+            "key": self.key,
+            "resource_id": self.resource_id,
+            "thread_ids": list(self.thread_ids),
+            "kind": self.kind,
+            "operation": self.operation,
+            "outcome": self.outcome,
+            "error": self.error,
+            "started_at": self.started_at.isoformat(),
+            "duration_ms": self.duration_ms,
+            "model": self.model,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cost_usd": self.cost_usd,
+            "ranges": [
+                {"thread_id": r.thread_id, "first_seq": r.first_seq, "last_seq": r.last_seq}
+                for r in self.ranges
+            ],
+            "generation": self.generation,
+        }

@@ -15,13 +15,13 @@ import pytest
 
 from obsmem.errors import StoreError
 from obsmem.messages import utcnow
-from obsmem.records import BufferedChunk, MessageRange
-from obsmem.stores import PostgresStore, SQLiteStore, Store
+from obsmem.records import BufferedChunk, CycleRecord, MessageRange
+from obsmem.stores import LoadRequest, PostgresStore, SQLiteStore, Store
 from obsmem.stores import schema as sql
 from obsmem.stores.codec import chunk_to_dict, dt_to_text, dumps
 
 from .invariants import assert_record_invariants
-from .ops import open_record
+from .ops import open_record, subject
 
 NOW = dt_to_text(utcnow())
 
@@ -97,6 +97,21 @@ async def _check_migrated(store: Store) -> None:
     assert old.chunks == ()  # chunks belong to the head only
     await assert_record_invariants(store, "thread:t1")
     assert (await open_record(store)).id == "head"
+    # Migration 5: the cycle ledger starts empty and takes rows.
+    assert await store.list_cycles("thread:t1") == []
+    failed = CycleRecord(
+        cycle_id="obs-1",
+        key="thread:t1",
+        resource_id="r1",
+        thread_ids=("t1",),
+        kind="observation",
+        outcome="failed",
+        error="HTTP 500",
+        started_at=utcnow(),
+        duration_ms=3.0,
+    )
+    await store.load(LoadRequest(subject=subject(), cycles=[failed]))
+    assert await store.list_cycles("thread:t1") == [failed]
 
 
 async def test_sqlite_moves_chunks_into_the_head_row(tmp_path: Path) -> None:

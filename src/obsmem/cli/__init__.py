@@ -1,4 +1,4 @@
-"""The ``obsmem`` command line: demo, replay, chat, inspect, bench, doctor.
+"""The ``obsmem`` command line: demo, replay, chat, inspect, bench, doctor, mcp, proxy.
 
 Exit codes: 0 done; 1 the work failed (a model, server or storage error, reported); 2 the
 command could not start (bad arguments, a missing file, thread, model or optional dependency, a
@@ -13,6 +13,8 @@ import sys
 from collections.abc import Sequence
 from typing import TextIO
 
+from .. import mcp_server
+from ..proxy import command as proxy
 from . import bench, chat, doctor, inspect, replaycmd
 from .common import describe_error
 
@@ -42,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add(sub)
     bench.add(sub)
     doctor.add(sub)
+    mcp_server.add(sub)
+    proxy.add(sub)
     return parser
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
 from ..messages import message_to_dict, utcnow
-from ..records import OMRecord, record_key
+from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, record_key
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
 if TYPE_CHECKING:
@@ -25,7 +25,8 @@ def add(sub: Any) -> None:
         help="show threads, logs, generations, chunks and messages in a store",
         description="Without --thread: every resource and thread with its memory status. With "
         "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
-        "generations, buffered chunks and messages.",
+        "generations, buffered chunks and messages. With --thread and --cycles: the thread's "
+        "memory cycles, newest first.",
     )
     parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
     parser.add_argument("--resource", help="only this resource")
@@ -37,11 +38,38 @@ def add(sub: Any) -> None:
         action="store_true",
         help="show the log as the agent sees it (relative dates, segments)",
     )
+    parser.add_argument(
+        "--cycles",
+        action="store_true",
+        help="with --thread: the cycle ledger (kind, outcome, timing, model, tokens, cost, "
+        "messages covered, generation), newest first",
+    )
+    parser.add_argument(
+        "--kind",
+        action="append",
+        choices=CYCLE_KINDS,
+        help="with --cycles: only cycles of this kind (repeatable)",
+    )
+    parser.add_argument(
+        "--outcome",
+        action="append",
+        choices=CYCLE_OUTCOMES,
+        help="with --cycles: only cycles with this outcome (repeatable)",
+    )
+    parser.add_argument(
+        "--limit", type=int, default=50, help="with --cycles: most cycles to show (default 50)"
+    )
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(run=_run)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
+    if (args.cycles or args.kind or args.outcome) and not args.thread:
+        print("obsmem: --cycles shows one thread's cycles; add --thread ID", file=sys.stderr)
+        return 2
+    if args.limit < 1:
+        print(f"obsmem: --limit {args.limit} must be at least 1", file=sys.stderr)
+        return 2
     # Read-only: a SQLite file opened mode=ro, PostgreSQL in READ ONLY transactions; a store
     # that is missing, not obsmem's or of another schema version is refused (exit 2).
     store = open_store(args.db, read_only=True)
@@ -60,6 +88,8 @@ async def _inspect(
     store: SQLStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
 ) -> int:
     try:
+        if args.thread and (args.cycles or args.kind or args.outcome):
+            return await _cycles(store, args, out)
         if args.thread:
             return await _thread(store, args, out, span)
         return await _overview(store, args, out)
@@ -251,3 +281,86 @@ async def _thread(
         extra = f" [{kinds}]" if kinds else ""
         print(f"  #{message.seq} {message.role}{extra}: {text}", file=out)
     return 0
+
+
+async def _cycles(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:
+    """The thread's cycles: those of its own log and those of its resource's log that worked on
+    it (the command cannot tell which scope the writer used), newest first."""
+    thread = await store.get_thread(args.thread)
+    if thread is None:
+        print(f"obsmem: no thread {args.thread!r} in {db_label(args.db)}", file=sys.stderr)
+        return 2
+    query: dict[str, Any] = {
+        "kinds": args.kind or (),
+        "outcomes": args.outcome or (),
+        "limit": args.limit,
+    }
+    own = await store.list_cycles(
+        record_key("thread", thread_id=thread.id, resource_id=thread.resource_id), **query
+    )
+    shared = await store.list_cycles(
+        record_key("resource", thread_id=None, resource_id=thread.resource_id),
+        thread_id=thread.id,
+        **query,
+    )
+    rows = sorted([*own, *shared], key=lambda c: (c.started_at, c.cycle_id), reverse=True)
+    rows = rows[: args.limit]
+    if args.json:
+        data = {
+            "thread": thread.id,
+            "resource": thread.resource_id,
+            "cycles": [c.to_json() for c in rows],
+        }
+        print(json.dumps(data, indent=2), file=out)
+        return 0
+    filters = ", ".join([*(args.kind or ()), *(args.outcome or ())])
+    which = f" ({filters})" if filters else ""
+    print(
+        f"cycles of thread {thread.id} of resource {thread.resource_id}{which}, newest first:",
+        file=out,
+    )
+    if not rows:
+        print("  none recorded", file=out)
+        return 0
+    table = [_CYCLE_HEADER, *(_cycle_cells(c, thread.id) for c in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(len(_CYCLE_HEADER))]
+    for n, cells in enumerate(table):
+        line = "  ".join(cell.ljust(w) for cell, w in zip(cells, widths, strict=True))
+        print(f"  {line.rstrip()}", file=out)
+        if n and rows[n - 1].error:
+            print(f"      error: {rows[n - 1].error}", file=out)
+    return 0
+
+
+_CYCLE_HEADER = (
+    "started (UTC)",
+    "kind",
+    "operation",
+    "outcome",
+    "ms",
+    "model",
+    "tokens in/out",
+    "cost $",
+    "messages",
+    "gen",
+)
+
+
+def _cycle_cells(c: CycleRecord, thread_id: str) -> tuple[str, ...]:
+    tokens = "-" if c.input_tokens is None else f"{c.input_tokens:,}/{c.output_tokens or 0:,}"
+    messages = ", ".join(
+        f"{'' if r.thread_id == thread_id else r.thread_id + ':'}{r.first_seq}-{r.last_seq}"
+        for r in c.ranges
+    )
+    return (
+        c.started_at.strftime("%Y-%m-%d %H:%M:%S"),
+        c.kind,
+        c.operation or "-",
+        c.outcome,
+        f"{c.duration_ms:,.0f}",
+        c.model or "-",
+        tokens,
+        "-" if c.cost_usd is None else f"{c.cost_usd:.6f}",
+        messages or "-",
+        "-" if c.generation is None else str(c.generation),
+    )

@@ -20,7 +20,7 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Message
-from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
 from .changes import Commit, CommitResult, LoadRequest
 
@@ -60,8 +60,23 @@ class Store(Protocol):
         ...
 
     async def clear(self, key: str) -> None:
-        """Delete every generation, chunk, observation group and embedding of ``key`` (messages
-        stay)."""
+        """Delete every generation, chunk, observation group, embedding and cycle ledger row of
+        ``key`` (messages stay)."""
+        ...
+
+    async def list_cycles(
+        self,
+        key: str,
+        *,
+        thread_id: str | None = None,
+        kinds: Sequence[str] = (),
+        outcomes: Sequence[str] = (),
+        limit: int = 100,
+        before: datetime | None = None,
+    ) -> list[CycleRecord]:
+        """The cycle ledger of ``key``, newest first: at most ``limit`` rows that started before
+        ``before`` (the next page: the last row's ``started_at``), of ``thread_id`` when given,
+        of these kinds and outcomes when given. An unknown kind or outcome is a StoreError."""
         ...
 
     # -- threads -------------------------------------------------------------------------------

@@ -4,7 +4,9 @@ A turn reads with :class:`LoadRequest` (creating the thread and the head record 
 appending the turn's messages and applying thread patches first, all in the same transaction)
 and gets a :class:`~obsmem.snapshot.Snapshot`. A cycle writes with :class:`Commit`: one change of
 the head record, checked against the version it read, together with the observation groups it
-produced and the metadata it extracted, and optionally reads the snapshot after it.
+produced and the metadata it extracted, and optionally reads the snapshot after it. Both carry
+the cycle ledger's rows (:class:`~obsmem.records.CycleRecord`) written with them, so recording a
+cycle costs no round trip of its own.
 
 Metadata changes are :class:`ThreadPatch` / :class:`ResourcePatch` values: paths to set, merged
 into the stored metadata inside the store's transaction, so two concurrent cycles never lose
@@ -18,10 +20,18 @@ from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
 from ..messages import Message
-from ..records import BufferedChunk, BufferedReflection, ObservationGroup, OMRecord, Thread
+from ..records import (
+    BufferedChunk,
+    BufferedReflection,
+    CycleRecord,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+)
 from ..snapshot import Snapshot, Subject
 
 __all__ = [
+    "DEFAULT_KEEP_CYCLES",
     "ActivateChunks",
     "AddChunk",
     "Change",
@@ -36,6 +46,9 @@ __all__ = [
     "ThreadChange",
     "ThreadPatch",
 ]
+
+DEFAULT_KEEP_CYCLES = 1000
+"""Cycle ledger rows kept per key unless the request says otherwise (``cycle_retention``)."""
 
 MetadataPath: TypeAlias = tuple[str, ...]
 """Keys from the top of a metadata object down to the value to set."""
@@ -148,6 +161,10 @@ class LoadRequest:
     snapshot): the store reads only what comes after them (see ``snapshot.reusable``)."""
     resource_metadata: bool = True
     """Read the resource's metadata too (working memory in resource scope needs it)."""
+    cycles: Sequence[CycleRecord] = ()
+    """Cycle ledger rows to store (a failed cycle with its failure state)."""
+    keep_cycles: int = DEFAULT_KEEP_CYCLES
+    """After storing ``cycles``, keep about this many newest rows of each of their keys."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -167,6 +184,10 @@ class Commit:
     """As for :class:`LoadRequest`, for the reload."""
     resource_metadata: bool = True
     """As for :class:`LoadRequest`, for the reload."""
+    cycles: Sequence[CycleRecord] = ()
+    """Cycle ledger rows to store with the change (the committing cycle's own)."""
+    keep_cycles: int = DEFAULT_KEEP_CYCLES
+    """As for :class:`LoadRequest`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

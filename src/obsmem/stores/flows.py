@@ -15,50 +15,48 @@ one once another process has written).
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeAlias, TypeVar
 
 from ..errors import StoreError
 from ..messages import Message
-from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
-from ..snapshot import Snapshot, Subject, ThreadState, reusable
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..vectors import top_k
 from . import schema as sql
 from . import transitions as tr
-from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadChange, ThreadPatch
+from .changes import ResourcePatch, ThreadChange, ThreadPatch
 from .codec import (
     chunk_from_dict,
     chunks_to_json,
-    dt_from_text,
     dt_to_text,
     dumps,
     group_from_row,
-    group_row,
     loads,
 )
 from .rows import (
     RecordCache,
+    cycle_from_row,
+    cycle_row,
     embedding_row,
     filter_embedding_rows,
     message_from_row,
     message_to_row,
     record_from_row,
-    record_to_row,
-    record_update_values,
     thread_from_row,
+    thread_match,
     thread_to_row,
 )
 
-__all__ = ["Flow", "NeedsWrite", "Op", "Rows"]
+__all__ = ["Batch", "Flow", "NeedsWrite", "Op", "Rows"]
 
 T = TypeVar("T")
 Row: TypeAlias = tuple[Any, ...]
 Rows: TypeAlias = list[Row]
 IN_BATCH = 500
+"""Most values in one ``IN (...)`` list."""
 NO_LIMIT = 2**62
 """A LIMIT both databases read as "no limit"."""
-"""Most values in one ``IN (...)`` list."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +72,31 @@ class Op:
     lock_of: str = ""
 
 
-Flow: TypeAlias = Generator[Op, Rows, T]
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Statements that do not wait for each other's rows: the flow receives a list with each
+    one's rows. A driver may send them together (PostgreSQL sends them in one network round
+    trip). ``end``: the transaction ends with them (committed in the same round trip); anything
+    the flow yields afterwards runs in a new transaction of the same kind."""
+
+    ops: tuple[Op, ...]
+    end: bool = False
+
+
+Flow: TypeAlias = Generator[Op | Batch, Any, T]
+"""Yields an :class:`Op` and receives its :data:`Rows`, or a :class:`Batch` and receives a
+list of them."""
 
 
 class NeedsWrite(Exception):
     """A read flow found something to create; run it again in a write transaction."""
 
 
-def _marks(n: int) -> str:
+def marks(n: int) -> str:
     return ", ".join("?" for _ in range(n))
 
 
-def _batches(values: Sequence[str]) -> Iterable[Sequence[str]]:
+def in_batches(values: Sequence[str]) -> Iterable[Sequence[str]]:
     for i in range(0, len(values), IN_BATCH):
         yield values[i : i + IN_BATCH]
 
@@ -164,8 +175,8 @@ def patch_resource(patch: ResourcePatch, *, now: datetime) -> Flow[dict[str, Any
 def _messages_by_id(ids: Sequence[str]) -> Flow[dict[str, Message]]:
     found: dict[str, Message] = {}
     unique = list(dict.fromkeys(ids))
-    for batch in _batches(unique):
-        rows = yield Op(sql.SELECT_MESSAGES_BY_ID.format(marks=_marks(len(batch))), tuple(batch))
+    for batch in in_batches(unique):
+        rows = yield Op(sql.SELECT_MESSAGES_BY_ID.format(marks=marks(len(batch))), tuple(batch))
         for row in rows:
             message = message_from_row(row)
             found[message.id] = message
@@ -228,17 +239,18 @@ def get_head(
     key: str, *, lock: bool = False, records: RecordCache | None = None
 ) -> Flow[OMRecord | None]:
     rows = yield Op(sql.SELECT_HEAD, (key,), lock=lock)
-    return _record(rows[0], records) if rows else None
+    return parse_record(rows[0], records) if rows else None
 
 
 def get_record_by_id(
     record_id: str, *, lock: bool = False, records: RecordCache | None = None
 ) -> Flow[OMRecord | None]:
     rows = yield Op(sql.SELECT_RECORD, (record_id,), lock=lock)
-    return _record(rows[0], records) if rows else None
+    return parse_record(rows[0], records) if rows else None
 
 
-def _record(row: Row, records: RecordCache | None) -> OMRecord:
+def parse_record(row: Row, records: RecordCache | None) -> OMRecord:
+    """A record row, through the store's cache of parsed long columns when it has one."""
     return records.parse(row) if records is not None else record_from_row(row)
 
 
@@ -247,169 +259,69 @@ def history(key: str, *, limit: int | None, offset: int) -> Flow[list[OMRecord]]
     return [record_from_row(r) for r in rows]
 
 
-def _message_counts(thread_ids: Sequence[str]) -> Flow[dict[str, int]]:
-    counts: dict[str, int] = {}
-    unique = list(dict.fromkeys(thread_ids))
-    for batch in _batches(unique):
-        rows = yield Op(sql.SELECT_THREAD_COUNTS.format(marks=_marks(len(batch))), tuple(batch))
-        counts.update({r[0]: int(r[1]) for r in rows})
-    return counts
-
-
-def _ensure_head(subject: Subject, *, now: datetime, write: bool) -> Flow[OMRecord]:
-    record = yield from get_head(subject.key)
-    if record is not None:
-        return record
-    if not write:
-        raise NeedsWrite
-    yield Op(sql.INSERT_RECORD, record_to_row(tr.initial_record(subject, now=now)))
-    created = yield from get_head(subject.key)
-    if created is None:
-        raise StoreError(f"the record of {subject.key} could not be created")
-    return created
-
-
-def load(
-    request: LoadRequest, *, now: datetime, write: bool, records: RecordCache | None = None
-) -> Flow[Snapshot]:
-    """The snapshot of ``request.subject``, after its appends and patches."""
-    subject = request.subject
-    changing = bool(request.append or request.patches or request.resource_patch)
-    if changing and not write:
-        raise NeedsWrite
-    rows = yield Op(
-        sql.SELECT_THREAD_AND_HEAD,
-        (subject.key, subject.thread_id),
-        lock=changing,
-        lock_of="t",
-    )
-    width = len(sql.THREAD_COLUMNS.split(","))
-    if rows:
-        main = thread_from_row(rows[0][:width])
-        head = _record(rows[0][width:], records) if rows[0][width] is not None else None
-    else:
-        if not write:
-            raise NeedsWrite
-        main = yield from create_thread(subject.thread_id, subject.resource_id, now=now, lock=True)
-        head = None
-    tr.check_thread_owner(main, subject.resource_id)
-    stored: tuple[Message, ...] = ()
-    if request.append:
-        plan = yield from append_to(main, request.append, now=now)
-        stored = plan.stored
-        if plan.count != main.message_count:
-            main = replace(main, message_count=plan.count, updated_at=now)
-    for patch in request.patches:
-        change = yield from patch_thread(patch, now=now)
-        if patch.thread_id == main.id:
-            main = change.after
-    if request.resource_patch is not None and request.resource_patch.set:
-        yield from patch_resource(request.resource_patch, now=now)
-    record = head if head is not None else (yield from _ensure_head(subject, now=now, write=write))
-    return (
-        yield from _read_state(
-            subject,
-            record,
-            main,
-            stored=stored,
-            last_reply=request.last_reply,
-            held=request.held,
-            resource_metadata=request.resource_metadata,
-        )
-    )
-
-
-def _read_state(
-    subject: Subject,
-    record: OMRecord,
-    main: Thread,
-    *,
-    stored: tuple[Message, ...] = (),
-    last_reply: bool = False,
-    held: Mapping[str, Sequence[Message]] | None = None,
-    resource_metadata: bool = True,
-) -> Flow[Snapshot]:
-    """Everything after the record: the covered threads with their unobserved messages (only
-    those after what the caller ``held``, and what this transaction ``stored``, are read), the
-    resource's metadata (when asked), and (when asked) when the assistant last spoke."""
-    threads = [main]
-    if subject.scope == "resource":
-        rows = yield Op(sql.SELECT_THREADS_OF_RESOURCE, (subject.resource_id,))
-        threads += [t for t in map(thread_from_row, rows) if t.id != main.id]
-    states: list[ThreadState] = []
-    for thread in threads:
-        cursor = record.cursor.get(thread.id, 0)
-        known = reusable((held or {}).get(thread.id, ()), cursor)
-        after = (known[-1].seq or 0) if known else cursor
-        if thread.id == main.id and stored:
-            # What this transaction appended follows on without a read.
-            fresh = [m for m in stored if (m.seq or 0) > after]
-            if fresh and fresh[0].seq == after + 1:
-                known = (*known, *reusable(fresh, after))
-                after = (known[-1].seq or 0) if known else cursor
-        if after > thread.message_count:
-            known, after = (), cursor  # held from some other store: read everything
-        new: tuple[Message, ...] = ()
-        if after < thread.message_count:
-            rows = yield Op(sql.SELECT_MESSAGES_AFTER, (thread.id, after))
-            new = tuple(message_from_row(r) for r in rows)
-        states.append(ThreadState(thread=thread, unobserved=(*known, *new)))
-    resource = (yield from get_resource(subject.resource_id)) if resource_metadata else {}
-    last_reply_at: datetime | None = None
-    if last_reply:
-        rows = yield Op(sql.SELECT_LAST_REPLY, (main.id,))
-        last_reply_at = dt_from_text(rows[0][0]) if rows else None
-    return Snapshot(
-        subject=subject.covering(tuple(t.id for t in threads)),
-        record=record,
-        threads=tuple(states),
-        resource_metadata=resource,
-        stored=stored,
-        last_reply_at=last_reply_at,
-    )
-
-
-def commit(
-    change: Commit, *, now: datetime, records: RecordCache | None = None
-) -> Flow[CommitResult]:
-    """Apply one change of the head of ``change.key`` and what comes with it, all or nothing."""
-    record = yield from get_record_by_id(change.record_id, lock=True, records=records)
-    head = record
-    if record is None or record.superseded_by is not None:
-        head = yield from get_head(change.key, records=records)
-    current = tr.check_current(record, change.record_id, change.expected_version, head=head)
-    counts = yield from _message_counts(tr.threads_counted(change.change))
-    applied = tr.apply_change(current, change.change, message_counts=counts, now=now)
-    yield Op(sql.UPDATE_RECORD, record_update_values(applied.saved))
-    if applied.created is not None:
-        yield Op(sql.INSERT_RECORD, record_to_row(applied.created))
-    if change.groups:
-        yield Op(sql.INSERT_GROUP, [group_row(g) for g in change.groups], many=True)
-    threads: list[ThreadChange] = []
-    for patch in change.threads:
-        if not patch.empty:
-            threads.append((yield from patch_thread(patch, now=now)))
-    if change.resource is not None and change.resource.set:
-        yield from patch_resource(change.resource, now=now)
-    snapshot: Snapshot | None = None
-    if change.reload is not None:
-        main = yield from require_thread(change.reload.thread_id)
-        snapshot = yield from _read_state(
-            change.reload,
-            applied.head,
-            main,
-            held=change.held,
-            resource_metadata=change.resource_metadata,
-        )
-    return CommitResult(record=applied.head, threads=tuple(threads), snapshot=snapshot)
-
-
 def clear(key: str, *, pgvector: bool) -> Flow[None]:
     yield Op(sql.DELETE_RECORDS, (key,))
+    yield Op(sql.DELETE_ALL_CYCLES, (key,))
     yield Op(sql.DELETE_GROUPS, (key,))
     if pgvector:
         yield Op(sql.DELETE_VECTORS, (key,))
     yield Op(sql.DELETE_EMBEDDINGS, (key,))
+
+
+# -- the cycle ledger ----------------------------------------------------------------------------
+
+
+def record_cycles(cycles: Sequence[CycleRecord], *, keep: int) -> Flow[None]:
+    """Store ledger rows and keep the newest ``keep`` of each of their keys (in the caller's
+    transaction: the commit or the small write they come with)."""
+    for op in cycle_ops(cycles, keep=keep):
+        _ = yield op  # (the rows are sent back: not ``yield from`` a list)
+
+
+def cycle_ops(cycles: Sequence[CycleRecord], *, keep: int) -> list[Op]:
+    """The statements of :func:`record_cycles` (none depends on another's rows: a commit sends
+    them in its batch of writes)."""
+    if not cycles:
+        return []
+    ops: list[Op] = []
+    if keep > 0:
+        ops.append(Op(sql.INSERT_CYCLE, [cycle_row(c) for c in cycles], many=True))
+    for key in dict.fromkeys(c.key for c in cycles):
+        if keep > 0:
+            ops.append(Op(sql.PRUNE_CYCLES, (key, key, keep - 1)))
+        else:
+            ops.append(Op(sql.DELETE_ALL_CYCLES, (key,)))
+    return ops
+
+
+def list_cycles(
+    key: str,
+    *,
+    thread_id: str | None,
+    kinds: Sequence[str],
+    outcomes: Sequence[str],
+    limit: int,
+    before: datetime | None,
+) -> Flow[list[CycleRecord]]:
+    tr.check_cycle_query(kinds, outcomes, limit)
+    query = sql.SELECT_CYCLES
+    params: list[Any] = [key]
+    if thread_id is not None:
+        query += " AND threads LIKE ?"
+        params.append(f"%{thread_match(thread_id)}%")
+    if kinds:
+        query += f" AND kind IN ({marks(len(kinds))})"
+        params += list(kinds)
+    if outcomes:
+        query += f" AND outcome IN ({marks(len(outcomes))})"
+        params += list(outcomes)
+    if before is not None:
+        query += " AND started_at < ?"
+        params.append(dt_to_text(before))
+    query += " ORDER BY started_at DESC, cycle_id DESC LIMIT ?"
+    params.append(limit)
+    rows = yield Op(query, tuple(params))
+    return [cycle_from_row(r) for r in rows]
 
 
 # -- observation groups and embeddings ---------------------------------------------------------
@@ -464,7 +376,7 @@ def search_embeddings(
     if not best:
         return []
     rows = yield Op(
-        sql.SELECT_GROUPS_BY_ID.format(marks=_marks(len(best))),
+        sql.SELECT_GROUPS_BY_ID.format(marks=marks(len(best))),
         (resource_id, *[i for i, _ in best]),
     )
     found = {g.id: g for g in map(group_from_row, rows)}

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import StoreError
 from ..messages import Message, utcnow
-from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot, Subject, ThreadState
 from ..vectors import encode, top_k
 from . import transitions as tr
@@ -44,6 +44,7 @@ class InMemoryStore:
         self._groups: list[ObservationGroup] = []
         self._resources: dict[str, dict[str, Any]] = {}
         self._embeddings: dict[str, GroupEmbedding] = {}
+        self._cycles: dict[str, list[CycleRecord]] = {}  # key -> the cycle ledger, as written
         self._closed = False
 
     def __repr__(self) -> str:
@@ -215,6 +216,7 @@ class InMemoryStore:
             generations = self._generations.setdefault(subject.key, [])
             if not generations:
                 self._put(tr.initial_record(subject, now=utcnow()))
+            self._record_cycles(request.cycles, request.keep_cycles)
             return self._state(
                 subject, generations[-1], stored=stored, last_reply=request.last_reply
             )
@@ -275,10 +277,39 @@ class InMemoryStore:
             threads = tuple(self._patch_thread(p) for p in change.threads if not p.empty)
             if change.resource is not None and change.resource.set:
                 self._patch_resource(change.resource)
+            self._record_cycles(change.cycles, change.keep_cycles)
             snapshot = None
             if change.reload is not None:
                 snapshot = self._state(change.reload, applied.head)
             return CommitResult(record=applied.head, threads=threads, snapshot=snapshot)
+
+    def _record_cycles(self, cycles: Sequence[CycleRecord], keep: int) -> None:
+        for key in dict.fromkeys(c.key for c in cycles):
+            ledger = self._cycles.setdefault(key, [])
+            known = {c.cycle_id for c in ledger}
+            ledger.extend(c for c in cycles if c.key == key and c.cycle_id not in known)
+            self._cycles[key] = tr.kept_cycles(ledger, keep)
+
+    async def list_cycles(
+        self,
+        key: str,
+        *,
+        thread_id: str | None = None,
+        kinds: Sequence[str] = (),
+        outcomes: Sequence[str] = (),
+        limit: int = 100,
+        before: datetime | None = None,
+    ) -> list[CycleRecord]:
+        self._check_open()
+        tr.check_cycle_query(kinds, outcomes, limit)
+        found = [
+            c
+            for c in self._cycles.get(key, ())
+            if tr.cycle_matches(
+                c, thread_id=thread_id, kinds=kinds, outcomes=outcomes, before=before
+            )
+        ]
+        return sorted(found, key=tr.cycle_order, reverse=True)[:limit]
 
     def _put(self, record: OMRecord) -> None:
         generations = self._generations.setdefault(record.key, [])
@@ -308,6 +339,7 @@ class InMemoryStore:
             for record in self._generations.pop(key, []):
                 self._records.pop(record.id, None)
             self._groups = [g for g in self._groups if g.key != key]
+            self._cycles.pop(key, None)
             self._embeddings = {k: e for k, e in self._embeddings.items() if e.key != key}
 
     # -- observation groups --------------------------------------------------------------------

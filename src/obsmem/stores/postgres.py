@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import weakref
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from ..errors import MissingExtraError, StoreError
 from ..messages import utcnow
 from . import flows
 from . import schema as sql
 from .codec import dt_to_text
-from .flows import Flow, NeedsWrite, Op, Rows
+from .flows import Batch, Flow, NeedsWrite, Op, Rows
 from .sqlstore import SQLStore
 
 if TYPE_CHECKING:
@@ -33,11 +35,14 @@ T = TypeVar("T")
 _MIGRATION_LOCK = 0x6F62736D656D  # "obsmem": one process migrates at a time
 
 
-def _pg(op: Op) -> str:
-    statement = op.sql.replace("?", "%s")
+def _locked(op: Op) -> str:
     if not op.lock:
-        return statement
-    return statement + (f" FOR UPDATE OF {op.lock_of}" if op.lock_of else " FOR UPDATE")
+        return op.sql
+    return op.sql + (f" FOR UPDATE OF {op.lock_of}" if op.lock_of else " FOR UPDATE")
+
+
+def _pg(op: Op) -> str:
+    return _locked(op).replace("?", "%s")
 
 
 async def _execute(conn: Any, op: Op) -> Rows:
@@ -51,14 +56,105 @@ async def _execute(conn: Any, op: Op) -> Rows:
     return [tuple(r) for r in await cur.fetchall()]
 
 
-async def _drive(conn: Any, flow: Flow[T]) -> T:
-    """Run ``flow`` on ``conn`` (inside the caller's transaction)."""
+async def _drive_within(conn: Any, flow: Flow[T]) -> T:
+    """Run ``flow`` on ``conn`` inside the caller's transaction, statement by statement (the
+    migrations)."""
     try:
-        op = next(flow)
+        item = next(flow)
         while True:
-            op = flow.send(await _execute(conn, op))
+            if isinstance(item, Batch):
+                item = flow.send([await _execute(conn, op) for op in item.ops])
+            else:
+                item = flow.send(await _execute(conn, item))
     except StopIteration as done:
         return done.value  # type: ignore[no-any-return]
+
+
+_PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+"""Per connection, the names of the statements prepared on it."""
+
+
+def _named(statement: str) -> tuple[str, str]:
+    """A statement's prepared name, and its text with numbered parameters."""
+    name = "obsmem_" + hashlib.blake2b(statement.encode(), digest_size=8).hexdigest()
+    parts = statement.split("?")
+    numbered = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
+    return name, numbered
+
+
+async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) -> list[Rows]:
+    """Send ``ops`` (with BEGIN before and COMMIT after when asked) as one multi-statement
+    query in one network round trip; each op's rows. Each statement runs as ``EXECUTE`` of a
+    statement prepared on the connection (the PREPARE goes in front the first time), so the
+    server plans it once per connection, and the parameters are bound client-side: psycopg's
+    pipeline mode costs several times the client time for the same round trip."""
+    from psycopg import AsyncClientCursor
+
+    prepared = _PREPARED.setdefault(conn, set())
+    statements: list[str] = ["BEGIN"] if begin else []
+    params: list[Any] = []
+    owner: list[int | None] = [None] * len(statements)  # the op of each statement's result
+    preparing: list[str] = []
+    for index, op in enumerate(ops):
+        name, numbered = _named(_locked(op))
+        if name not in prepared and name not in preparing:
+            statements.append(f"PREPARE {name} AS {numbered}")
+            owner.append(None)
+            preparing.append(name)
+        for row in op.params if op.many else (op.params,):
+            statements.append(
+                f"EXECUTE {name}({', '.join('%s' for _ in row)})" if row else f"EXECUTE {name}"
+            )
+            params.extend(row)
+            owner.append(index)
+    if commit:
+        statements.append("COMMIT")
+        owner.append(None)
+    results: list[Rows] = [[] for _ in ops]
+    try:
+        async with AsyncClientCursor(conn) as cur:
+            await cur.execute(cast(Any, "; ".join(statements)), params)
+            for index in owner:
+                if index is not None and cur.description is not None:
+                    results[index] = [tuple(r) for r in await cur.fetchall()]
+                cur.nextset()
+    except BaseException:
+        _PREPARED.pop(conn, None)  # which ran is unknown: forget them all (DEALLOCATE below)
+        raise
+    prepared.update(preparing)
+    return results
+
+
+async def _drive(conn: Any, flow: Flow[T]) -> T:
+    """Run ``flow`` in a transaction on ``conn`` (in autocommit mode: BEGIN and COMMIT are sent
+    here). Each statement, or each batch, is one network round trip, with the BEGIN before it
+    when one is due and the COMMIT after it when the batch ends the transaction. A flow that
+    goes on after such a batch starts a new transaction; one that ends without one sends its
+    COMMIT alone; one that raises is rolled back."""
+    from psycopg import AsyncClientCursor
+    from psycopg.pq import TransactionStatus
+
+    in_transaction = False
+    try:
+        item = next(flow)
+        while True:
+            ops = item.ops if isinstance(item, Batch) else (item,)
+            ends = isinstance(item, Batch) and item.end
+            results = await _send(conn, ops, begin=not in_transaction, commit=ends)
+            in_transaction = not ends
+            item = flow.send(results if isinstance(item, Batch) else results[0])
+    except StopIteration as done:
+        if in_transaction:
+            await _send(conn, (), begin=False, commit=True)
+        return done.value  # type: ignore[no-any-return]
+    except BaseException:
+        with contextlib.suppress(Exception):
+            async with AsyncClientCursor(conn) as cur:
+                if conn.pgconn.transaction_status != TransactionStatus.IDLE:
+                    await cur.execute("ROLLBACK")
+                if conn not in _PREPARED:  # a failed batch: which statements it prepared is unknown
+                    await cur.execute("DEALLOCATE ALL")
+        raise
 
 
 class _PostgresDriver:
@@ -75,7 +171,11 @@ class _PostgresDriver:
         self.read_only = read_only
         # Read-only: every transaction of every connection is READ ONLY (the server refuses
         # writes), and nothing is migrated or created.
-        kwargs = {"options": "-c default_transaction_read_only=on"} if read_only else None
+        # Autocommit: the flows' transactions are begun and committed by ``_drive``, in the same
+        # round trips as their statements.
+        kwargs: dict[str, Any] = {"autocommit": True}
+        if read_only:
+            kwargs["options"] = "-c default_transaction_read_only=on"
         self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
             dsn, min_size=min_size, max_size=max_size, open=False, kwargs=kwargs
         )
@@ -110,11 +210,9 @@ class _PostgresDriver:
             await self._prepare()
             async with self._connection() as conn:
                 try:
-                    async with conn.transaction():
-                        return await _drive(conn, make(write))
+                    return await _drive(conn, make(write))
                 except NeedsWrite:
-                    async with conn.transaction():
-                        return await _drive(conn, make(True))
+                    return await _drive(conn, make(True))
         except StoreError:
             raise
         except Exception as exc:
@@ -164,7 +262,7 @@ async def _migrate(conn: Any, name: str) -> None:
         )
     if version == sql.SCHEMA_VERSION:
         return
-    new = await _drive(conn, flows.migrate(version))
+    new = await _drive_within(conn, flows.migrate(version))
     for number in range(version + 1, new + 1):
         await conn.execute(
             "INSERT INTO obsmem_schema (version, applied_at) VALUES (%s, %s)",

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..messages import Message, Role, part_from_dict, part_to_dict
-from ..records import GroupEmbedding, OMRecord, Thread
+from ..records import CycleRecord, GroupEmbedding, OMRecord, Thread
 from ..vectors import encode
 from .codec import (
     chunks_from_json,
@@ -17,13 +17,17 @@ from .codec import (
     dt_from_text,
     dt_to_text,
     dumps,
+    group_ranges_from_json,
     loads,
+    ranges_to_json,
     reflection_from_json,
     reflection_to_json,
 )
 
 __all__ = [
     "RecordCache",
+    "cycle_from_row",
+    "cycle_row",
     "embedding_row",
     "filter_embedding_rows",
     "message_from_row",
@@ -32,6 +36,7 @@ __all__ = [
     "record_to_row",
     "record_update_values",
     "thread_from_row",
+    "thread_match",
     "thread_to_row",
 ]
 
@@ -203,3 +208,53 @@ def filter_embedding_rows(
             continue
         out.append((group_id, bytes(blob)))
     return out
+
+
+def thread_match(thread_id: str) -> str:
+    """How a thread id appears in ``om_cycles.threads``: hex between bars (LIKE then matches it
+    exactly on both databases, whatever characters the id holds and however LIKE treats case)."""
+    return f"|{thread_id.encode().hex()}|"
+
+
+def cycle_row(c: CycleRecord) -> Row:
+    """Column values in the order of ``schema.CYCLE_COLUMNS``."""
+    return (
+        c.cycle_id,
+        c.key,
+        c.resource_id,
+        dumps(list(c.thread_ids)),
+        "".join(thread_match(t) for t in c.thread_ids),
+        c.kind,
+        c.outcome,
+        c.error,
+        dt_to_text(c.started_at),
+        float(c.duration_ms),
+        c.model,
+        c.input_tokens,
+        c.output_tokens,
+        c.cost_usd,
+        dumps(ranges_to_json(c.ranges)),
+        c.generation,
+        c.operation,
+    )
+
+
+def cycle_from_row(row: Row) -> CycleRecord:
+    return CycleRecord(
+        cycle_id=row[0],
+        key=row[1],
+        resource_id=row[2],
+        thread_ids=tuple(loads(row[3])),
+        kind=row[5],
+        outcome=row[6],
+        error=row[7],
+        started_at=dt_from_text(row[8]),
+        duration_ms=float(row[9]),
+        model=row[10],
+        input_tokens=None if row[11] is None else int(row[11]),
+        output_tokens=None if row[12] is None else int(row[12]),
+        cost_usd=None if row[13] is None else float(row[13]),
+        ranges=group_ranges_from_json(loads(row[14])),
+        generation=None if row[15] is None else int(row[15]),
+        operation=row[16],
+    )

@@ -123,6 +123,30 @@ MIGRATION_SCRIPTS: list[str] = [
         ALTER TABLE om_records DROP COLUMN last_buffered_at_tokens;
         ALTER TABLE om_records DROP COLUMN metadata
         """,
+    # 5: the cycle ledger, newest first per key (``threads`` holds each thread id hex-encoded
+    #    between bars, so a thread's cycles are found with LIKE the same way on both databases)
+    """
+        CREATE TABLE om_cycles (
+            cycle_id      TEXT PRIMARY KEY,
+            key           TEXT NOT NULL,
+            resource_id   TEXT NOT NULL,
+            thread_ids    TEXT NOT NULL,
+            threads       TEXT NOT NULL,
+            kind          TEXT NOT NULL,
+            outcome       TEXT NOT NULL,
+            error         TEXT,
+            started_at    TEXT NOT NULL,
+            duration_ms   DOUBLE PRECISION NOT NULL,
+            model         TEXT,
+            input_tokens  BIGINT,
+            output_tokens BIGINT,
+            cost_usd      DOUBLE PRECISION,
+            ranges        TEXT NOT NULL,
+            generation    BIGINT,
+            operation     TEXT NOT NULL
+        );
+        CREATE INDEX om_cycles_by_key ON om_cycles (key, started_at)
+        """,
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
 run before a script, in the same transaction."""
@@ -160,6 +184,23 @@ SELECT_THREAD_AND_HEAD = (
 )
 """A thread and the head record of a key, in one statement (the record's columns are NULL when
 the key has no head yet)."""
+HEAVY_RECORD_COLUMNS = ("observations", "chunks", "buffered_reflection")
+SELECT_THREAD_AND_KNOWN_HEAD = (
+    "SELECT "
+    + ", ".join(f"t.{c.strip()}" for c in THREAD_COLUMNS.split(","))
+    + ", "
+    + ", ".join(
+        f"CASE WHEN r.id = ? AND r.version = ? THEN NULL ELSE r.{c} END"
+        if c in HEAVY_RECORD_COLUMNS
+        else f"r.{c}"
+        for c in (c.strip() for c in RECORD_COLUMNS.split(","))
+    )
+    + " FROM threads t LEFT JOIN om_records r ON r.key = ? AND r.superseded_by IS NULL"
+    " WHERE t.id = ?"
+)
+"""As ``SELECT_THREAD_AND_HEAD``, but the head's long columns are NULL when it is the record
+(id, version) the caller already holds (parameters: that id and version once per long column,
+then the key and the thread)."""
 SELECT_THREADS_OF_RESOURCE = (
     f"SELECT {THREAD_COLUMNS} FROM threads WHERE resource_id = ? ORDER BY created_at, id"
 )
@@ -173,6 +214,35 @@ UPDATE_THREAD = "UPDATE threads SET title = ?, metadata = ?, updated_at = ? WHER
 UPDATE_THREAD_COUNT = "UPDATE threads SET message_count = ?, updated_at = ? WHERE id = ?"
 
 SELECT_RESOURCE = "SELECT metadata FROM resources WHERE id = ?"
+
+
+def insert_messages_at_end(n: int) -> str:
+    """``n`` messages numbered on from the thread's count, in one statement; the parameters:
+    per message its id, its number in the batch (1..n), role, parts, metadata and created_at,
+    then the thread's id and resource, the key of the head record and the batch's ids. It stores
+    nothing unless the thread is the resource's, the key has a head, and none of the ids is
+    stored yet, so a turn can send it with the reads it depends on (``load_flow.load``)."""
+    rows = ", ".join("(?, CAST(? AS BIGINT), ?, ?, ?, ?)" for _ in range(n))
+    ids = ", ".join("?" for _ in range(n))
+    return (
+        f"INSERT INTO messages ({MESSAGE_COLUMNS}) "
+        "SELECT v.column1, t.id, t.resource_id, t.message_count + v.column2, v.column3, "
+        f"v.column4, v.column5, v.column6 FROM (VALUES {rows}) AS v, threads t "
+        "WHERE t.id = ? AND t.resource_id = ? "
+        "AND EXISTS (SELECT 1 FROM om_records r WHERE r.key = ? AND r.superseded_by IS NULL) "
+        f"AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id IN ({ids}))"
+    )
+
+
+COUNT_APPENDED = (
+    "UPDATE threads SET message_count = message_count + ?, updated_at = ? WHERE id = ? "
+    "AND EXISTS (SELECT 1 FROM messages m WHERE m.id = ? AND m.thread_id = threads.id "
+    "AND m.seq = threads.message_count + ?) RETURNING message_count"
+)
+"""The count after :func:`insert_messages_at_end` (parameters: n, updated_at, the thread's id,
+the batch's last id, n): it changes the thread, and returns a row, only when that statement
+stored the batch (its last message is then the one numbered count + n)."""
+
 INSERT_RESOURCE = (
     "INSERT INTO resources (id, metadata, updated_at) VALUES (?, '{}', ?) "
     "ON CONFLICT (id) DO NOTHING"
@@ -183,6 +253,16 @@ INSERT_MESSAGE = f"INSERT INTO messages ({MESSAGE_COLUMNS}) VALUES (?, ?, ?, ?, 
 SELECT_MESSAGES_BY_ID = f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE id IN ({{marks}})"
 SELECT_MESSAGES_AFTER = (
     f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND seq > ? ORDER BY seq"
+)
+SELECT_MESSAGES_BEFORE_APPENDED = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND seq > ? "
+    "AND seq <= (SELECT message_count FROM threads WHERE id = ?) - ? ORDER BY seq"
+)
+"""The messages after a seq, but not the last ``n`` (just appended; parameters: the thread, the
+seq, the thread again, n)."""
+SELECT_MESSAGES_BETWEEN = (
+    f"SELECT {MESSAGE_COLUMNS} FROM messages WHERE thread_id = ? AND seq > ? AND seq <= ? "
+    "ORDER BY seq"
 )
 SELECT_LAST_REPLY = (
     "SELECT created_at FROM messages WHERE thread_id = ? AND role = 'assistant' "
@@ -251,6 +331,25 @@ SEARCH_VECTORS = (
     "JOIN group_vectors v ON v.group_id = e.group_id "
     "WHERE e.resource_id = ? AND e.model = ? AND e.dims = ?"
 )
+
+# the cycle ledger
+CYCLE_COLUMNS = (
+    "cycle_id, key, resource_id, thread_ids, threads, kind, outcome, error, started_at, "
+    "duration_ms, model, input_tokens, output_tokens, cost_usd, ranges, generation, operation"
+)
+INSERT_CYCLE = (
+    f"INSERT INTO om_cycles ({CYCLE_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (cycle_id) DO NOTHING"
+)
+PRUNE_CYCLES = (
+    "DELETE FROM om_cycles WHERE key = ? AND started_at < (SELECT started_at FROM om_cycles "
+    "WHERE key = ? ORDER BY started_at DESC LIMIT 1 OFFSET ?)"
+)
+"""Keep the newest ``n`` rows of a key (parameters: key, key, n - 1); rows that started at the
+same instant as the ``n``-th are kept with it."""
+DELETE_ALL_CYCLES = "DELETE FROM om_cycles WHERE key = ?"
+SELECT_CYCLES = f"SELECT {CYCLE_COLUMNS} FROM om_cycles WHERE key = ?"
+"""Filters (``AND ...``), ``ORDER BY started_at DESC, cycle_id DESC`` and ``LIMIT`` follow."""
 
 # migration 4's data step
 SELECT_OLD_CHUNKS = "SELECT key, data FROM om_chunks ORDER BY key, position"

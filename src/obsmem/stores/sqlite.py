@@ -30,7 +30,7 @@ from typing import Any, TypeAlias, TypeVar
 from ..errors import ConfigError, StoreError
 from . import flows
 from . import schema as sql
-from .flows import Flow, NeedsWrite, Op, Rows
+from .flows import Batch, Flow, NeedsWrite, Op, Rows
 from .sqlstore import SQLStore
 
 __all__ = ["SQLiteStore"]
@@ -283,14 +283,25 @@ def _execute(conn: sqlite3.Connection, op: Op) -> Rows:
 
 
 def _drive(conn: sqlite3.Connection, flow: Flow[T], *, write: bool) -> T:
-    """Run ``flow`` in one transaction: each op's rows go back into the flow."""
-    conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+    """Run ``flow`` in one transaction (a batch that ends it commits; what follows runs in a
+    new one): each op's rows go back into the flow."""
+    begin = "BEGIN IMMEDIATE" if write else "BEGIN"
+    conn.execute(begin)
     try:
-        op = next(flow)
+        item = next(flow)
         while True:
-            op = flow.send(_execute(conn, op))
+            if not conn.in_transaction:
+                conn.execute(begin)
+            if isinstance(item, Batch):
+                result: Any = [_execute(conn, op) for op in item.ops]
+                if item.end:
+                    conn.execute("COMMIT")
+            else:
+                result = _execute(conn, item)
+            item = flow.send(result)
     except StopIteration as done:
-        conn.execute("COMMIT")
+        if conn.in_transaction:
+            conn.execute("COMMIT")
         return done.value  # type: ignore[no-any-return]
     except BaseException:
         if conn.in_transaction:

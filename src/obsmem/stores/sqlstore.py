@@ -8,14 +8,15 @@ placeholder style it speaks.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..messages import Message, utcnow
-from ..records import GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
-from . import flows
+from . import commit_flow, flows, load_flow
 from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadPatch
 from .flows import Flow
 from .rows import RecordCache
@@ -23,6 +24,7 @@ from .rows import RecordCache
 __all__ = ["Driver", "SQLStore"]
 
 T = TypeVar("T")
+HEADS_KEPT = 1024
 
 
 class Driver(Protocol):
@@ -48,6 +50,18 @@ class SQLStore:
     def __init__(self, driver: Driver) -> None:
         self._driver = driver
         self._records = RecordCache()
+        self._heads: OrderedDict[str, OMRecord] = OrderedDict()
+        """Per key, the head record in the last snapshot this store read: a load whose head is
+        still that one gets only its short columns, and one holding no messages of the thread
+        starts reading from its cursor (a stale one costs a read of the range in between)."""
+
+    def _seen(self, snapshot: Snapshot | None) -> None:
+        if snapshot is not None:
+            key = snapshot.subject.key
+            self._heads[key] = snapshot.record
+            self._heads.move_to_end(key)
+            while len(self._heads) > HEADS_KEPT:
+                self._heads.popitem(last=False)
 
     async def _read(self, make: Callable[[], Flow[T]]) -> T:
         return await self._driver.run(lambda _: make(), write=False)
@@ -144,18 +158,29 @@ class SQLStore:
 
     async def load(self, request: LoadRequest) -> Snapshot:
         now = utcnow()
-        return await self._driver.run(
-            lambda write: flows.load(request, now=now, write=write, records=self._records),
-            write=bool(request.append or request.patches or request.resource_patch),
+        known = self._heads.get(request.subject.key)
+        snapshot = await self._driver.run(
+            lambda write: load_flow.load(
+                request, now=now, write=write, records=self._records, known_head=known
+            ),
+            write=bool(
+                request.append or request.patches or request.resource_patch or request.cycles
+            ),
             quick=True,
         )
+        self._seen(snapshot)
+        return snapshot
 
     async def commit(self, change: Commit) -> CommitResult:
-        return await self._driver.run(
-            lambda _: flows.commit(change, now=utcnow(), records=self._records),
+        result = await self._driver.run(
+            lambda _: commit_flow.commit(change, now=utcnow(), records=self._records),
             write=True,
             quick=True,
         )
+        if result.snapshot is None:
+            self._heads.pop(change.key, None)  # the next load reads the head whole
+        self._seen(result.snapshot)
+        return result
 
     async def get_record(self, key: str) -> OMRecord | None:
         return await self._read(lambda: flows.get_head(key, records=self._records))
@@ -167,6 +192,27 @@ class SQLStore:
 
     async def clear(self, key: str) -> None:
         await self._write(lambda: flows.clear(key, pgvector=self._driver.pgvector))
+
+    async def list_cycles(
+        self,
+        key: str,
+        *,
+        thread_id: str | None = None,
+        kinds: Sequence[str] = (),
+        outcomes: Sequence[str] = (),
+        limit: int = 100,
+        before: datetime | None = None,
+    ) -> list[CycleRecord]:
+        return await self._read(
+            lambda: flows.list_cycles(
+                key,
+                thread_id=thread_id,
+                kinds=tuple(kinds),
+                outcomes=tuple(outcomes),
+                limit=limit,
+                before=before,
+            )
+        )
 
     # -- observation groups --------------------------------------------------------------------
 

@@ -23,7 +23,15 @@ from typing import Any, cast
 
 from ..errors import ConflictError, StoreError
 from ..messages import Message, display_text
-from ..records import BufferedChunk, BufferedReflection, OMRecord, Thread
+from ..records import (
+    CYCLE_KINDS,
+    CYCLE_OUTCOMES,
+    BufferedChunk,
+    BufferedReflection,
+    CycleRecord,
+    OMRecord,
+    Thread,
+)
 from ..snapshot import Subject
 from .changes import (
     ActivateChunks,
@@ -46,9 +54,12 @@ __all__ = [
     "apply_resource_patch",
     "apply_thread_patch",
     "check_current",
+    "check_cycle_query",
     "check_thread_owner",
     "commit_observation",
+    "cycle_matches",
     "initial_record",
+    "kept_cycles",
     "new_record_id",
     "new_thread",
     "plan_append",
@@ -457,3 +468,56 @@ def plan_append(
         new[msg.id] = msg
         stored.append(msg)
     return AppendPlan(stored=tuple(stored), new=tuple(new.values()), count=count)
+
+
+# -- the cycle ledger --------------------------------------------------------------------------
+
+
+def kept_cycles(cycles: Sequence[CycleRecord], keep: int) -> list[CycleRecord]:
+    """The ledger rows of one key kept after a write: the ``keep`` newest by start time, and
+    any that started at the same instant as the last of them (``schema.PRUNE_CYCLES``); none
+    when ``keep`` is 0."""
+    if keep <= 0:
+        return []
+    if len(cycles) <= keep:
+        return list(cycles)
+    edge = sorted((c.started_at for c in cycles), reverse=True)[keep - 1]
+    return [c for c in cycles if c.started_at >= edge]
+
+
+def check_cycle_query(kinds: Sequence[str], outcomes: Sequence[str], limit: int) -> None:
+    """A ``list_cycles`` query names known kinds and outcomes and a positive limit."""
+    for name, given, known in (
+        ("kind", kinds, CYCLE_KINDS),
+        ("outcome", outcomes, CYCLE_OUTCOMES),
+    ):
+        unknown = [v for v in given if v not in known]
+        if unknown:
+            raise StoreError(
+                f"unknown cycle {name} {', '.join(map(repr, unknown))}; "
+                f"use one of {', '.join(known)}"
+            )
+    if limit < 1:
+        raise StoreError(f"list_cycles needs a limit of at least 1 (got {limit})")
+
+
+def cycle_matches(
+    cycle: CycleRecord,
+    *,
+    thread_id: str | None,
+    kinds: Sequence[str],
+    outcomes: Sequence[str],
+    before: datetime | None,
+) -> bool:
+    """Whether a ledger row passes a ``list_cycles`` query's filters."""
+    return (
+        (thread_id is None or thread_id in cycle.thread_ids)
+        and (not kinds or cycle.kind in kinds)
+        and (not outcomes or cycle.outcome in outcomes)
+        and (before is None or cycle.started_at < before)
+    )
+
+
+def cycle_order(cycle: CycleRecord) -> tuple[datetime, str]:
+    """Sort key of the ledger (used newest first)."""
+    return (cycle.started_at, cycle.cycle_id)

@@ -1,0 +1,162 @@
+"""The cycle ledger on every store: written with a commit or a load, read newest first, pruned."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from obsmem.errors import ConflictError, StoreError
+from obsmem.records import CycleRecord, MessageRange
+from obsmem.stores import Commit, CommitObservation, LoadRequest, Store
+
+from .ops import open_record, subject
+
+T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+
+
+def _cycle(
+    n: int,
+    *,
+    key: str = "thread:t1",
+    kind: str = "observation",
+    outcome: str = "committed",
+    threads: tuple[str, ...] = ("t1",),
+    error: str | None = None,
+) -> CycleRecord:
+    return CycleRecord(
+        cycle_id=f"cycle-{n:04d}",
+        key=key,
+        resource_id="r1",
+        thread_ids=threads,
+        kind=kind,  # type: ignore[arg-type]
+        outcome=outcome,  # type: ignore[arg-type]
+        error=error,
+        started_at=T0 + timedelta(seconds=n),
+        duration_ms=12.5 + n,
+        model="test/observer",
+        input_tokens=100 + n,
+        output_tokens=10 + n,
+        cost_usd=0.001 * n,
+        ranges=tuple(MessageRange(thread_id=t, first_seq=n, last_seq=n + 2) for t in threads),
+        generation=0 if outcome == "committed" else None,
+        operation="observation",
+    )
+
+
+async def test_a_commit_stores_its_cycle_and_a_load_stores_a_failed_one(store: Store) -> None:
+    record = await open_record(store)
+    done = _cycle(1)
+    await store.commit(
+        Commit(
+            key=record.key,
+            record_id=record.id,
+            expected_version=record.version,
+            change=CommitObservation(
+                observations="* one", observation_tokens=2, cursor=(("t1", 0),)
+            ),
+            cycles=[done],
+        )
+    )
+    failed = _cycle(2, outcome="failed", error="HTTP 500: down")
+    await store.load(LoadRequest(subject=subject(), cycles=[failed]))
+
+    found = await store.list_cycles("thread:t1")
+    assert found == [failed, done]  # newest first, every field read back as written
+    assert found[0].error == "HTTP 500: down"
+    assert found[1].ranges == (MessageRange(thread_id="t1", first_seq=1, last_seq=3),)
+
+
+async def test_a_lost_commit_stores_no_cycle(store: Store) -> None:
+    record = await open_record(store)
+    change = CommitObservation(observations="* a", observation_tokens=1, cursor=(("t1", 0),))
+    await store.commit(
+        Commit(key=record.key, record_id=record.id, expected_version=record.version, change=change)
+    )
+    with pytest.raises(ConflictError):
+        await store.commit(
+            Commit(
+                key=record.key,
+                record_id=record.id,
+                expected_version=record.version,  # stale
+                change=change,
+                cycles=[_cycle(1)],
+            )
+        )
+    assert await store.list_cycles("thread:t1") == []
+
+
+async def test_filters_and_pages(store: Store) -> None:
+    await open_record(store, scope="resource")
+    rows = [
+        _cycle(1, key="resource:r1", threads=("t1",)),
+        _cycle(2, key="resource:r1", threads=("t2", "t1"), kind="buffering"),
+        _cycle(3, key="resource:r1", threads=("t2",), outcome="failed", error="x"),
+        _cycle(4, key="resource:r1", threads=("T1",), outcome="redundant"),
+        _cycle(5, key="resource:r1", threads=("t_%",), kind="reflection"),
+    ]
+    await store.load(LoadRequest(subject=subject(scope="resource"), cycles=rows))
+
+    def ids(found: list[CycleRecord]) -> list[str]:
+        return [c.cycle_id[-1] for c in found]
+
+    assert ids(await store.list_cycles("resource:r1")) == ["5", "4", "3", "2", "1"]
+    # A thread matches exactly: not another case, not a LIKE wildcard.
+    assert ids(await store.list_cycles("resource:r1", thread_id="t1")) == ["2", "1"]
+    assert ids(await store.list_cycles("resource:r1", thread_id="t_%")) == ["5"]
+    assert ids(await store.list_cycles("resource:r1", thread_id="t")) == []
+    assert ids(await store.list_cycles("resource:r1", kinds=["buffering", "reflection"])) == [
+        "5",
+        "2",
+    ]
+    assert ids(await store.list_cycles("resource:r1", outcomes=["failed", "redundant"])) == [
+        "4",
+        "3",
+    ]
+    first = await store.list_cycles("resource:r1", limit=2)
+    assert ids(first) == ["5", "4"]
+    rest = await store.list_cycles("resource:r1", limit=2, before=first[-1].started_at)
+    assert ids(rest) == ["3", "2"]
+    assert await store.list_cycles("thread:t1") == []  # another key
+
+
+async def test_bad_queries_name_the_fix(store: Store) -> None:
+    with pytest.raises(StoreError, match="unknown cycle kind 'observe'; use one of buffering"):
+        await store.list_cycles("thread:t1", kinds=["observe"])
+    with pytest.raises(StoreError, match="unknown cycle outcome 'ok'"):
+        await store.list_cycles("thread:t1", outcomes=["ok"])
+    with pytest.raises(StoreError, match="limit of at least 1"):
+        await store.list_cycles("thread:t1", limit=0)
+
+
+async def test_retention_keeps_the_newest_per_key(store: Store) -> None:
+    await open_record(store)
+    await open_record(store, thread="t2")
+    for n in range(1, 8):
+        await store.load(
+            LoadRequest(
+                subject=subject(),
+                cycles=[_cycle(n), _cycle(100 + n, key="thread:t2")],
+                keep_cycles=3,
+            )
+        )
+    assert [c.cycle_id for c in await store.list_cycles("thread:t1")] == [
+        "cycle-0007",
+        "cycle-0006",
+        "cycle-0005",
+    ]
+    assert len(await store.list_cycles("thread:t2")) == 3
+    # Writing the same cycle twice keeps one row.
+    await store.load(LoadRequest(subject=subject(), cycles=[_cycle(7)], keep_cycles=3))
+    assert len(await store.list_cycles("thread:t1")) == 3
+    # Retention 0 keeps none.
+    await store.load(LoadRequest(subject=subject(), cycles=[_cycle(8)], keep_cycles=0))
+    assert await store.list_cycles("thread:t1") == []
+    assert len(await store.list_cycles("thread:t2")) == 3
+
+
+async def test_clear_deletes_the_ledger_of_the_key(store: Store) -> None:
+    await open_record(store)
+    await store.load(LoadRequest(subject=subject(), cycles=[_cycle(1)]))
+    await store.clear("thread:t1")
+    assert await store.list_cycles("thread:t1") == []

@@ -1,0 +1,108 @@
+"""Network round trips on PostgreSQL, counted on the wire: a loopback forwarder in front of the
+test server counts each time a client sends after the server last spoke. A plain turn takes at
+most two (one per store call), a turn that observes four, and a lost commit race two."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from obsmem.engine import ObservationalMemory
+from obsmem.errors import ConflictError
+from obsmem.snapshot import Subject
+from obsmem.stores import Commit, CommitObservation, LoadRequest, PostgresStore
+from obsmem.testing import scripted_observer, scripted_reflector
+
+from ..wire_counter import WireCounter
+from .helpers import Conversation, Recorder
+
+
+@pytest.fixture
+async def counted(postgres_dsn: str) -> AsyncIterator[tuple[PostgresStore, WireCounter]]:
+    url = urlsplit(postgres_dsn)
+    assert url.hostname is not None
+    assert url.port is not None
+    counter = WireCounter(url.hostname, url.port)
+    await counter.start()
+    store = PostgresStore(
+        postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"), min_size=1, max_size=1
+    )
+    try:
+        yield store, counter
+    finally:
+        await store.aclose()
+        await counter.aclose()
+
+
+def _engine(store: PostgresStore, conv: Conversation) -> ObservationalMemory:
+    return ObservationalMemory(
+        store,
+        {
+            "observation": {
+                "model": scripted_observer(),
+                "messageTokens": 1_000,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+        clock=conv.clock,
+    )
+
+
+async def test_plain_and_observing_turns_on_the_wire(
+    counted: tuple[PostgresStore, WireCounter],
+) -> None:
+    store, counter = counted
+    conv = Conversation()
+    om = _engine(store, conv)
+    events = Recorder()
+    om.subscribe(events)
+    await om.prepare("t1", "u1", [conv.user(50)])  # creates the schema, thread and head
+    await om.record("t1", "u1", [conv.assistant(50)])
+    await om.settle()
+    counter.take()
+    plain = observing = 0
+    for _ in range(12):
+        observed = len(events.of("data-om-observation-end"))
+        await om.prepare("t1", "u1", [conv.user(200)])
+        await om.record("t1", "u1", [conv.assistant(200)])
+        await om.settle()
+        trips = counter.take()
+        if len(events.of("data-om-observation-end")) > observed:
+            observing += 1
+            # The load, the cycle's commit (its reads, then its writes with the reload), the
+            # reply's load.
+            assert trips <= 4, trips
+        else:
+            plain += 1
+            assert trips <= 2, trips
+    assert plain >= 3, plain
+    assert observing >= 2, observing
+    snapshot = await store.load(LoadRequest(subject=om.subject("t1", "u1")))
+    assert snapshot.main.thread.message_count == 26  # nothing lost or doubled on the way
+    assert [m.seq for m in snapshot.main.unobserved] == list(
+        range(snapshot.record.cursor["t1"] + 1, 27)
+    )
+    await om.aclose()
+
+
+async def test_a_lost_commit_race_costs_two_round_trips(
+    counted: tuple[PostgresStore, WireCounter],
+) -> None:
+    store, counter = counted
+    subject = Subject(scope="thread", thread_id="t1", resource_id="u1")
+    record = (await store.load(LoadRequest(subject=subject))).record
+    change = CommitObservation(observations="* seen", observation_tokens=3, cursor=(("t1", 0),))
+    commit = Commit(
+        key=record.key, record_id=record.id, expected_version=record.version, change=change
+    )
+    counter.take()
+    won = await store.commit(commit)
+    assert counter.take() <= 2
+    with pytest.raises(ConflictError) as lost:
+        await store.commit(commit)
+    assert counter.take() <= 2  # the reads, then the end of the transaction
+    assert lost.value.current is not None
+    assert lost.value.current.version == won.record.version

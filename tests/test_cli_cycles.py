@@ -1,0 +1,140 @@
+"""``obsmem inspect --thread ID --cycles``: the cycle ledger of a real store, as a table and as
+JSON, on a SQLite file and on PostgreSQL; it never writes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from obsmem import Memory
+from obsmem.stores import SQLiteStore
+from obsmem.testing import scripted_observer, scripted_reflector
+
+from .engine.helpers import Conversation
+from .loopback_openai import LoopbackServer
+from .test_cli import obsmem
+from .test_cli_db import _chat_jsonl, _digest, _one_line
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[LoopbackServer]:
+    with LoopbackServer() as s:
+        yield s
+
+
+def _thread_of(db: str, cwd: Path) -> str:
+    overview = obsmem("inspect", "--db", db, "--json", cwd=cwd)
+    assert overview.returncode == 0, overview.stderr
+    [thread] = json.loads(overview.stdout)["resources"][0]["threads"]
+    return str(thread["id"])
+
+
+def _check_replayed(db: str, cwd: Path) -> None:
+    thread = _thread_of(db, cwd)
+    shown = obsmem("inspect", "--db", db, "--thread", thread, "--cycles", "--json", cwd=cwd)
+    assert shown.returncode == 0, shown.stderr
+    data = json.loads(shown.stdout)
+    assert data["thread"] == thread
+    rows = data["cycles"]
+    assert rows, "the replay's cycles are recorded"
+    assert [r["started_at"] for r in rows] == sorted((r["started_at"] for r in rows), reverse=True)
+    assert {r["outcome"] for r in rows} == {"committed"}
+    observed = [r for r in rows if r["kind"] in ("buffering", "observation") and r["ranges"]]
+    assert observed
+    for row in observed:
+        assert row["model"]
+        assert row["input_tokens"] > 0
+        assert row["ranges"][0]["thread_id"] == thread
+
+    table = obsmem("inspect", "--db", db, "--thread", thread, "--cycles", cwd=cwd)
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[0].startswith(f"cycles of thread {thread}")
+    assert lines[1].split()[:3] == ["started", "(UTC)", "kind"]
+    assert len(lines) == 2 + len(rows)
+    first = observed[-1]["ranges"][0]
+    assert f"{first['first_seq']}-{first['last_seq']}" in table.stdout
+
+    only = obsmem(
+        "inspect", "--db", db, "--thread", thread, "--kind", "activation", "--json", cwd=cwd
+    )
+    assert only.returncode == 0, only.stderr
+    activations = json.loads(only.stdout)["cycles"]
+    assert activations == [r for r in rows if r["kind"] == "activation"]
+    none = obsmem("inspect", "--db", db, "--thread", thread, "--outcome", "failed", cwd=cwd)
+    assert none.returncode == 0, none.stderr
+    assert "none recorded" in none.stdout
+
+
+def test_inspect_cycles_on_a_sqlite_file(tmp_path: Path, server: LoopbackServer) -> None:
+    _chat_jsonl(tmp_path)
+    result = obsmem(
+        "replay", "chat.jsonl", "--quiet", "--message-tokens", "800", "--db", "m.db",
+        cwd=tmp_path, server=server,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    before = _digest(tmp_path / "m.db")
+    _check_replayed("m.db", tmp_path)
+    assert _digest(tmp_path / "m.db") == before, "inspect never writes"
+
+
+def test_inspect_cycles_on_postgresql(
+    tmp_path: Path, server: LoopbackServer, postgres_dsn: str
+) -> None:
+    _chat_jsonl(tmp_path)
+    result = obsmem(
+        "replay", "chat.jsonl", "--quiet", "--message-tokens", "800", "--db", postgres_dsn,
+        cwd=tmp_path, server=server,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _check_replayed(postgres_dsn, tmp_path)
+
+
+def test_inspect_shows_a_failed_cycle_with_its_error(tmp_path: Path) -> None:
+    async def fail() -> None:
+        conv = Conversation()
+        memory = Memory(
+            SQLiteStore(tmp_path / "m.db"),
+            observational_memory={
+                "observation": {
+                    "model": scripted_observer(fault=lambda n: "error"),
+                    "messageTokens": 2_000,
+                    "bufferTokens": False,
+                },
+                "reflection": {"model": scripted_reflector()},
+            },
+            clock=conv.clock,
+        )
+        ref = {"resource": "u1", "thread": "t1"}
+        for _ in range(12):
+            await memory.context(ref, [conv.user(150)], actor_model=None)
+            await memory.save(ref, [conv.assistant(150)], actor_model=None)
+        await memory.aclose()
+
+    asyncio.run(fail())
+    shown = obsmem("inspect", "--db", "m.db", "--thread", "t1", "--outcome", "failed", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "failed" in shown.stdout
+    assert "      error: " in shown.stdout
+    assert "scripted model failure" in shown.stdout
+    data = json.loads(
+        obsmem(
+            "inspect", "--db", "m.db", "--thread", "t1", "--cycles", "--json", cwd=tmp_path
+        ).stdout
+    )
+    failed = [r for r in data["cycles"] if r["outcome"] == "failed"]
+    assert failed
+    assert all("scripted model failure" in r["error"] for r in failed)
+
+
+def test_cycles_need_a_thread(tmp_path: Path) -> None:
+    result = obsmem("inspect", "--db", "m.db", "--cycles", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "add --thread ID" in _one_line(result)
+    result = obsmem("inspect", "--thread", "t1", "--cycles", "--limit", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "--limit 0 must be at least 1" in _one_line(result)

@@ -1,0 +1,81 @@
+"""A loopback TCP forwarder that counts network round trips between clients and a server.
+
+Put it in front of a server (``WireCounter(host, port)``; connect to ``counter.port``) and it
+passes every byte through unchanged. A round trip is counted each time a client sends after the
+server last spoke on that connection (or sends first): a client that sends a batch of statements
+and waits for their results costs one, a client that waits for each statement costs one each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+
+@dataclass
+class _Link:
+    server_spoke: bool = True
+
+
+@dataclass
+class WireCounter:
+    host: str
+    port_to: int
+    round_trips: int = 0
+    port: int = 0
+    _server: asyncio.Server | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+
+    def take(self) -> int:
+        """The round trips since the last take."""
+        count, self.round_trips = self.round_trips, 0
+        return count
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection(self.host, self.port_to)
+        link = _Link()
+        both = [
+            asyncio.ensure_future(self._pipe(reader, up_writer, link, client=True)),
+            asyncio.ensure_future(self._pipe(up_reader, writer, link, client=False)),
+        ]
+        self._tasks.update(both)
+        await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        for task in both:
+            task.cancel()
+        for w in (writer, up_writer):
+            w.close()
+        self._tasks.difference_update(both)
+
+    async def _pipe(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        link: _Link,
+        *,
+        client: bool,
+    ) -> None:
+        while data := await reader.read(65536):
+            if client:
+                if link.server_spoke:
+                    self.round_trips += 1
+                link.server_spoke = False
+            else:
+                link.server_spoke = True
+            writer.write(data)
+            await writer.drain()
+
+    async def aclose(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
