@@ -14,6 +14,7 @@ from pydantic_ai import messages as pa
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem import ConfigError, Extractor, resolve_options
+from obsmem.answers import ParsedOutput, parse_output
 from obsmem.extractors import (
     DROP,
     Exchange,
@@ -24,7 +25,6 @@ from obsmem.extractors import (
     validate_value,
 )
 from obsmem.llm import ModelCaller
-from obsmem.observations import ParsedOutput, parse_output
 from obsmem.stores import InMemoryStore
 
 from .engine.helpers import Conversation, Recorder, engine

@@ -5,7 +5,7 @@ models send: code fences, reasoning blocks, prose around the tags, other date an
 cut-off answers, CRLF, JSON, resource-scope thread blocks, loops, and observations written
 outside the tags (after an empty block, after the closing tag, a date header above it).
 :data:`EXPECTED` says, per file, which facts must survive
-:func:`~obsmem.observations.parse_output`, what must not (reasoning, prose, fence and tag
+:func:`~obsmem.answers.parse_output`, what must not (reasoning, prose, fence and tag
 debris), the hints, the thread blocks and the :func:`is_degenerate` verdict.
 Every file needs an entry, so a new case cannot go untested.
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 import pytest
 
-from obsmem.observations import ParsedOutput, is_degenerate, parse_output
+from obsmem.answers import ParsedOutput, parse_output
+from obsmem.observations import is_degenerate
 
 CORPUS = Path(__file__).parent / "fixtures" / "model_outputs"
 

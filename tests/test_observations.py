@@ -7,12 +7,10 @@ from typing import Any
 
 import pytest
 
+from obsmem.answers import MAX_LINE_CHARS, ParsedOutput, parse_output
 from obsmem.observations import (
-    MAX_LINE_CHARS,
-    ParsedOutput,
     boundary_line,
     is_degenerate,
-    parse_output,
     split_segments,
     truncate_observations,
 )

@@ -604,7 +604,8 @@ def test_the_observer_is_told_the_time_zone_of_the_times_it_sees() -> None:
 
 
 def test_a_title_is_asked_for_when_missing_or_from_an_earlier_generation() -> None:
-    from obsmem.cycles.common import META_TITLE_GENERATION, wants_title
+    from obsmem.cycles.common import wants_title
+    from obsmem.meta_keys import META_TITLE_GENERATION
     from obsmem.records import Thread
     from obsmem.snapshot import ThreadState
 

@@ -790,3 +790,16 @@ def test_snapshot_is_json_ready() -> None:
     assert again["observation"]["message_tokens"] == 20_000
     assert again["observation"]["model"] == "test:test"
     assert again["retrieval"]["scope"] == "thread"
+
+
+def test_cycle_retention_defaults_to_1000_and_takes_a_count() -> None:
+    assert resolve(True).cycle_retention == 1000
+    assert resolve({"cycleRetention": 0}).cycle_retention == 0
+    assert resolve(ObservationalMemoryOptions(cycle_retention=50)).cycle_retention == 50
+    assert resolve({"cycle_retention": 7}).snapshot()["cycle_retention"] == 7
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, True, "10", None])
+def test_cycle_retention_must_be_a_count(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"cycle_retention.*whole number of cycles to keep"):
+        resolve({"cycle_retention": value})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -15,11 +17,11 @@ from obsmem.planner import (
     activatable_chunks,
     activation_count,
     backoff_after,
+    before_waiting_chunks,
     buffer_due,
     buffer_interval,
     buffering_due,
     chunk_slice,
-    held_by_chunks,
     may_retry,
     message_threshold,
     plan_after_reply,
@@ -41,6 +43,21 @@ SHARED = resolve_options({"shareTokenBudget": True, "observation": {"bufferToken
 assert SHARED is not None
 IDLE = resolve_options({"observation": {"bufferOnIdle": True}})
 assert IDLE is not None
+
+
+def test_importing_the_planner_loads_only_the_resolved_options() -> None:
+    """The planner decides from resolved numbers: no pydantic, no model tables, no extractors."""
+    code = "import sys\nimport obsmem.planner\nprint('\\n'.join(sorted(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    assert "obsmem.planner" in loaded
+    assert "obsmem.options.resolved" in loaded
+    for heavy in ("pydantic", "pydantic_core", "pydantic_ai"):
+        assert heavy not in loaded
+    for module in ("obsmem.models", "obsmem.models.providers", "obsmem.extractors"):
+        assert module not in loaded
+    assert not loaded & {"obsmem.options.inputs", "obsmem.options.resolve", "obsmem.llm"}
 
 
 def test_defaults_give_the_seed_numbers() -> None:
@@ -92,7 +109,7 @@ def test_buffer_due(unbuffered: int, pending: int, due: bool) -> None:
 @pytest.mark.parametrize(
     ("chunks", "pending", "floor", "force", "expected"),
     [
-        # The reference's worked example: floor 6000, target 25000, over = 30k, overshoot
+        # A worked example: floor 6000, target 25000, over = 30k, overshoot
         # 5000 <= 5700 and 1000 left >= 1000: all five chunks.
         ([6000] * 5, 31_000, 6000, False, 5),
         # Exactly at the threshold: target 24000 is met by four chunks, 6000 stay raw.
@@ -558,7 +575,7 @@ def test_plan_after_reply(
 
 
 @pytest.mark.parametrize(
-    ("windows", "keep", "protect", "cap", "expected"),
+    ("windows", "keep", "step_from", "cap", "expected"),
     [
         # Observe the oldest until about 6,000 stay raw.
         ({"a": [1_000] * 10}, 6_000, {}, 30_000, {"a": [1, 2, 3, 4]}),
@@ -584,14 +601,14 @@ def test_plan_after_reply(
 def test_sync_batches(
     windows: dict[str, list[int]],
     keep: int,
-    protect: dict[str, int],
+    step_from: dict[str, int],
     cap: int,
     expected: dict[str, list[int]],
 ) -> None:
     batches = sync_batches(
         [_window(t, thread=name) for name, t in windows.items()],
         keep_tokens=keep,
-        protect=protect,
+        step_from=step_from,
         cap=cap,
     )
     assert {b.thread_id: _seqs(b) for b in batches} == expected
@@ -600,13 +617,13 @@ def test_sync_batches(
 
 def test_sync_batches_keep_tool_pairs_together() -> None:
     window = _window([1_000] * 6, open_call_at=2, result_at=4)
-    [batch] = sync_batches([window], keep_tokens=3_500, protect={}, cap=30_000)
+    [batch] = sync_batches([window], keep_tokens=3_500, step_from={}, cap=30_000)
     assert _seqs(batch) == [1, 2, 3, 4, 5]  # not cut after 3 or 4: the call waits for its result
     pending = _window([1_000] * 6, open_call_at=5)
-    [batch] = sync_batches([pending], keep_tokens=0, protect={}, cap=30_000)
+    [batch] = sync_batches([pending], keep_tokens=0, step_from={}, cap=30_000)
     assert _seqs(batch) == [1, 2, 3, 4, 5]  # the latest step's call waits for its result
     deferred = _window([1_000] * 6, open_call_at=1, deferred=True)
-    [batch] = sync_batches([deferred], keep_tokens=0, protect={}, cap=30_000)
+    [batch] = sync_batches([deferred], keep_tokens=0, step_from={}, cap=30_000)
     assert _seqs(batch) == [1]  # an approval pending across turns is held back too
 
 
@@ -623,23 +640,23 @@ def _chunk(*ranges: tuple[str, int, int]) -> BufferedChunk:
 
 
 @pytest.mark.parametrize(
-    ("protect", "ready", "held"),
+    ("step_from", "ready", "stop"),
     [
-        ({}, 3, {}),  # nothing protected: every chunk may activate
+        ({}, 3, {}),  # no current step: every chunk may activate
         ({"t": 100}, 3, {"t": 100}),  # the step starts after every chunk
         ({"t": 9}, 2, {"t": 7}),  # the third chunk reaches the step: it waits, and so does 7-8
         ({"t": 7}, 2, {"t": 7}),
         ({"t": 6}, 1, {"t": 4}),  # a chunk that ends at the step's first message waits
         ({"t": 1}, 0, {"t": 1}),
-        ({"other": 2}, 3, {"other": 2}),  # another thread's step holds nothing here
+        ({"other": 2}, 3, {"other": 2}),  # another thread's step stops nothing here
     ],
 )
 def test_chunks_that_reach_the_current_step_wait(
-    protect: dict[str, int], ready: int, held: dict[str, int]
+    step_from: dict[str, int], ready: int, stop: dict[str, int]
 ) -> None:
     chunks = [_chunk(("t", 1, 3)), _chunk(("t", 4, 6)), _chunk(("t", 7, 9))]
-    assert activatable_chunks(chunks, protect) == ready
-    assert held_by_chunks(chunks, protect) == held
+    assert activatable_chunks(chunks, step_from) == ready
+    assert before_waiting_chunks(chunks, step_from) == stop
 
 
 def test_activation_never_takes_a_chunk_of_the_current_step() -> None:
@@ -680,7 +697,7 @@ def _raw_window(*specs: tuple[str, int]) -> ThreadWindow:
 
 
 @pytest.mark.parametrize(
-    ("specs", "limit", "keep_from", "cut"),
+    ("specs", "limit", "step_from", "cut"),
     [
         ([("m", 100), ("m", 100)], 500, None, 0),  # fits: nothing left out
         ([("m", 300), ("m", 300), ("m", 100)], 350, None, 2),  # the fewest that make it fit
@@ -691,9 +708,9 @@ def _raw_window(*specs: tuple[str, int]) -> ThreadWindow:
     ],
 )
 def test_raw_cut_leaves_out_the_oldest_at_safe_points(
-    specs: list[tuple[str, int]], limit: int, keep_from: int | None, cut: int
+    specs: list[tuple[str, int]], limit: int, step_from: int | None, cut: int
 ) -> None:
-    assert raw_cut(_raw_window(*specs), limit=limit, keep_from=keep_from) == cut
+    assert raw_cut(_raw_window(*specs), limit=limit, step_from=step_from) == cut
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem.errors import ConfigError, ModelError, ObserverOutputError
 from obsmem.llm import ModelCaller
-from obsmem.reflector import COMPRESSION_GUIDANCE, reflect, strip_group_tags
+from obsmem.reflector import COMPRESSION_GUIDANCE, ReflectorInput, reflect, strip_group_tags
 from obsmem.tokens import HeuristicEstimator
 
 EST = HeuristicEstimator()
@@ -71,12 +71,10 @@ async def test_stops_at_the_first_candidate_under_target() -> None:
     script = Script(answer(10), answer(5))
     failed: list[tuple[int, str]] = []
     result = await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10) + 1, start_level=1),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=tokens_of(10) + 1,
-        start_level=1,
         on_attempt_failed=lambda level, reason: failed.append((level, reason)),
     )
     assert (result.level, result.attempts, len(result.calls)) == (1, 1, 1)
@@ -91,12 +89,10 @@ async def test_climbs_levels_while_too_big() -> None:
     script = Script(answer(90), answer(60), answer(20), answer(5))
     failed: list[tuple[int, str]] = []
     result = await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=tokens_of(30), start_level=1),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=tokens_of(30),
-        start_level=1,
         on_attempt_failed=lambda level, reason: failed.append((level, reason)),
     )
     assert (result.level, result.attempts, len(result.calls)) == (3, 3, 3)
@@ -110,12 +106,10 @@ async def test_keeps_the_smallest_valid_candidate_when_none_reaches_target() -> 
     script = Script(answer(50), answer(30), answer(40), answer(45))
     failed: list[int] = []
     result = await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10), start_level=1),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=tokens_of(10),
-        start_level=1,
         on_attempt_failed=lambda level, reason: failed.append(level),
     )
     assert result.parsed.observations == log(30)
@@ -133,12 +127,10 @@ async def test_invalid_answers_are_skipped_and_a_failed_call_ends_the_climb() ->
     failed: list[tuple[int, str]] = []
     with pytest.raises(ModelError, match="provider exploded"):
         await reflect(
-            SOURCE,
+            ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10), start_level=1),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=tokens_of(10),
-            start_level=1,
             on_attempt_failed=lambda level, reason: failed.append((level, reason)),
         )
     assert len(script.users) == 3  # level 4 was never asked
@@ -155,12 +147,10 @@ async def test_a_refused_request_is_not_sent_again_at_every_level() -> None:
     script = Script(ModelHTTPError(400, "scripted", {"error": "context too long"}), answer(40))
     with pytest.raises(ModelError):
         await reflect(
-            SOURCE,
+            ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10), start_level=0),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=tokens_of(10),
-            start_level=0,
         )
     assert len(script.users) == 1
 
@@ -172,21 +162,17 @@ async def test_an_answer_longer_than_its_input_is_never_taken() -> None:
     script = Script(longer, longer, answer(150, "longest"), longer)
     with pytest.raises(ObserverOutputError, match="not shorter than its input"):
         await reflect(
-            SOURCE,
+            ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10), start_level=1),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=tokens_of(10),
-            start_level=1,
         )
     shorter = Script(longer, answer(60, "shorter"))
     result = await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=tokens_of(10), start_level=3),
         caller=ModelCaller(),
         model=shorter.model,
         estimator=EST,
-        target_tokens=tokens_of(10),
-        start_level=3,
     )
     assert "shorter" in result.parsed.observations
 
@@ -194,12 +180,10 @@ async def test_an_answer_longer_than_its_input_is_never_taken() -> None:
 async def test_an_invalid_candidate_never_wins_even_if_smaller() -> None:
     script = Script(answer(40), "no observations here", answer(60))
     result = await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=1, start_level=2),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=1,
-        start_level=2,
     )
     assert result.parsed.observations == log(40)
     assert result.level == 2
@@ -209,12 +193,10 @@ async def test_raises_when_every_attempt_fails() -> None:
     script = Script(DEGENERATE, "", DEGENERATE)
     with pytest.raises(ObserverOutputError, match="kept unchanged") as caught:
         await reflect(
-            SOURCE,
+            ReflectorInput(observations=SOURCE, target_tokens=10, start_level=2),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=10,
-            start_level=2,
         )
     assert "level 2: degenerate" in str(caught.value)
     assert "level 3: empty" in str(caught.value)
@@ -226,12 +208,10 @@ async def test_cancellation_propagates() -> None:
     script = Script(asyncio.CancelledError(), answer(5))
     with pytest.raises(asyncio.CancelledError):
         await reflect(
-            SOURCE,
+            ReflectorInput(observations=SOURCE, target_tokens=10, start_level=0),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=10,
-            start_level=0,
         )
     assert len(script.users) == 1
 
@@ -251,13 +231,12 @@ async def test_cancellation_propagates() -> None:
 async def test_start_and_max_levels(start: int, max_level: int | None, levels: list[int]) -> None:
     script = Script(*[answer(50)] * len(levels))
     result = await reflect(
-        SOURCE,
+        ReflectorInput(
+            observations=SOURCE, target_tokens=1, start_level=start, max_level=max_level
+        ),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=1,
-        start_level=start,
-        max_level=max_level,
     )
     assert script.levels_seen() == levels
     assert result.attempts == len(levels)
@@ -269,13 +248,12 @@ async def test_invalid_levels_are_config_errors(start: int, max_level: int | Non
     script = Script()
     with pytest.raises(ConfigError):
         await reflect(
-            SOURCE,
+            ReflectorInput(
+                observations=SOURCE, target_tokens=1, start_level=start, max_level=max_level
+            ),
             caller=ModelCaller(),
             model=script.model,
             estimator=EST,
-            target_tokens=1,
-            start_level=start,
-            max_level=max_level,
         )
 
 
@@ -288,15 +266,17 @@ async def test_prompt_contents() -> None:
     )
     script = Script(answer(1))
     await reflect(
-        source,
+        ReflectorInput(
+            observations=source,
+            target_tokens=1_000,
+            start_level=0,
+            instruction="Never drop pet names.",
+            guidance="Focus on the travel plans.",
+            continuation_hints=False,
+        ),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=1_000,
-        start_level=0,
-        instruction="Never drop pet names.",
-        guidance="Focus on the travel plans.",
-        continuation_hints=False,
     )
     [system], [user] = script.systems, script.users
     assert "=== CUSTOM INSTRUCTIONS ===\n\nNever drop pet names." in system
@@ -314,12 +294,10 @@ async def test_prompt_contents() -> None:
 async def test_continuation_hints_are_requested_by_default() -> None:
     script = Script(answer(1))
     await reflect(
-        SOURCE,
+        ReflectorInput(observations=SOURCE, target_tokens=10_000, start_level=0),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=10_000,
-        start_level=0,
     )
     assert "<current-task>" in script.systems[0]
     assert "<current-task>" in script.users[0]
@@ -361,12 +339,10 @@ async def test_a_candidate_that_drops_every_critical_line_of_a_date_is_rejected(
     script = Script(careless, careful)
     failed: list[tuple[int, str]] = []
     result = await reflect(
-        source,
+        ReflectorInput(observations=source, target_tokens=1_000, start_level=0),
         caller=ModelCaller(),
         model=script.model,
         estimator=EST,
-        target_tokens=1_000,
-        start_level=0,
         on_attempt_failed=lambda level, reason: failed.append((level, reason)),
     )
     assert failed == [(0, "dropped every 🔴 line of Date: Dec 1, 2025")]

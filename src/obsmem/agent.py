@@ -32,12 +32,12 @@ from pydantic_ai.usage import UsageLimits
 from .convert import from_pydantic_ai, to_pydantic_ai
 from .errors import ConfigError
 from .events import Event
+from .integrations.door import concerns
 from .integrations.pydantic_ai import (
     ObservationalMemoryCapability,
     for_model,
     mark_as_context,
     merged_requests,
-    step_start,
 )
 from .memory import Memory, ThreadRef
 from .messages import FilePart, ImagePart, Message, TextPart, ToolCallPart
@@ -205,7 +205,7 @@ class Agent:
         if ref is not None and self.memory is not None:
 
             def listen(event: Event) -> None:
-                if getattr(event, "thread_id", None) == ref.thread:
+                if concerns(event, ref.thread):
                     events.append(event)
                     queue.put_nowait(event)
 
@@ -257,12 +257,8 @@ class Agent:
             # The input is stored and the first request's context assembled here (it also
             # picks the model by input size); every later step of the run goes through memory
             # again (the capability), so a long tool loop stays inside memory's bounds.
-            context = await self.memory.context(
-                ref, new, actor_model=self.model, recall=self.memory.retrieval
-            )
-            sent = context.messages
             memory_steps = _StepMemory(self.memory, ref, self.instructions)
-            memory_steps.starts_at(context.stored_input)
+            sent = await memory_steps.first_step(new, self.model)
             capabilities.append(memory_steps)
             if self.memory.agent_updates_working_memory:
                 tools.append(_working_memory_tool(self.memory, ref))
@@ -328,10 +324,14 @@ class _StepMemory(ObservationalMemoryCapability):
         # prefix a prompt cache keeps).
         self._state.system_prompts.append(instructions)
 
-    def starts_at(self, stored_input: Sequence[Message]) -> None:
-        """The run's first step is the input the agent stored: a compaction after the model
-        refused it as too long keeps it raw (the capability's retry, for every step)."""
-        self._state.step_from = step_start(stored_input)
+    async def first_step(self, new: Sequence[Message], actor_model: ModelSpec) -> list[Message]:
+        """Store the call's input and return the first request's context (it also picks the
+        model by input size). The input stays raw in a compaction after the model refused it
+        as too long (the capability's retry, for every step); the reply is what comes after."""
+        state = self._state
+        context = await state.step(new, actor_model=actor_model)
+        state.stored.clear()
+        return context.messages
 
     def started_from(self, history: list[pa.ModelMessage]) -> None:
         """The run's starting history: memory's context, its input already stored."""

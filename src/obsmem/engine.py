@@ -26,10 +26,6 @@ from typing import Any
 
 from . import cycles, planner, views
 from .cycles import (
-    META_CURRENT_TASK,
-    META_EXTRACTED,
-    META_LAST_MODEL,
-    META_SUGGESTED_RESPONSE,
     Activation,
     Deps,
     Failure,
@@ -39,7 +35,6 @@ from .embeddings import Embedder, resolve_embedder
 from .errors import ConfigError, MemoryUnavailableError, ObsmemError, check_id
 from .events import EventBus, Hooks, Listener, StatusEvent, Trigger
 from .failures import (
-    FAILURE_KEY,
     FailureState,
     MemoryStatus,
     Role,
@@ -49,6 +44,16 @@ from .failures import (
 )
 from .llm import CallListener, ModelCaller
 from .messages import Message, check_json, utcnow
+from .meta_keys import (
+    META_CURRENT_TASK,
+    META_EXTRACTED,
+    META_FAILURE,
+    META_HELD_CALLS,
+    META_LAST_MODEL,
+    META_RETRACTED,
+    META_RETRACTED_THROUGH,
+    META_SUGGESTED_RESPONSE,
+)
 from .models import ModelSpec
 from .models.environment import AutoModel, credentials_problem, resolve_auto
 from .models.specs import AUTO
@@ -60,9 +65,6 @@ from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, ResourcePatch, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .window import (
-    HELD_CALLS_KEY,
-    RETRACTED_KEY,
-    RETRACTED_THROUGH_KEY,
     ThreadWindow,
     is_retracted,
     windows_of,
@@ -169,7 +171,9 @@ class ObservationalMemory:
                 if options.retrieval is not None and options.retrieval.vector
                 else None
             ),
+            ledger=cycles.Ledger(keep=options.cycle_retention),
         )
+        self._stop_ledger = self.caller.add_listener(self._deps.ledger.on_call)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._logs: OrderedDict[str, _LogState] = OrderedDict()
         self._catch_up_slots = asyncio.Semaphore(CATCH_UP_CONCURRENCY)
@@ -258,13 +262,15 @@ class ObservationalMemory:
         *,
         actor_model: ModelSpec | None = None,
         recall: bool = False,
+        step_from: int | None = None,
         keep_raw_from: int | None = None,
     ) -> PreparedContext:
         """Store ``new_messages``, do what memory work is due, and return the actor's context.
         ``recall``: the actor has the ``recall`` tool, so the context tells it how to use it.
-        ``keep_raw_from``: the thread's messages from this seq on belong to the current step
-        although they were stored before (a front door that stores each step as it happens):
-        like ``new_messages`` they stay raw this time, neither observed nor activated."""
+        ``step_from``: the current step's first seq, when the thread's messages from it on were
+        stored before (a front door that stores each step as it happens): like
+        ``new_messages`` they stay raw this time, neither observed nor activated.
+        ``keep_raw_from`` is its former name, accepted for one release."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         self._settle_models(actor_model)
@@ -286,8 +292,9 @@ class ObservationalMemory:
         # in at once is mostly backlog), or all the new messages (a step of tool traffic).
         users = [m for m in stored if m.role == "user"]
         first = (users[-1] if users else stored[0]).seq if stored else None
-        step = [s for s in (keep_raw_from, first) if s]
-        protect = {thread_id: min(step)} if step else {}
+        step = [s for s in (step_from or keep_raw_from, first) if s]
+        step_from = min(step) if step else None
+        steps = {thread_id: step_from} if step_from else {}
         signals = self._signals(snapshot, actor_model)
         windows = self._windows(snapshot, actor_model)
         record = snapshot.record
@@ -300,12 +307,12 @@ class ObservationalMemory:
             buffering_in_flight=self._running(f"obs:{subject.key}")
             or self._running(f"catch-up:{subject.key}"),
             catching_up=self._running(f"catch-up:{subject.key}"),
-            step_tokens=windows[0].tokens_from(protect.get(thread_id)),
+            step_tokens=windows[0].tokens_from(step_from),
             idle_expired=signals.observation_idle,
             provider_changed=signals.provider_changed,
             observer_backoff=state.observer,
             now=self._deps.now(),
-            activatable=planner.activatable_chunks(record.chunks, protect),
+            activatable=planner.activatable_chunks(record.chunks, steps),
         )
         status = self._status(snapshot, windows, plan.threshold)
         self.bus.emit(status)
@@ -326,7 +333,7 @@ class ObservationalMemory:
                 self._deps,
                 snapshot,
                 keep_tokens=obs.retention_floor or 0,
-                protect=protect,
+                step_from=steps,
                 trigger="turn-sync",
             )
             snapshot = result.snapshot
@@ -336,16 +343,14 @@ class ObservationalMemory:
             self._spawn(f"obs:{subject.key}", self._buffer_loop(snapshot))
         if plan.catch_up:
             newest = snapshot.main.unobserved[-1].seq if snapshot.main.unobserved else None
-            upto = dict(protect) or {thread_id: (newest or 0) + 1}
-            self._spawn(f"catch-up:{subject.key}", self._catch_up(snapshot, upto))
+            after = steps or {thread_id: (newest or 0) + 1}  # the catch-up leaves these alone
+            self._spawn(f"catch-up:{subject.key}", self._catch_up(snapshot, after))
         snapshot = await self._reflection_step(snapshot, signals)
         if self.options.failure_policy == "raise":
             self._raise_if_failing(snapshot)
         main = windows[0] if snapshot is loaded else None  # a plain turn: counted already
         return PreparedContext(
-            messages=self._context(
-                snapshot, recall=recall, keep_from=protect.get(thread_id), window=main
-            ),
+            messages=self._context(snapshot, recall=recall, step_from=step_from, window=main),
             status=status,
             record=snapshot.record,
             stored_input=stored,
@@ -404,7 +409,7 @@ class ObservationalMemory:
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         patch = ThreadPatch(
-            thread_id=thread_id, set=tuple(((HELD_CALLS_KEY, c), held) for c in call_ids)
+            thread_id=thread_id, set=tuple(((META_HELD_CALLS, c), held) for c in call_ids)
         )
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
 
@@ -423,7 +428,7 @@ class ObservationalMemory:
         if task is not None and not task.done():  # it may have read the message already
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        patch = ThreadPatch(thread_id=thread_id, set=(((RETRACTED_KEY, last.id), True),))
+        patch = ThreadPatch(thread_id=thread_id, set=(((META_RETRACTED, last.id), True),))
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
         return last
 
@@ -446,14 +451,16 @@ class ObservationalMemory:
         thread_id: str,
         resource_id: str | None = None,
         *,
-        keep_raw_from: int | None = None,
+        step_from: int | None = None,
         keep_tokens: int | None = None,
         trigger: Trigger = "manual",
+        keep_raw_from: int | None = None,
     ) -> bool:
         """Shrink the thread's context now, as far as memory can: activate buffered chunks and
         observe synchronously until the retention floor (or ``keep_tokens``, when smaller) stays
-        raw. ``keep_raw_from``: the current step's first seq; from it on the messages stay raw
-        (a retried request must still carry them), as ``prepare`` keeps them. True when the
+        raw. ``step_from``: the current step's first seq; from it on the messages stay raw
+        (a retried request must still carry them), as ``prepare`` keeps them
+        (``keep_raw_from`` is its former name, accepted for one release). True when the
         context shrank (the cursor moved); False when there was nothing to observe or a failure
         stopped it (the failed event says why)."""
         self._check_open()
@@ -466,7 +473,7 @@ class ObservationalMemory:
             self._deps,
             snapshot,
             keep_tokens=min(floor, keep_tokens) if keep_tokens is not None else floor,
-            protect={thread_id: keep_raw_from} if keep_raw_from else None,
+            step_from={thread_id: start} if (start := step_from or keep_raw_from) else None,
             trigger=trigger,
         )
         await self._observer_outcome(result.snapshot, result.error)
@@ -489,6 +496,8 @@ class ObservationalMemory:
         )
         if isinstance(outcome, Outcome) and outcome.snapshot is not None:
             return outcome.snapshot.record
+        if isinstance(outcome, Failure):
+            await cycles.flush_ledger(self._deps, subject)  # no failure state to ride on
         return None
 
     async def status(self, thread_id: str, resource_id: str | None = None) -> StatusEvent:
@@ -567,7 +576,7 @@ class ObservationalMemory:
         patch = ThreadPatch(
             thread_id=thread_id,
             set=(
-                ((RETRACTED_THROUGH_KEY,), thread.message_count),
+                ((META_RETRACTED_THROUGH,), thread.message_count),
                 ((META_CURRENT_TASK,), None),
                 ((META_SUGGESTED_RESPONSE,), None),
                 ((META_EXTRACTED,), None),
@@ -592,6 +601,7 @@ class ObservationalMemory:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        self._stop_ledger()
         await self.store.aclose()
 
     # -- background work -------------------------------------------------------------------------
@@ -642,13 +652,13 @@ class ObservationalMemory:
             ):
                 return
 
-    async def _catch_up(self, snapshot: Snapshot, upto: dict[str, int]) -> None:
+    async def _catch_up(self, snapshot: Snapshot, step_from: dict[str, int]) -> None:
         """A background catch-up (see :func:`obsmem.cycles.catch_up`), at most
         ``CATCH_UP_CONCURRENCY`` at a time per engine so a fleet of old threads waking up at once
         does not flood the Observer."""
         async with self._catch_up_slots:
             snapshot = await self._load(snapshot.subject)
-            result = await cycles.catch_up(self._deps, snapshot, upto=upto)
+            result = await cycles.catch_up(self._deps, snapshot, step_from=step_from)
         await self._observer_outcome(result.snapshot, result.error)
         await self._thread_outcomes(result)
 
@@ -807,7 +817,7 @@ class ObservationalMemory:
         if failure is None and (state is None or not failures_in(state.thread.metadata)):
             return
         value = failure.to_json() if failure is not None else None
-        patch = ThreadPatch(thread_id=thread_id, set=(((FAILURE_KEY, "observer"), value),))
+        patch = ThreadPatch(thread_id=thread_id, set=(((META_FAILURE, "observer"), value),))
         try:
             await cycles.load(self._deps, LoadRequest(subject=snapshot.subject, patches=[patch]))
         except ObsmemError as exc:
@@ -829,7 +839,7 @@ class ObservationalMemory:
         """Store (or, with None, clear) the log's failure state for ``role``: one small write,
         only when the state changes. A store that cannot take it is logged, never raised."""
         value = failure.to_json() if failure is not None else None
-        path = ((FAILURE_KEY, role), value)
+        path = ((META_FAILURE, role), value)
         request = (
             LoadRequest(
                 subject=subject,
@@ -954,7 +964,7 @@ class ObservationalMemory:
         snapshot: Snapshot,
         *,
         recall: bool,
-        keep_from: int | None = None,
+        step_from: int | None = None,
         window: ThreadWindow | None = None,
     ) -> list[Message]:
         main = window or self._windows(snapshot)[0]
@@ -966,7 +976,7 @@ class ObservationalMemory:
             working_memory=self.working_memory,
             recall=recall,
             window=main,
-            keep_from=keep_from,
+            step_from=step_from,
         )
 
     def _status(
@@ -996,7 +1006,7 @@ class ObservationalMemory:
     def _windows(
         self, snapshot: Snapshot, actor_model: ModelSpec | None = None
     ) -> tuple[ThreadWindow, ...]:
-        return windows_of(snapshot, self._estimator(snapshot, actor_model), self._deps.held)
+        return windows_of(snapshot, self._estimator(snapshot, actor_model), self._deps.cached)
 
     def _estimator(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> TokenEstimator:
         """The estimator for the thread's window: image and PDF costs by the actor's provider

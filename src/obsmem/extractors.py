@@ -29,10 +29,10 @@ from typing import Any, Final, Literal, TypeAlias, cast
 
 from pydantic import BaseModel, ValidationError
 
+from .answers import ParsedOutput
 from .errors import ConfigError
 from .llm import LLMRequest, ModelCaller
 from .models import ModelSpec
-from .observations import ParsedOutput
 
 __all__ = [
     "DROP",

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
+from .meta_keys import META_FAILURE
+
 __all__ = [
-    "FAILURE_KEY",
     "FailureState",
     "MemoryStatus",
     "Role",
@@ -28,8 +29,6 @@ __all__ = [
     "next_failure",
 ]
 
-FAILURE_KEY = "om:failure"
-"""Metadata key (thread or resource) holding ``{role: FailureState.to_json()}``."""
 
 Role: TypeAlias = Literal["observer", "reflector"]
 ROLES: tuple[Role, ...] = ("observer", "reflector")
@@ -108,7 +107,7 @@ class FailureState:
 
 def failures_in(metadata: Mapping[str, Any] | None) -> dict[Role, FailureState]:
     """The failure states stored in a thread's or resource's metadata, by role."""
-    stored = (metadata or {}).get(FAILURE_KEY)
+    stored = (metadata or {}).get(META_FAILURE)
     if not isinstance(stored, Mapping):
         return {}
     found: dict[Role, FailureState] = {}

@@ -21,13 +21,16 @@ from .events import EventBus, Hooks, Listener
 from .failures import MemoryStatus
 from .llm import CallListener
 from .messages import Message, utcnow
+from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMORY
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .recall import RECALL_DESCRIPTION
-from .records import Thread
+from .records import CycleRecord, Thread, record_key
+from .snapshot import Subject
 from .stores import SQLiteStore, Store
+from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
-from .window import RETRACTED_KEY, RETRACTED_THROUGH_KEY, is_retracted
+from .window import is_retracted
 from .working_memory import (
     WorkingMemory,
     read_working_memory,
@@ -154,12 +157,14 @@ class Memory:
         *,
         actor_model: ModelSpec | None,
         recall: bool = False,
+        step_from: int | None = None,
         keep_raw_from: int | None = None,
     ) -> MemoryContext:
         """Store the new input and return what the model should see. ``recall``: the model
         has the ``recall`` tool (the context then says how to use it; otherwise it never
-        mentions it). ``keep_raw_from``: the seq of the first message of the current step when
-        it was stored already (it stays raw, as the new input does)."""
+        mentions it). ``step_from``: the current step's first seq when it was stored already
+        (it stays raw, as the new input does); ``keep_raw_from`` is its former name, accepted
+        for one release."""
         ref = ThreadRef.of(ref)
         if self.om is not None:
             prepared = await self.om.prepare(
@@ -168,27 +173,37 @@ class Memory:
                 new_messages,
                 actor_model=actor_model,
                 recall=recall,
-                keep_raw_from=keep_raw_from,
+                step_from=step_from or keep_raw_from,
             )
             return MemoryContext(
                 messages=prepared.messages,
                 stored_input=prepared.stored_input,
                 observed_through=prepared.record.cursor.get(ref.thread, 0),
             )
-        # Without observational memory the whole thread is sent.
-        await self.store.create_thread(ref.thread, ref.resource)
-        stored = await self.store.append_messages(ref.thread, new_messages)
-        thread = await self.store.get_thread(ref.thread)
-        meta = thread.metadata if thread is not None else {}
-        messages = [
-            m for m in await self.store.list_messages(ref.thread) if not is_retracted(m, meta)
-        ]
-        if self.working_memory is not None:
-            content = await self.get_working_memory(ref)
+        return await self._whole_thread(ref, new_messages)
+
+    async def _whole_thread(self, ref: ThreadRef, new_messages: Sequence[Message]) -> MemoryContext:
+        """Without observational memory the whole thread is sent: the input stored and the
+        thread (with its metadata) read in one store call."""
+        wm = self.working_memory
+        snapshot = await self.store.load(
+            LoadRequest(
+                subject=_plain_subject(ref),
+                append=new_messages,
+                resource_metadata=wm is not None and wm.scope == "resource",
+            )
+        )
+        thread = snapshot.threads[0].thread
+        meta = thread.metadata
+        messages = [m for m in snapshot.threads[0].unobserved if not is_retracted(m, meta)]
+        if wm is not None:
+            where = snapshot.resource_metadata if wm.scope == "resource" else meta
+            value = where.get(META_WORKING_MEMORY)
+            content = value if isinstance(value, str) else wm.blank()
             shown = working_memory_message(content, managed=False)
             at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
             messages = [*messages[:at], shown, *messages[at:]]
-        return MemoryContext(messages=messages, stored_input=stored)
+        return MemoryContext(messages=messages, stored_input=list(snapshot.stored))
 
     async def hold_calls(
         self, ref: ThreadRef | Mapping[str, Any], call_ids: Collection[str], *, held: bool = True
@@ -214,8 +229,8 @@ class Memory:
         last = await newest_shown(self.store, ref.thread)
         thread = await self.store.get_thread(ref.thread)
         if last is not None and thread is not None:
-            taken = {**(thread.metadata.get(RETRACTED_KEY) or {}), last.id: True}
-            await self.store.update_thread(ref.thread, metadata={RETRACTED_KEY: taken})
+            taken = {**(thread.metadata.get(META_RETRACTED) or {}), last.id: True}
+            await self.store.update_thread(ref.thread, metadata={META_RETRACTED: taken})
         return last
 
     async def forget_thread(self, ref: ThreadRef | Mapping[str, Any]) -> None:
@@ -229,27 +244,29 @@ class Memory:
         thread = await self.store.get_thread(ref.thread)
         if thread is not None:
             await self.store.update_thread(
-                ref.thread, metadata={RETRACTED_THROUGH_KEY: thread.message_count}
+                ref.thread, metadata={META_RETRACTED_THROUGH: thread.message_count}
             )
 
     async def compact(
         self,
         ref: ThreadRef | Mapping[str, Any],
         *,
-        keep_raw_from: int | None = None,
+        step_from: int | None = None,
         keep_tokens: int | None = None,
+        keep_raw_from: int | None = None,
     ) -> bool:
         """Shrink the thread's context now: buffered observations are activated and the rest
         observed until only the retention floor (``observation.retention_floor``, or
-        ``keep_tokens`` when smaller) stays raw; the messages from seq ``keep_raw_from`` on
-        (the current step) stay raw. The front doors do it by themselves, once, when the
-        model refuses a request as longer than its context. True when the context shrank;
-        False when nothing could be observed (or memory is off)."""
+        ``keep_tokens`` when smaller) stays raw; the messages from seq ``step_from`` on (the
+        current step) stay raw (``keep_raw_from`` is its former name, accepted for one
+        release). The front doors do it by themselves, once, when the model refuses a request
+        as longer than its context. True when the context shrank; False when nothing could be
+        observed (or memory is off)."""
         ref = ThreadRef.of(ref)
         if self.om is None:
             return False
         return await self.om.compact(
-            ref.thread, ref.resource, keep_raw_from=keep_raw_from, keep_tokens=keep_tokens
+            ref.thread, ref.resource, step_from=step_from or keep_raw_from, keep_tokens=keep_tokens
         )
 
     # -- recall ------------------------------------------------------------------------------------
@@ -358,8 +375,10 @@ class Memory:
         ref = ThreadRef.of(ref)
         if self.om is not None:
             return await self.om.record(ref.thread, ref.resource, messages, actor_model=actor_model)
-        await self.store.create_thread(ref.thread, ref.resource)
-        return await self.store.append_messages(ref.thread, messages)
+        snapshot = await self.store.load(
+            LoadRequest(subject=_plain_subject(ref), append=messages, resource_metadata=False)
+        )
+        return list(snapshot.stored)
 
     async def status(self, ref: ThreadRef | Mapping[str, Any]) -> MemoryStatus:
         """Whether memory works for this conversation, and if not, why and what to do: the
@@ -369,6 +388,37 @@ class Memory:
         if self.om is not None:
             return await self.om.health(ref.thread, ref.resource)
         return MemoryStatus(thread_id=ref.thread, resource_id=ref.resource, enabled=False)
+
+    async def cycles(
+        self,
+        ref: ThreadRef | Mapping[str, Any],
+        *,
+        kind: str | Sequence[str] | None = None,
+        outcome: str | Sequence[str] | None = None,
+        limit: int = 100,
+        before: datetime | None = None,
+    ) -> list[CycleRecord]:
+        """The cycle ledger of this conversation's log, newest first: each buffering,
+        observation, activation and reflection cycle with its outcome (``committed``,
+        ``redundant``, ``failed`` with its error), timing, model, tokens, cost, the messages it
+        covered and the generation it produced. In resource scope, the cycles that worked on this
+        thread. ``kind``/``outcome`` filter (one name or several); the next page starts
+        ``before`` the last row's ``started_at``."""
+        ref = ThreadRef.of(ref)
+        resource_scope = self.om is not None and self.om.options.scope == "resource"
+        key = (
+            self.om.key(ref.thread, ref.resource)
+            if self.om is not None
+            else record_key("thread", thread_id=ref.thread, resource_id=ref.resource)
+        )
+        return await self.store.list_cycles(
+            key,
+            thread_id=ref.thread if resource_scope else None,
+            kinds=_names(kind),
+            outcomes=_names(outcome),
+            limit=limit,
+            before=before,
+        )
 
     # -- threads ---------------------------------------------------------------------------------
 
@@ -447,3 +497,14 @@ class Memory:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _names(value: str | Sequence[str] | None) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _plain_subject(ref: ThreadRef) -> Subject:
+    """The thread alone, as a memory without observational memory reads and writes it."""
+    return Subject(scope="thread", thread_id=ref.thread, resource_id=ref.resource)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import base64
 import re
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias, cast, get_args
@@ -461,7 +461,3 @@ def message_from_dict(raw: Mapping[str, Any]) -> Message:
         metadata=dict(raw.get("metadata") or {}),
         seq=raw.get("seq"),
     )
-
-
-def parts_to_json_list(parts: Sequence[Part]) -> list[dict[str, Any]]:
-    return [part_to_dict(p) for p in parts]

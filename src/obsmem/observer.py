@@ -1,6 +1,6 @@
 """The Observer: render new messages as a transcript, ask the model for observations, parse.
 
-:func:`render_transcript` writes messages in the pinned transcript form (SPEC §5): a
+:func:`render_transcript` writes messages in the transcript form the Observer's prompt explains: a
 ``Dec 4 2025:`` header per date, ``User (2:30 PM): …`` lines with the time only when it changed,
 tool calls, capped tool results, reasoning, and numbered placeholders for images and files (the
 attachments themselves are returned so they can be sent along as model inputs).
@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
 from typing import Any, cast
 
+from obsmem.answers import ParsedOutput, parse_output
 from obsmem.errors import ObserverOutputError
 from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
 from obsmem.messages import (
@@ -27,7 +28,7 @@ from obsmem.messages import (
     ToolResultPart,
 )
 from obsmem.models import ModelSpec
-from obsmem.observations import ParsedOutput, parse_output, truncate_observations
+from obsmem.observations import truncate_observations
 from obsmem.prompts import observer_system_prompt
 from obsmem.tokens import TokenEstimator
 

@@ -5,7 +5,7 @@ planner the numbers (and the time it read), and carries out what the planner say
 activate, when a synchronous observation runs and what it takes, when buffering starts and how
 much a chunk covers, when a reflection starts, activates or runs, how long to wait after a
 failure, and when a reflection is not worth retrying: all of it is here, and tests drive it with
-tables (tests/test_planner.py), including the worked example of the reference.
+tables (tests/test_planner.py), including a worked example of activation at the defaults.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Literal, TypeAlias
 
 from .messages import Message
-from .options import ResolvedOptions
+from .options.resolved import ResolvedOptions
 from .records import BufferedChunk
 from .window import ThreadWindow, take_prefix
 
@@ -33,11 +33,11 @@ __all__ = [
     "activatable_chunks",
     "activation_count",
     "backoff_after",
+    "before_waiting_chunks",
     "buffer_due",
     "buffer_interval",
     "buffering_due",
     "chunk_slice",
-    "held_by_chunks",
     "may_retry",
     "message_threshold",
     "plan_after_reply",
@@ -99,7 +99,7 @@ def activation_count(
     retention_floor: int,
     force_max: bool,
 ) -> int:
-    """How many leading chunks to activate (reference §4.5, step 7).
+    """How many leading chunks to activate (activation removes about ``target`` tokens).
 
     ``target`` is what must leave the context to get down to the retention floor. Walking the
     chunks' cumulative message tokens, the *over* boundary is the smallest sum ≥ target and the
@@ -280,7 +280,7 @@ def plan_reflection(
     now: datetime | None = None,
     suppressed_at: int | None = None,
 ) -> ReflectionPlan:
-    """Decide the log's fate at this step (reference §4.9).
+    """Decide the log's fate at this step: start, activate or run a reflection, or nothing.
 
     - Buffering off: reflect synchronously at the threshold.
     - Buffering on: start a background reflection at ``buffer_start_tokens``; at the threshold
@@ -477,46 +477,49 @@ def plan_after_reply(
     return None
 
 
-def activatable_chunks(chunks: Sequence[BufferedChunk], protect: Mapping[str, int]) -> int:
-    """How many leading chunks cover only messages before ``protect`` (per thread, the first
-    seq that must stay raw: the current step's messages). Chunks activate in order, so the
-    first chunk that reaches a protected message stops the count."""
+def activatable_chunks(chunks: Sequence[BufferedChunk], step_from: Mapping[str, int]) -> int:
+    """How many leading chunks cover only messages before ``step_from`` (per thread, the current
+    step's first seq: from it on the messages stay raw). Chunks activate in order, so the first
+    chunk that reaches the current step stops the count."""
     count = 0
     for chunk in chunks:
-        if any(r.last_seq >= protect.get(r.thread_id, math.inf) for r in chunk.ranges):
+        if any(r.last_seq >= step_from.get(r.thread_id, math.inf) for r in chunk.ranges):
             break
         count += 1
     return count
 
 
-def held_by_chunks(chunks: Sequence[BufferedChunk], protect: Mapping[str, int]) -> dict[str, int]:
-    """``protect`` moved back to the first message of the chunks that cannot activate now: a
-    synchronous observation must not split a chunk, so it stops where they start."""
-    held = dict(protect)
-    for chunk in chunks[activatable_chunks(chunks, protect) :]:
+def before_waiting_chunks(
+    chunks: Sequence[BufferedChunk], step_from: Mapping[str, int]
+) -> dict[str, int]:
+    """``step_from`` moved back to the first message of the chunks that wait (they reach the
+    current step, so they cannot activate now): a synchronous observation must not split a
+    chunk, so it stops where they start."""
+    stop = dict(step_from)
+    for chunk in chunks[activatable_chunks(chunks, step_from) :]:
         for r in chunk.ranges:
-            held[r.thread_id] = min(held.get(r.thread_id, r.first_seq), r.first_seq)
-    return held
+            stop[r.thread_id] = min(stop.get(r.thread_id, r.first_seq), r.first_seq)
+    return stop
 
 
 def sync_batches(
     windows: Sequence[ThreadWindow],
     *,
     keep_tokens: int,
-    protect: Mapping[str, int],
+    step_from: Mapping[str, int],
     cap: int,
 ) -> list[Batch]:
     """What one step of a synchronous observation takes: per thread (largest window first), the
     oldest messages, so that about ``keep_tokens`` stay raw. Each thread's batch takes at most
     ``cap`` tokens (unless one message alone is larger) and is cut only where no tool call is
-    split from its result. ``protect`` gives, per thread, the first seq that must stay raw (the
-    turn's own input). Empty when nothing needs observing or nothing can be cut."""
+    split from its result. ``step_from`` gives, per thread, the first seq that must stay raw (the
+    current step's first seq). Empty when nothing needs observing or nothing can be cut."""
     excess = sum(w.total for w in windows) - keep_tokens
     batches: list[Batch] = []
     for w in sorted(windows, key=lambda w: w.total, reverse=True):
         if excess <= 0:
             break
-        limit = protect.get(w.thread_id)
+        limit = step_from.get(w.thread_id)
         pairs = [
             (m, t)
             for m, t in zip(w.messages, w.tokens, strict=True)
@@ -536,17 +539,17 @@ def sync_batches(
     return batches
 
 
-def raw_cut(window: ThreadWindow, *, limit: int, keep_from: int | None = None) -> int:
+def raw_cut(window: ThreadWindow, *, limit: int, step_from: int | None = None) -> int:
     """How many of the oldest unobserved messages to leave out of the actor's context so the
     rest fits in ``limit`` tokens (while observation catches up, or the Observer is away): the
     fewest that do it, cut only where no tool call is split from its result, never into the
-    current step (messages from seq ``keep_from`` on). 0 when everything fits."""
+    current step (messages from seq ``step_from`` on). 0 when everything fits."""
     if window.total <= limit:
         return 0
     before = [
         (m, t)
         for m, t in zip(window.messages, window.tokens, strict=True)
-        if keep_from is None or (m.seq or 0) < keep_from
+        if step_from is None or (m.seq or 0) < step_from
     ]
     return take_prefix(
         [m for m, _ in before],

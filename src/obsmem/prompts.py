@@ -2,8 +2,9 @@
 
 Instructions go in the system message (built here); the data (previous observations, prior
 hints, the transcript, the log to reflect on) goes in the user message, built by
-:mod:`obsmem.observer` and :mod:`obsmem.reflector`. The output *format* is pinned by SPEC §5;
-the wording is ours.
+:mod:`obsmem.observer` and :mod:`obsmem.reflector`. The output *format* is fixed (an
+``<observations>`` block of dated, prioritised lines, then optional sections such as
+``<current-task>``: :mod:`obsmem.answers` reads it); the wording is ours.
 """
 
 from __future__ import annotations

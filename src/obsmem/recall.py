@@ -80,9 +80,10 @@ RECALL_DESCRIPTION = (
 
 
 class RecallRequest(BaseModel):
-    """The ``recall`` tool's parameters (SPEC §8), as a schema for the frameworks whose tools
-    take one (LangChain, the Agents SDK). Values the schema accepts but recall cannot use (an
-    unknown mode, a limit above 20) are answered with a message that says what to send."""
+    """The ``recall`` tool's parameters (mode, cursor, query, ...), as a schema for the
+    frameworks whose tools take one (LangChain, the Agents SDK). Values the schema accepts but
+    recall cannot use (an unknown mode, a limit above 20) are answered with a message that
+    says what to send."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -4,7 +4,7 @@ Each attempt asks the model for the whole refined log with the guidance of one l
 4: extreme). The first valid candidate under the target size wins; otherwise the next level is
 tried, and when the ladder ends the *smallest* valid candidate is kept. Empty or degenerate
 output and failed model calls are failed attempts; when every attempt fails the Reflector raises
-``ObserverOutputError`` and the caller keeps the old log (SPEC §4, invariant 5).
+``ObserverOutputError`` and the caller keeps the old log: a bad answer never wipes memory.
 """
 
 from __future__ import annotations
@@ -15,14 +15,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from obsmem.answers import ParsedOutput, parse_output
 from obsmem.errors import ConfigError, ObserverOutputError
 from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
 from obsmem.models import ModelSpec
-from obsmem.observations import (
-    ParsedOutput,
-    dropped_critical_dates,
-    parse_output,
-)
+from obsmem.observations import dropped_critical_dates
 from obsmem.prompts import reflector_system_prompt
 from obsmem.tokens import TokenEstimator
 
@@ -30,6 +27,7 @@ __all__ = [
     "COMPRESSION_GUIDANCE",
     "MAX_LEVEL",
     "ReflectionResult",
+    "ReflectorInput",
     "reflect",
     "reflector_user_message",
     "strip_group_tags",
@@ -68,6 +66,31 @@ COMPRESSION_GUIDANCE: dict[int, str] = {
 }
 """Guidance added to the Reflector's request at each compression level."""
 
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReflectorInput:
+    """What one Reflector ladder sees, and what it aims for."""
+
+    observations: str
+    """The log (or the part of it) to condense."""
+    target_tokens: int
+    """A candidate under this many tokens ends the climb."""
+    start_level: int = 0
+    """The first compression level asked for (0: no guidance, up to :data:`MAX_LEVEL`)."""
+    max_level: int | None = None
+    """The last level tried; ``None`` is ``min(MAX_LEVEL, start_level + 3)``."""
+    instruction: str | None = None
+    """The user's instruction, added to the system prompt."""
+    guidance: str | None = None
+    """Guidance for this reflection, added to the user message."""
+    continuation_hints: bool = True
+    """Ask for ``<current-task>`` and ``<suggested-response>``."""
+    extra_sections: Sequence[tuple[str, str]] = ()
+    """``(slug, description)`` of inline extractor sections to ask for."""
+    prior_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    """Earlier extractor values by slug, shown as continuity hints."""
+
+
 AttemptFailed = Callable[[int, str], None]
 """``on_attempt_failed(level, reason)``: called for each attempt that does not end the ladder."""
 
@@ -96,35 +119,28 @@ def strip_group_tags(log: str) -> str:
     return _GROUP_TAG.sub("", log)
 
 
-def reflector_user_message(
-    observations: str,
-    *,
-    level: int,
-    guidance: str | None,
-    continuation_hints: bool,
-    prior_values: Mapping[str, Any] | None = None,
-) -> str:
-    """The text of the Reflector's user message for one compression level."""
+def reflector_user_message(inp: ReflectorInput, level: int) -> str:
+    """The text of the Reflector's user message at compression ``level``."""
     parts = [
-        f"## Observations to Reflect On\n\n{strip_group_tags(observations).strip()}\n\n---",
+        f"## Observations to Reflect On\n\n{strip_group_tags(inp.observations).strip()}\n\n---",
         "Write the refined observations inside <observations>. They will become the ENTIRE "
         "memory and replace everything above, so include everything that still matters.",
     ]
-    if prior_values:
+    if inp.prior_values:
         shown = [
             f"<{slug}>{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</{slug}>"
-            for slug, v in prior_values.items()
+            for slug, v in inp.prior_values.items()
         ]
         parts.append(
             "## Prior Extracted Values\n\n"
             + "\n".join(shown)
             + "\n\nUse these only as continuity hints; update them from the observations."
         )
-    if guidance:
-        parts.append(f"## Specific guidance\n\n{guidance.strip()}")
+    if inp.guidance:
+        parts.append(f"## Specific guidance\n\n{inp.guidance.strip()}")
     if COMPRESSION_GUIDANCE[level]:
         parts.append(COMPRESSION_GUIDANCE[level])
-    if continuation_hints:
+    if inp.continuation_hints:
         parts.append(
             "After </observations>, also write <current-task> and <suggested-response> for the "
             "latest state of the conversation."
@@ -146,43 +162,29 @@ def _levels(start_level: int, max_level: int | None) -> range:
 
 
 async def reflect(
-    observations: str,
+    inp: ReflectorInput,
     *,
     caller: ModelCaller,
     model: ModelSpec,
     model_settings: Mapping[str, Any] | None = None,
     estimator: TokenEstimator,
-    target_tokens: int,
-    start_level: int,
-    max_level: int | None = None,
-    instruction: str | None = None,
-    guidance: str | None = None,
-    continuation_hints: bool = True,
-    extra_sections: Sequence[tuple[str, str]] = (),
-    prior_values: Mapping[str, Any] | None = None,
     timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
     cycle_id: str = "",
     on_attempt_failed: AttemptFailed | None = None,
 ) -> ReflectionResult:
-    """Condense ``observations`` to fewer than ``target_tokens`` tokens if the model can.
+    """Condense ``inp.observations`` to fewer than ``inp.target_tokens`` tokens if the model can.
 
-    Levels run from ``start_level`` to ``max_level`` (default ``min(4, start_level + 3)``), one
-    call through ``caller`` each. A valid candidate is shorter than its input and keeps, for
-    every date it still has, at least one of the 🔴 lines the input had there; the first one
-    under target is returned, otherwise the smallest. Raises ``ObserverOutputError`` when no
-    attempt produced a valid candidate; a failed model call (already retried if transient) ends
-    the climb and propagates. Cancellation propagates.
-    ``extra_sections`` (``(slug, description)``) are inline extractor sections to ask for, and
-    ``prior_values`` their earlier values, shown as hints.
+    Levels run from ``inp.start_level`` to ``inp.max_level``, one call through ``caller`` each.
+    A valid candidate is shorter than its input and keeps, for every date it still has, at least
+    one of the 🔴 lines the input had there; the first one under target is returned, otherwise
+    the smallest. Raises ``ObserverOutputError`` when no attempt produced a valid candidate; a
+    failed model call (already retried if transient) ends the climb and propagates.
+    Cancellation propagates.
     """
-    levels = _levels(start_level, max_level)
-    system = reflector_system_prompt(
-        multi_thread="<thread " in observations,
-        continuation_hints=continuation_hints,
-        extra_sections=extra_sections,
-        instruction=instruction,
-    )
-    extra_slugs = [slug for slug, _ in extra_sections]
+    observations, target_tokens = inp.observations, inp.target_tokens
+    levels = _levels(inp.start_level, inp.max_level)
+    system = _system_prompt(inp)
+    extra_slugs = [slug for slug, _ in inp.extra_sections]
     input_tokens = estimator.count_text(observations)
     calls: list[LLMResult] = []
     best: ReflectionResult | None = None
@@ -200,15 +202,7 @@ async def reflect(
             role="reflector",
             model=model,
             system=system,
-            user=[
-                reflector_user_message(
-                    observations,
-                    level=level,
-                    guidance=guidance,
-                    continuation_hints=continuation_hints,
-                    prior_values=prior_values,
-                )
-            ],
+            user=[reflector_user_message(inp, level)],
             model_settings=dict(model_settings or {}),
             input_tokens=input_tokens,
             timeout=timeout,
@@ -225,24 +219,11 @@ async def reflect(
             failed(level, f"model call failed: {exc}")
             raise
         calls.append(result)
-        if result.cut_off not in (None, REPEATING):
-            # The cap is the input's size: an answer that reaches it is no reflection.
-            failed(level, f"not shorter than its input of {input_tokens} tokens (cut off)")
+        judged = _candidate(result, inp, extra_slugs, estimator, input_tokens)
+        if isinstance(judged, str):
+            failed(level, judged)
             continue
-        if result.cut_off == REPEATING:
-            failed(level, "degenerate output (repeated text)")
-            continue
-        parsed = parse_output(result.text, extra_slugs=extra_slugs)
-        if parsed.is_empty:
-            failed(level, "empty output (no observations)")
-            continue
-        if lost := dropped_critical_dates(observations, parsed.observations):
-            failed(level, f"dropped every 🔴 line of {', '.join(lost)}")
-            continue
-        tokens = estimator.count_text(parsed.observations)
-        if tokens >= input_tokens:
-            failed(level, f"{tokens} tokens, not shorter than its input of {input_tokens}")
-            continue
+        parsed, tokens = judged
         candidate = ReflectionResult(
             parsed=parsed, tokens=tokens, level=level, attempts=attempts, calls=calls
         )
@@ -259,6 +240,39 @@ async def reflect(
             "reflection model or raise its max_tokens."
         )
     return _final(best, attempts, calls)
+
+
+def _system_prompt(inp: ReflectorInput) -> str:
+    return reflector_system_prompt(
+        multi_thread="<thread " in inp.observations,
+        continuation_hints=inp.continuation_hints,
+        extra_sections=inp.extra_sections,
+        instruction=inp.instruction,
+    )
+
+
+def _candidate(
+    result: LLMResult,
+    inp: ReflectorInput,
+    extra_slugs: Sequence[str],
+    estimator: TokenEstimator,
+    input_tokens: int,
+) -> tuple[ParsedOutput, int] | str:
+    """One answer as a valid candidate (parsed, with its tokens), or why it is not one."""
+    if result.cut_off not in (None, REPEATING):
+        # The cap is the input's size: an answer that reaches it is no reflection.
+        return f"not shorter than its input of {input_tokens} tokens (cut off)"
+    if result.cut_off == REPEATING:
+        return "degenerate output (repeated text)"
+    parsed = parse_output(result.text, extra_slugs=extra_slugs)
+    if parsed.is_empty:
+        return "empty output (no observations)"
+    if lost := dropped_critical_dates(inp.observations, parsed.observations):
+        return f"dropped every 🔴 line of {', '.join(lost)}"
+    tokens = estimator.count_text(parsed.observations)
+    if tokens >= input_tokens:
+        return f"{tokens} tokens, not shorter than its input of {input_tokens}"
+    return parsed, tokens
 
 
 def _final(chosen: ReflectionResult, attempts: int, calls: list[LLMResult]) -> ReflectionResult:

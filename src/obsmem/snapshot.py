@@ -94,16 +94,16 @@ class Snapshot:
         return self.main.thread.metadata
 
 
-def reusable(held: Sequence[Message], after_seq: int) -> tuple[Message, ...]:
-    """The messages of ``held`` (one thread's messages a caller holds, a run of consecutive
+def reusable(cached: Sequence[Message], after_seq: int) -> tuple[Message, ...]:
+    """The messages of ``cached`` (one thread's messages read before, a run of consecutive
     seqs in order) that can stand in for reading the thread after ``after_seq``: those after
     it, when the run reaches back to ``after_seq + 1``. Stored messages are never rewritten
     (invariant 1), so a message read once is the message for good."""
-    if not held:
+    if not cached:
         return ()
-    first, last = held[0].seq, held[-1].seq
-    if first is None or last is None or last - first != len(held) - 1:
+    first, last = cached[0].seq, cached[-1].seq
+    if first is None or last is None or last - first != len(cached) - 1:
         return ()  # not one run of consecutive seqs
     if after_seq < first - 1 or after_seq >= last:
         return ()
-    return tuple(held[after_seq - first + 1 :])
+    return tuple(cached[after_seq - first + 1 :])

@@ -1,5 +1,11 @@
 """What the engine shows from a snapshot: the actor's context, the status event, and whether the
-actor's prompt cache is already lost. Pure functions of (snapshot, options, time)."""
+actor's prompt cache is already lost. Pure functions of (snapshot, options, time).
+
+The difference from :mod:`obsmem.context`: this module *reads* a snapshot and the options
+(metadata keys, thresholds, which messages are left out, what the actor may be told about
+recall) and decides what goes in; :mod:`obsmem.context` only *lays out* what it is given
+(a :class:`~obsmem.context.ContextInput`) as messages, and takes no store, snapshot or
+options."""
 
 from __future__ import annotations
 
@@ -9,9 +15,9 @@ from datetime import datetime, tzinfo
 from typing import Any, cast
 
 from .context import ContextInput, build_context
-from .cycles import META_CURRENT_TASK, META_EXTRACTED, META_LAST_MODEL, META_SUGGESTED_RESPONSE
 from .events import StatusEvent
 from .messages import Message
+from .meta_keys import META_CURRENT_TASK, META_EXTRACTED, META_LAST_MODEL, META_SUGGESTED_RESPONSE
 from .models import ModelSpec, model_id_of, prompt_cache_ttl_ms, provider_of
 from .observations import strip_recall_ranges
 from .options import ResolvedOptions
@@ -40,7 +46,7 @@ def actor_context(
     working_memory: WorkingMemory | None,
     recall: bool,
     window: ThreadWindow | None = None,
-    keep_from: int | None = None,
+    step_from: int | None = None,
 ) -> list[Message]:
     """The messages the actor gets from ``snapshot`` (after the caller's own instructions).
     Only an actor that has the ``recall`` tool (``recall``) is told about it: the guidance and
@@ -50,7 +56,7 @@ def actor_context(
     observations = snapshot.record.observations
     recalls = recall and options.retrieval is not None
     raw = window.messages if window is not None else visible(snapshot.main)
-    cut = left_out_count(snapshot, options, window, keep_from=keep_from) if window else 0
+    cut = left_out_count(snapshot, options, window, step_from=step_from) if window else 0
     return build_context(
         ContextInput(
             observations=observations if recalls else strip_recall_ranges(observations),
@@ -201,14 +207,14 @@ def left_out_count(
     options: ResolvedOptions,
     window: ThreadWindow,
     *,
-    keep_from: int | None = None,
+    step_from: int | None = None,
 ) -> int:
     """How many of the thread's oldest raw messages the actor's context leaves out so the rest
     stays within ``block_after`` (while observation catches up or the Observer is away)."""
     limit = options.observation.block_after or message_threshold(
         options, snapshot.record.observation_tokens
     )
-    return raw_cut(window, limit=limit, keep_from=keep_from)
+    return raw_cut(window, limit=limit, step_from=step_from)
 
 
 def model_label(model: ModelSpec) -> str:

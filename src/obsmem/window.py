@@ -13,15 +13,13 @@ from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
+from .meta_keys import META_DEFERRED, META_HELD_CALLS, META_RETRACTED, META_RETRACTED_THROUGH
 from .snapshot import Snapshot, Subject, ThreadState
 from .tokens import TokenEstimator
 
 __all__ = [
-    "DEFERRED",
-    "HELD_CALLS_KEY",
-    "RETRACTED_KEY",
     "RETRACTED_THROUGH_KEY",
-    "HeldMessages",
+    "CachedMessages",
     "ThreadWindow",
     "binding_calls",
     "held_calls",
@@ -36,8 +34,8 @@ __all__ = [
     "windows_of",
 ]
 
-MAX_HELD_THREADS = 256
-"""Most threads whose unobserved messages one engine keeps between steps."""
+MAX_CACHED_THREADS = 256
+"""Most threads whose unobserved messages one engine caches between steps."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,16 +90,16 @@ class ThreadWindow:
 
 
 def windows_of(
-    snapshot: Snapshot, estimator: TokenEstimator, held: HeldMessages | None = None
+    snapshot: Snapshot, estimator: TokenEstimator, cached: CachedMessages | None = None
 ) -> tuple[ThreadWindow, ...]:
     """The window of every covered thread in ``snapshot`` (the subject's own thread first);
-    ``held`` reuses counts made before."""
+    ``cached`` reuses counts made before."""
     record = snapshot.record
 
     def count(message: Message) -> int:
         return (
-            held.tokens(message, estimator)
-            if held is not None
+            cached.tokens(message, estimator)
+            if cached is not None
             else estimator.count_message(message)
         )
 
@@ -118,39 +116,39 @@ def windows_of(
 
 
 def visible(state: ThreadState) -> tuple[Message, ...]:
-    """A thread's unobserved messages without those taken back (:data:`RETRACTED_KEY`,
-    :data:`RETRACTED_THROUGH_KEY`)."""
+    """A thread's unobserved messages without those taken back (:data:`META_RETRACTED`,
+    :data:`META_RETRACTED_THROUGH`)."""
     return tuple(m for m in state.unobserved if not is_retracted(m, state.thread.metadata))
 
 
 def is_retracted(message: Message, thread_metadata: Mapping[str, Any]) -> bool:
-    through = thread_metadata.get(RETRACTED_THROUGH_KEY)
+    through = thread_metadata.get(META_RETRACTED_THROUGH)
     if isinstance(through, int) and (message.seq or 0) <= through:
         return True
-    retracted = thread_metadata.get(RETRACTED_KEY)
+    retracted = thread_metadata.get(META_RETRACTED)
     return isinstance(retracted, dict) and bool(cast(dict[str, Any], retracted).get(message.id))
 
 
-class HeldMessages:
+class CachedMessages:
     """The unobserved messages this process last read, per thread, with their token counts, so
     the next load reads (and the next window counts) only what came after them: stored
     messages are never rewritten. Bounded: the least recently used threads are forgotten
     first, which only costs a fuller read."""
 
-    def __init__(self, max_threads: int = MAX_HELD_THREADS) -> None:
+    def __init__(self, max_threads: int = MAX_CACHED_THREADS) -> None:
         self._max = max_threads
         self._messages: OrderedDict[str, tuple[Message, ...]] = OrderedDict()
         self._tokens: dict[str, dict[int, int]] = {}
         self._counted_by: dict[str, TokenEstimator] = {}
         self._covered: OrderedDict[str, tuple[str, ...]] = OrderedDict()
 
-    def held(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
-        """What is held for the threads ``subject`` covers (as last loaded)."""
+    def messages(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
+        """What is cached for the threads ``subject`` covers (as last loaded)."""
         threads = self._covered.get(subject.key, subject.threads)
         return {t: self._messages[t] for t in threads if t in self._messages}
 
     def remember(self, snapshot: Snapshot) -> Snapshot:
-        """Hold ``snapshot``'s unobserved messages; returns the snapshot."""
+        """Cache ``snapshot``'s unobserved messages; returns the snapshot."""
         key = snapshot.subject.key
         self._covered[key] = snapshot.subject.threads
         self._covered.move_to_end(key)
@@ -172,7 +170,7 @@ class HeldMessages:
         return snapshot
 
     def tokens(self, message: Message, estimator: TokenEstimator) -> int:
-        """``message``'s token estimate, counted once while its thread is held (and counted
+        """``message``'s token estimate, counted once while its thread is cached (and counted
         again when the thread's estimator changes: the actor moved to another provider)."""
         thread_id = message.thread_id or ""
         counted = self._tokens.get(thread_id)
@@ -190,28 +188,19 @@ class HeldMessages:
         return len(self._messages)
 
 
-HELD_CALLS_KEY = "om:held_calls"
-"""Thread metadata naming the calls held back while they wait, for front doors that store a
-call before they know it will wait (``Memory.hold_calls``)."""
-
-DEFERRED = "deferred"
-"""``ToolCallPart.metadata["obsmem"]["deferred"] = True`` marks a call that waits on purpose (an
-approval pending across turns): held back while it has no result, wherever it is."""
-
-
 def is_deferred(part: ToolCallPart) -> bool:
     meta = part.metadata.get("obsmem")
-    return isinstance(meta, dict) and bool(cast(dict[str, Any], meta).get(DEFERRED))
+    return isinstance(meta, dict) and bool(cast(dict[str, Any], meta).get(META_DEFERRED))
 
 
 def mark_deferred(message: Message, calls: Collection[str]) -> Message:
-    """``message`` with its tool calls among ``calls`` marked deferred (see :data:`DEFERRED`)."""
+    """``message`` with its tool calls among ``calls`` marked deferred (:data:`META_DEFERRED`)."""
     if not calls or not any(
         isinstance(p, ToolCallPart) and p.tool_call_id in calls for p in message.parts
     ):
         return message
     parts = tuple(
-        replace(p, metadata={**p.metadata, "obsmem": {**_obsmem(p), DEFERRED: True}})
+        replace(p, metadata={**p.metadata, "obsmem": {**_obsmem(p), META_DEFERRED: True}})
         if isinstance(p, ToolCallPart) and p.tool_call_id in calls
         else p
         for p in message.parts
@@ -228,19 +217,13 @@ def _answered(messages: Sequence[Message]) -> set[str]:
     return {p.tool_call_id for m in messages for p in m.parts if isinstance(p, ToolResultPart)}
 
 
-RETRACTED_KEY = "om:retracted"
-"""Thread metadata naming the messages taken back (``Memory.retract_last``; the Agents SDK's
-``pop_item``): ``{RETRACTED_KEY: {message_id: True}}``. Storage keeps them; no window shows
-them, so neither the actor nor the Observer sees them."""
-
-
-RETRACTED_THROUGH_KEY = "om:retracted_through"
-"""Thread metadata: every message up to this seq was taken back at once (a forgotten thread)."""
+RETRACTED_THROUGH_KEY = META_RETRACTED_THROUGH
+"""Deprecated: :data:`obsmem.meta_keys.META_RETRACTED_THROUGH`, kept for one release."""
 
 
 def retracted_ids(thread_metadata: Mapping[str, Any]) -> frozenset[str]:
     """The messages of a thread that were taken back, from its metadata."""
-    retracted = thread_metadata.get(RETRACTED_KEY)
+    retracted = thread_metadata.get(META_RETRACTED)
     if not isinstance(retracted, dict):
         return frozenset()
     return frozenset(str(k) for k, v in cast(dict[str, Any], retracted).items() if v)
@@ -248,8 +231,8 @@ def retracted_ids(thread_metadata: Mapping[str, Any]) -> frozenset[str]:
 
 def held_calls(thread_metadata: Mapping[str, Any]) -> frozenset[str]:
     """The calls a thread holds back while they wait (``Memory.hold_calls``), from its
-    metadata: ``{HELD_CALLS_KEY: {call_id: True}}``."""
-    held = thread_metadata.get(HELD_CALLS_KEY)
+    metadata: ``{META_HELD_CALLS: {call_id: True}}``."""
+    held = thread_metadata.get(META_HELD_CALLS)
     if not isinstance(held, dict):
         return frozenset()
     return frozenset(str(k) for k, v in cast(dict[str, Any], held).items() if v)

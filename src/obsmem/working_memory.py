@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from .errors import ConfigError
 from .messages import Message, TextPart, ToolCallPart, ToolResultPart
+from .meta_keys import META_WORKING_MEMORY
 from .stores import ResourcePatch, Store, ThreadPatch
 
 __all__ = [
@@ -37,7 +38,6 @@ __all__ = [
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 TOOL_NAME = "update_working_memory"
 SECTION = "working-memory"
-STORAGE_KEY = "om:working_memory"
 DEFAULT_TEMPLATE = """\
 # About the user
 - Name:
@@ -108,7 +108,7 @@ def stored_working_memory(
 ) -> str | None:
     """The working memory a snapshot holds, or None when nothing was written yet."""
     source = resource_metadata if wm.scope == "resource" else thread_metadata
-    value = source.get(STORAGE_KEY)
+    value = source.get(META_WORKING_MEMORY)
     return value if isinstance(value, str) else None
 
 
@@ -117,8 +117,8 @@ def working_memory_patch(
 ) -> ThreadPatch | ResourcePatch:
     """The patch that stores ``text`` (already validated) as the working memory."""
     if wm.scope == "resource":
-        return ResourcePatch(resource_id=resource_id, set=(((STORAGE_KEY,), text),))
-    return ThreadPatch(thread_id=thread_id, set=(((STORAGE_KEY,), text),))
+        return ResourcePatch(resource_id=resource_id, set=(((META_WORKING_MEMORY,), text),))
+    return ThreadPatch(thread_id=thread_id, set=(((META_WORKING_MEMORY,), text),))
 
 
 async def read_working_memory(
@@ -126,10 +126,10 @@ async def read_working_memory(
 ) -> str | None:
     """The stored working memory, or None when nothing was written yet."""
     if wm.scope == "resource":
-        value = (await store.get_resource(resource_id)).get(STORAGE_KEY)
+        value = (await store.get_resource(resource_id)).get(META_WORKING_MEMORY)
     else:
         thread = await store.get_thread(thread_id)
-        value = None if thread is None else thread.metadata.get(STORAGE_KEY)
+        value = None if thread is None else thread.metadata.get(META_WORKING_MEMORY)
     return value if isinstance(value, str) else None
 
 
@@ -148,9 +148,9 @@ async def write_working_memory(
             raise ValueError(f"working memory does not match its schema: {exc}") from exc
         text = model.model_dump_json(indent=2)
     if wm.scope == "resource":
-        await store.update_resource(resource_id, {STORAGE_KEY: text})
+        await store.update_resource(resource_id, {META_WORKING_MEMORY: text})
     else:
-        await store.update_thread(thread_id, metadata={STORAGE_KEY: text})
+        await store.update_thread(thread_id, metadata={META_WORKING_MEMORY: text})
     return text
 
 

@@ -95,7 +95,7 @@ async def test_a_catch_up_leaves_the_turn_that_started_it_raw() -> None:
     step = [conv.user(300), conv.assistant(300)]
     await om.prepare("t1", "u1", history + step)
     await om.settle()
-    prepared = await om.prepare("t1", "u1", [], keep_raw_from=61)
+    prepared = await om.prepare("t1", "u1", [], step_from=61)
     assert [m.id for m in _sent(prepared.messages)][-2:] == [m.id for m in step]
     await om.aclose()
 

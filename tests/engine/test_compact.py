@@ -91,11 +91,11 @@ async def test_the_current_step_stays_raw() -> None:
     await _talk(om, conv, 4, 300)
     prepared = await om.prepare("t1", "u1", [conv.user(300)])
     [step] = prepared.stored_input
-    assert await om.compact("t1", "u1", keep_raw_from=step.seq, trigger="overflow") is True
-    again = await om.prepare("t1", "u1", [], keep_raw_from=step.seq)
+    assert await om.compact("t1", "u1", step_from=step.seq, trigger="overflow") is True
+    again = await om.prepare("t1", "u1", [], step_from=step.seq)
     assert [m.id for m in raw_messages(again.messages)] == [step.id]
     # Only the step is left raw: nothing more to take.
-    assert await om.compact("t1", "u1", keep_raw_from=step.seq) is False
+    assert await om.compact("t1", "u1", keep_raw_from=step.seq) is False  # its former name
     await om.aclose()
 
 

@@ -11,8 +11,8 @@ import pydantic_ai.messages as pa
 import pytest
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
+from obsmem.answers import ParsedOutput, match_thread_blocks
 from obsmem.failures import failures_in
-from obsmem.observations import ParsedOutput, match_thread_blocks
 from obsmem.stores import Store
 from obsmem.testing import scripted_observer, scripted_reflector
 

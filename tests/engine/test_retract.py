@@ -7,9 +7,9 @@ from pathlib import Path
 
 from obsmem import Memory
 from obsmem.messages import Message
+from obsmem.meta_keys import META_RETRACTED
 from obsmem.stores import SQLiteStore
 from obsmem.testing import ModelCalls, scripted_observer, scripted_reflector
-from obsmem.window import RETRACTED_KEY
 
 REF = {"resource": "r", "thread": "t"}
 
@@ -57,7 +57,7 @@ async def test_a_retracted_message_leaves_the_context_and_is_never_observed(
         assert typo.id in [m.id for m in stored]  # storage keeps it
         thread = await memory.thread("t")
         assert thread is not None
-        assert thread.metadata[RETRACTED_KEY] == {typo.id: True}
+        assert thread.metadata[META_RETRACTED] == {typo.id: True}
     finally:
         await memory.aclose()
 

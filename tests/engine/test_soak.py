@@ -339,5 +339,5 @@ async def test_soak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
 
 
 def _map_sizes(om: ObservationalMemory) -> tuple[int, int, int]:
-    held = om._deps.held
-    return (len(om._tasks), len(om._logs), len(held._messages))
+    cached = om._deps.cached
+    return (len(om._tasks), len(om._logs), len(cached._messages))

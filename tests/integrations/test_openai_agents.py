@@ -21,12 +21,7 @@ from openai.types.responses import (
 
 from obsmem import Memory
 from obsmem.errors import ConfigError
-from obsmem.integrations.openai_agents import (
-    ObservationalSession,
-    from_agents_items,
-    to_agents_items,
-)
-from obsmem.messages import Message, ToolCallPart, ToolResultPart
+from obsmem.integrations.openai_agents import ObservationalSession
 from obsmem.stores import InMemoryStore, SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
@@ -233,49 +228,6 @@ def test_forgetting_needs_thread_scope() -> None:
         ObservationalSession(memory, session_id="t", resource=RESOURCE, on_clear="forget")
     with pytest.raises(ConfigError, match="must be"):
         ObservationalSession(memory, session_id="t", resource=RESOURCE, on_clear="wipe")  # type: ignore[arg-type]
-
-
-def test_a_result_in_a_later_batch_is_named_by_the_names_given() -> None:
-    output = {"type": "function_call_output", "call_id": "c9", "output": "ok"}
-    [alone] = from_agents_items([output])
-    [named] = from_agents_items([output], tool_names={"c9": "delete_file"})
-    assert isinstance(alone.parts[0], ToolResultPart)
-    assert alone.parts[0].tool_name == "function_call", "nothing says which tool it was"
-    assert isinstance(named.parts[0], ToolResultPart)
-    assert named.parts[0].tool_name == "delete_file"
-
-
-def test_messages_of_other_frameworks_become_items() -> None:
-    messages = [
-        Message.system("<observations>x</observations>"),
-        Message.user("hi"),
-        Message(
-            role="assistant",
-            parts=(ToolCallPart(tool_call_id="c1", tool_name="weather", args={"city": "L"}),),
-        ),
-        Message(
-            role="tool",
-            parts=(ToolResultPart(tool_call_id="c1", tool_name="weather", content={"t": 20}),),
-        ),
-        Message.assistant("Warm."),
-    ]
-    assert to_agents_items(messages) == [
-        {"role": "system", "content": "<observations>x</observations>"},
-        {"role": "user", "content": "hi"},
-        {
-            "type": "function_call",
-            "call_id": "c1",
-            "name": "weather",
-            "arguments": '{"city": "L"}',
-        },
-        {"type": "function_call_output", "call_id": "c1", "output": '{"t": 20}'},
-        {"role": "assistant", "content": "Warm."},
-    ]
-    read = from_agents_items(to_agents_items(messages))
-    assert [m.role for m in read] == ["system", "user", "assistant", "tool", "assistant"]
-    result = read[3].parts[0]
-    assert isinstance(result, ToolResultPart)
-    assert result.tool_name == "weather", "the result is named after its call"
 
 
 # -- shared with the test_openai_agents_*.py files ------------------------------------------------

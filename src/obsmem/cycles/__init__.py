@@ -11,29 +11,24 @@ memory as the source of truth.
 
 from .buffering import Activation, activate_chunks, buffer_chunk
 from .common import (
-    META_CURRENT_TASK,
-    META_EXTRACTED,
-    META_LAST_MODEL,
-    META_SUGGESTED_RESPONSE,
     Deps,
     attachment_filter,
     estimator_for,
+    flush_ledger,
     join_log,
     load,
 )
+from .ledger import Ledger
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .observation import SyncObservation, catch_up, observe_sync
 from .reflection import activate_reflection, buffer_reflection, reflect_now
 
 __all__ = [
-    "META_CURRENT_TASK",
-    "META_EXTRACTED",
-    "META_LAST_MODEL",
-    "META_SUGGESTED_RESPONSE",
     "Activation",
     "Cycle",
     "Deps",
     "Failure",
+    "Ledger",
     "Outcome",
     "SyncObservation",
     "activate_chunks",
@@ -43,6 +38,7 @@ __all__ = [
     "buffer_reflection",
     "catch_up",
     "estimator_for",
+    "flush_ledger",
     "join_log",
     "load",
     "observe_sync",

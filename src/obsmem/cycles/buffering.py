@@ -10,13 +10,12 @@ from datetime import datetime
 
 from ..events import ActivationEvent
 from ..extractors import ExtractionResult
+from ..meta_keys import META_CURRENT_TASK, META_SUGGESTED_RESPONSE
 from ..planner import ActivationTrigger, Batch
 from ..records import BufferedChunk, MessageRange, ObservationGroup, OMRecord
 from ..snapshot import Snapshot
 from ..stores import ActivateChunks, AddChunk, ThreadPatch
 from .common import (
-    META_CURRENT_TASK,
-    META_SUGGESTED_RESPONSE,
     Deps,
     Write,
     commit,
@@ -51,6 +50,15 @@ async def activate_chunks(
     """Activate the first ``count`` chunks (all when None) and return the snapshot after it;
     None when there was nothing left to activate."""
     activated: list[BufferedChunk] = []
+    cycle_id = new_cycle_id("activate")
+    deps.ledger.start(
+        cycle_id,
+        subject=snapshot.subject,
+        kind="activation",
+        operation="chunk-activation",
+        now=deps.now(),
+        thread_ids=[r.thread_id for c in snapshot.record.chunks for r in c.ranges],
+    )
 
     def decide(head: OMRecord) -> Write | None:
         n = len(head.chunks) if count is None else min(count, len(head.chunks))
@@ -65,9 +73,13 @@ async def activate_chunks(
                 count=n, observations=new_log, observation_tokens=deps.estimator.count_text(new_log)
             ),
             threads=_hint_patches(chunks),
+            ranges=tuple(r for c in chunks for r in c.ranges),
         )
 
-    result = await commit(deps, snapshot.subject, snapshot.record, decide)
+    try:
+        result = await commit(deps, snapshot.subject, snapshot.record, decide, cycle_id=cycle_id)
+    finally:
+        deps.ledger.close(cycle_id)
     if result is None or result.snapshot is None:
         return None
     _report(deps, result.record, activated, why, thread_id=snapshot.subject.thread_id)
@@ -139,6 +151,9 @@ async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome 
     record = snapshot.record
     thread_id = batch.thread_id
     messages = batch.messages
+    covered = MessageRange(
+        thread_id=thread_id, first_seq=messages[0].seq or 0, last_seq=messages[-1].seq or 0
+    )
     cycle = Cycle(
         cycle_id=new_cycle_id("buffer-obs"),
         background=True,
@@ -148,6 +163,7 @@ async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome 
         record_id=record.id,
         tokens=batch.tokens,
         thread_ids=(thread_id,),
+        ranges=(covered,),
     )
 
     async def work() -> Outcome:
@@ -199,13 +215,7 @@ async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome 
             observations=text,
             token_count=deps.estimator.count_text(text),
             message_tokens=batch.tokens,
-            ranges=(
-                MessageRange(
-                    thread_id=thread_id,
-                    first_seq=messages[0].seq or 0,
-                    last_seq=messages[-1].seq or 0,
-                ),
-            ),
+            ranges=(covered,),
             message_ids=tuple(m.id for m in messages),
             last_message_at=messages[-1].created_at,
             created_at=deps.now(),
@@ -232,7 +242,9 @@ async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome 
                 resource=resource_patch,
             )
 
-        result = await commit(deps, subject, record, decide)
+        result = await commit(
+            deps, subject, record, decide, cycle_id=cycle.cycle_id, ranges=chunk.ranges
+        )
         if result is not None:
             await index_groups(deps, groups)
             report_titles(deps, result.threads, cycle_id=cycle.cycle_id)

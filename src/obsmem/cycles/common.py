@@ -11,19 +11,26 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
+from ..answers import ParsedOutput
 from ..context import with_temporal_markers
 from ..embeddings import Embedder
-from ..errors import ConflictError, ModelError, StoreError
+from ..errors import ConflictError, ModelError, ObsmemError, StoreError
 from ..events import EventBus, Hooks, ThreadUpdateEvent, call_hook
 from ..extractors import Exchange
 from ..llm import ModelCaller
 from ..messages import Message, display_text
+from ..meta_keys import (
+    META_CURRENT_TASK,
+    META_LAST_MODEL,
+    META_SUGGESTED_RESPONSE,
+    META_TITLE_GENERATION,
+)
 from ..models import model_input_capabilities
-from ..observations import ParsedOutput, boundary_line
+from ..observations import boundary_line
 from ..observer import ObserverInput, observe_exchange
 from ..options import ResolvedOptions
 from ..planner import Backoff
-from ..records import ObservationGroup, OMRecord
+from ..records import CycleRecord, MessageRange, ObservationGroup, OMRecord
 from ..snapshot import Snapshot, Subject, ThreadState
 from ..stores import (
     Change,
@@ -31,24 +38,19 @@ from ..stores import (
     CommitResult,
     LoadRequest,
     ResourcePatch,
+    StartGeneration,
     Store,
     ThreadChange,
     ThreadPatch,
 )
 from ..tokens import TokenEstimator
 from ..tokens.estimator import for_actor
-from ..window import HeldMessages
+from ..window import CachedMessages
 from ..working_memory import WorkingMemory, strip_tool_traffic
+from .ledger import Ledger
 
 log = logging.getLogger("obsmem")
 
-META_CURRENT_TASK = "om:current_task"
-META_SUGGESTED_RESPONSE = "om:suggested_response"
-META_EXTRACTED = "om:extracted"
-META_LAST_MODEL = "om:last_actor_model"
-META_TITLE_GENERATION = "om:title_generation"
-"""The log generation the Observer's title was written in: a title is asked for again only
-after a reflection (the conversation has moved on)."""
 COMMIT_ATTEMPTS = 20
 
 
@@ -71,7 +73,7 @@ class Deps:
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
     embedder: Embedder | None = None
     """Set when retrieval has vector search: every new observation group is embedded."""
-    held: HeldMessages = field(default_factory=HeldMessages)
+    cached: CachedMessages = field(default_factory=CachedMessages)
     """Unobserved messages read before: loads read only what came after them."""
     reads_resource: bool = True
     """Snapshots need the resource's metadata (working memory or failure state in resource
@@ -80,6 +82,8 @@ class Deps:
     """One estimator per actor model label (``estimator_for``), reused."""
     thread_backoff: dict[str, Backoff] = field(default_factory=dict[str, Backoff])
     """Resource scope: threads the Observer keeps leaving out, each backing off on its own."""
+    ledger: Ledger = field(default_factory=Ledger)
+    """The cycle ledger's rows of this engine's cycles, written with their commits."""
 
     def now(self) -> datetime:
         return self.clock()
@@ -126,6 +130,8 @@ class Write:
     groups: Sequence[ObservationGroup] = ()
     threads: Sequence[ThreadPatch] = ()
     resource: ResourcePatch | None = None
+    ranges: tuple[MessageRange, ...] = ()
+    """The messages the cycle covered, for its ledger row (when they depend on the head)."""
 
 
 async def commit(
@@ -133,17 +139,37 @@ async def commit(
     subject: Subject,
     head: OMRecord,
     decide: Callable[[OMRecord], Write | None],
+    *,
+    cycle_id: str | None = None,
+    ranges: Sequence[MessageRange] = (),
 ) -> CommitResult | None:
     """Commit ``decide(head)`` against the head the cycle read, and read the snapshot after it.
 
     A lost race carries the current head; the cycle decides again from it (``decide`` returns
     None when its work became redundant, which drops it). None when dropped or when the memory
-    was cleared meanwhile.
+    was cleared meanwhile. The ledger row of cycle ``cycle_id`` (covering ``ranges``, or the
+    write's own) goes with the commit; a dropped cycle's row is written on its own.
     """
     for _ in range(COMMIT_ATTEMPTS):
         write = decide(head)
         if write is None:
+            if cycle_id is not None:
+                await _record_redundant(deps, subject, cycle_id, ranges)
             return None
+        rows = deps.ledger.take(subject.key)
+        row = (
+            None
+            if cycle_id is None
+            else deps.ledger.row(
+                cycle_id,
+                outcome="committed",
+                ranges=write.ranges or ranges,
+                generation=head.generation
+                + (1 if isinstance(write.change, StartGeneration) else 0),
+            )
+        )
+        if row is not None:
+            rows.append(row)
         try:
             result = await deps.store.commit(
                 Commit(
@@ -155,29 +181,80 @@ async def commit(
                     threads=write.threads,
                     resource=write.resource,
                     reload=subject,
-                    held=deps.held.held(subject),
+                    held=deps.cached.messages(subject),
                     resource_metadata=deps.reads_resource,
+                    cycles=rows,
+                    keep_cycles=deps.ledger.keep,
                 )
             )
         except ConflictError as exc:
+            _queue_again(deps, rows, row)
             if not isinstance(exc.current, OMRecord):
                 return None  # the memory was cleared meanwhile
             head = exc.current
             continue
+        except BaseException:
+            _queue_again(deps, rows, row)
+            raise
         if result.snapshot is not None:
-            deps.held.remember(result.snapshot)
+            deps.cached.remember(result.snapshot)
         return result
     raise StoreError(f"memory work on {subject.key} kept losing races; giving up for this step")
 
 
+def _queue_again(deps: Deps, rows: Sequence[CycleRecord], own: CycleRecord | None) -> None:
+    """Rows taken for a write that did not happen wait for the next one (not the cycle's own:
+    it is built again)."""
+    for waiting in rows:
+        if waiting is not own:
+            deps.ledger.queue(waiting)
+
+
+async def _record_redundant(
+    deps: Deps, subject: Subject, cycle_id: str, ranges: Sequence[MessageRange]
+) -> None:
+    """A cycle whose work another worker did first: its row, in a small write of its own."""
+    row = deps.ledger.row(cycle_id, outcome="redundant", ranges=ranges)
+    if row is None:
+        return
+    deps.ledger.queue(row)
+    await flush_ledger(deps, subject)
+
+
+async def flush_ledger(deps: Deps, subject: Subject) -> None:
+    """Write the rows waiting for ``subject``'s key now (a small write; a store that cannot take
+    it is logged, and the rows wait for the next write)."""
+    rows = deps.ledger.take(subject.key)
+    if not rows:
+        return
+    try:
+        await load(deps, LoadRequest(subject=subject, cycles=rows))
+    except ObsmemError as exc:
+        for row in rows:
+            deps.ledger.queue(row)
+        log.warning("obsmem: could not record cycles of %s: %s", subject.key, exc)
+
+
 async def load(deps: Deps, request: LoadRequest) -> Snapshot:
-    """A snapshot, reading only the messages not held from before (and holding them after)."""
+    """A snapshot, reading only the messages not cached from before (and caching them after).
+    A load that writes anyway carries the ledger rows waiting for its key."""
+    rows: list[CycleRecord] = []
+    if request.append or request.patches or request.resource_patch or request.cycles:
+        rows = deps.ledger.take(request.subject.key)
     request = replace(
         request,
-        held=request.held or deps.held.held(request.subject),
+        held=request.held or deps.cached.messages(request.subject),
         resource_metadata=deps.reads_resource,
+        cycles=(*request.cycles, *rows),
+        keep_cycles=deps.ledger.keep,
     )
-    return deps.held.remember(await deps.store.load(request))
+    try:
+        snapshot = await deps.store.load(request)
+    except BaseException:
+        for row in rows:
+            deps.ledger.queue(row)
+        raise
+    return deps.cached.remember(snapshot)
 
 
 async def reload(deps: Deps, subject: Subject) -> Snapshot:

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from pydantic import ValidationError
 
+from ..answers import ParsedOutput
 from ..extractors import (
     Exchange,
     ExtractionResult,
@@ -25,7 +26,12 @@ from ..extractors import (
     Slot,
     run_extractors,
 )
-from ..observations import ParsedOutput
+from ..meta_keys import (
+    META_CURRENT_TASK,
+    META_EXTRACTED,
+    META_SUGGESTED_RESPONSE,
+    META_TITLE_GENERATION,
+)
 from ..snapshot import Snapshot
 from ..stores import ResourcePatch, ThreadPatch
 from ..stores.changes import MetadataPath
@@ -35,13 +41,7 @@ from ..working_memory import (
     stored_working_memory,
     working_memory_patch,
 )
-from .common import (
-    META_CURRENT_TASK,
-    META_EXTRACTED,
-    META_SUGGESTED_RESPONSE,
-    META_TITLE_GENERATION,
-    Deps,
-)
+from .common import Deps
 
 __all__ = [
     "ExtractionPlan",
@@ -203,15 +203,6 @@ async def extract(
         operation_type=operation_type,
         cycle_id=cycle_id,
         timeout=timeout,
-    )
-
-
-def with_thread_sections(part: ParsedOutput, whole: ParsedOutput) -> ParsedOutput:
-    """A thread block's answer with the answer's top-level sections where it has none."""
-    return replace(
-        part,
-        sections={**whole.sections, **part.sections},
-        extracted_values={**whole.extracted_values, **part.extracted_values},
     )
 
 

@@ -29,9 +29,11 @@ from ..events import (
     notify,
 )
 from ..extractors import ExtractionResult
+from ..records import MessageRange
 from ..snapshot import Snapshot, Subject
 from ..stores import CommitResult
 from .common import Deps, describe_error, ms_since
+from .ledger import model_name
 
 __all__ = ["Cycle", "Failure", "Outcome", "run_cycle"]
 
@@ -50,6 +52,8 @@ class Cycle:
     tokens: int
     """Tokens going in: messages to observe, or log to reflect."""
     thread_ids: tuple[str, ...] = ()
+    ranges: tuple[MessageRange, ...] = ()
+    """The messages the cycle is about (for its ledger row when it fails)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -97,7 +101,41 @@ class Failure:
 async def run_cycle(
     deps: Deps, cycle: Cycle, work: Callable[[], Awaitable[Outcome]]
 ) -> Outcome | Failure:
+    """Run ``work`` as ``cycle``, reported and recorded in the cycle ledger: its commit carries
+    its row; a failure's row waits for the write that stores the failure state."""
     started = time.monotonic()
+    _open_ledger(deps, cycle)
+    try:
+        return await _run(deps, cycle, work, started)
+    finally:
+        deps.ledger.close(cycle.cycle_id)
+
+
+def _open_ledger(deps: Deps, cycle: Cycle) -> None:
+    reflection = cycle.operation == "reflection"
+    if cycle.background:
+        kind, operation = "buffering", f"buffered-{cycle.operation}"
+    elif reflection:
+        kind, operation = "reflection", "reflection"
+    else:
+        kind = "observation"
+        operation = "catch-up" if cycle.trigger == "catch-up" else "observation"
+    options = deps.options
+    deps.ledger.start(
+        cycle.cycle_id,
+        subject=cycle.subject,
+        kind=kind,
+        operation=operation,
+        now=deps.now(),
+        # A reflection works on the whole log: every thread it covers.
+        thread_ids=cycle.subject.threads if reflection else cycle.thread_ids,
+        model=model_name(options.reflector_model if reflection else options.observer_model),
+    )
+
+
+async def _run(
+    deps: Deps, cycle: Cycle, work: Callable[[], Awaitable[Outcome]], started: float
+) -> Outcome | Failure:
     _emit_start(deps, cycle)
     ctx = HookContext(
         thread_id=cycle.subject.thread_id,
@@ -118,6 +156,9 @@ async def run_cycle(
         raise
     except Exception as exc:  # a cycle's failure never escapes (invariant 7)
         error = describe_error(exc)
+        row = deps.ledger.row(cycle.cycle_id, outcome="failed", error=error, ranges=cycle.ranges)
+        if row is not None:
+            deps.ledger.queue(row)  # stored with the failure state
         _emit_failed(deps, cycle, error, ms_since(started))
         await notify(end_hook, _with(ctx, error=error))
         return Failure(error=error)

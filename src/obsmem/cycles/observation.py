@@ -9,20 +9,20 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from ..answers import ParsedOutput, match_thread_blocks
 from ..errors import ModelError, ObserverOutputError
 from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
-from ..observations import ParsedOutput, match_thread_blocks
 from ..planner import (
     Batch,
     activatable_chunks,
     backoff_after,
-    held_by_chunks,
+    before_waiting_chunks,
     may_retry,
     sync_batches,
 )
-from ..records import ObservationGroup, OMRecord
+from ..records import MessageRange, ObservationGroup, OMRecord
 from ..snapshot import Snapshot
 from ..stores import CommitObservation, ResourcePatch, ThreadPatch
 from ..window import windows_of
@@ -65,23 +65,23 @@ async def observe_sync(
     snapshot: Snapshot,
     *,
     keep_tokens: int,
-    protect: Mapping[str, int] | None = None,
+    step_from: Mapping[str, int] | None = None,
     trigger: Trigger,
     deadline: float | None = None,
     batch_budget: float | None = None,
 ) -> SyncObservation:
     """Observe unobserved messages now, oldest first, until about ``keep_tokens`` stay raw.
 
-    Buffered chunks are activated first (those that cover only messages before ``protect``).
+    Buffered chunks are activated first (those that cover only messages before ``step_from``).
     Each step observes what the planner's :func:`~obsmem.planner.sync_batches` takes; the loop
-    ends at the deadline. ``protect`` gives, per thread, the first seq that must stay raw (the
-    current step's messages); a chunk that reaches them stays buffered, and the observation stops
+    ends at the deadline. ``step_from`` gives, per thread, the current step's first seq (from it
+    on the messages stay raw); a chunk that reaches them stays buffered, and the observation stops
     where it starts. On failure the turn goes on with raw history and a
     ``data-om-observation-failed`` event (invariant 7). With ``batch_budget`` each Observer
     call gets that long and there is no overall deadline (a background catch-up).
     """
     deadline = deadline if deadline is not None else time.monotonic() + deps.sync_timeout
-    protect = protect or {}
+    step_from = step_from or {}
     thread_errors: dict[str, str] = {}
     advanced: list[str] = []
 
@@ -91,7 +91,7 @@ async def observe_sync(
         )
 
     while True:
-        ready = activatable_chunks(snapshot.record.chunks, protect)
+        ready = activatable_chunks(snapshot.record.chunks, step_from)
         if ready:
             activated = await activate_chunks(
                 deps, snapshot, count=ready, why=Activation(trigger="threshold")
@@ -99,11 +99,11 @@ async def observe_sync(
             snapshot = activated or await reload(deps, snapshot.subject)
             continue
         now = deps.now()
-        windows = windows_of(snapshot, window_estimator(deps, snapshot), deps.held)
+        windows = windows_of(snapshot, window_estimator(deps, snapshot), deps.cached)
         batches = sync_batches(
             [w for w in windows if may_retry(deps.thread_backoff.get(w.thread_id), now)],
             keep_tokens=keep_tokens,
-            protect=held_by_chunks(snapshot.record.chunks, protect),
+            step_from=before_waiting_chunks(snapshot.record.chunks, step_from),
             cap=deps.options.observation.message_tokens,
         )
         if not batches:
@@ -148,17 +148,20 @@ MAX_THREAD_BACKOFFS = 10_000
 """Most threads one engine keeps a back-off of their own for (the oldest go first)."""
 
 
-async def catch_up(deps: Deps, snapshot: Snapshot, *, upto: Mapping[str, int]) -> SyncObservation:
+async def catch_up(
+    deps: Deps, snapshot: Snapshot, *, step_from: Mapping[str, int]
+) -> SyncObservation:
     """Observe, in the background, the backlog that was unobserved when a turn found more than it
     should wait for: oldest first, one Observer call of at most ``message_tokens`` at a time,
-    each within ``background_timeout``, until about the retention floor stays raw. ``upto``
-    gives, per thread, the first seq the catch-up leaves alone (the turn that started it, and
-    everything after: later turns' own steps are never observed from under them)."""
+    each within ``background_timeout``, until about the retention floor stays raw. ``step_from``
+    gives, per thread, the first seq the catch-up leaves alone (the current step of the turn that
+    started it, and everything after: later turns' own steps are never observed from under
+    them)."""
     return await observe_sync(
         deps,
         snapshot,
         keep_tokens=deps.options.observation.retention_floor or 0,
-        protect=upto,
+        step_from=step_from,
         trigger="catch-up",
         batch_budget=deps.background_timeout,
     )
@@ -185,6 +188,7 @@ async def observe_batches(
         record_id=head.id,
         tokens=sum(b.tokens for b in batches),
         thread_ids=tuple(b.thread_id for b in batches),
+        ranges=tuple(_range_of(b) for b in batches),
     )
 
     async def work() -> Outcome:
@@ -259,7 +263,14 @@ async def observe_batches(
                 resource=resource,
             )
 
-        committed = await commit(deps, subject, head, decide)
+        committed = await commit(
+            deps,
+            subject,
+            head,
+            decide,
+            cycle_id=cycle.cycle_id,
+            ranges=tuple(_range_of(b) for b in found),
+        )
         if committed is not None:
             await index_groups(deps, groups)
             report_titles(deps, committed.threads, cycle_id=cycle.cycle_id)
@@ -271,6 +282,14 @@ async def observe_batches(
         )
 
     return await run_cycle(deps, cycle, work)
+
+
+def _range_of(batch: Batch) -> MessageRange:
+    return MessageRange(
+        thread_id=batch.thread_id,
+        first_seq=batch.messages[0].seq or 0,
+        last_seq=batch.messages[-1].seq or 0,
+    )
 
 
 async def _observe_texts(

@@ -17,7 +17,7 @@ from ..observations import with_reflection
 from ..options import compression_start_level
 from ..planner import ActivationTrigger, reflection_slice
 from ..records import BufferedReflection, ObservationGroup, OMRecord
-from ..reflector import reflect, reflector_user_message
+from ..reflector import ReflectorInput, reflect, reflector_user_message
 from ..snapshot import Snapshot
 from ..stores import ResourcePatch, SetBufferedReflection, StartGeneration, ThreadPatch
 from .common import Deps, Write, call_transform, commit, new_cycle_id, report_titles
@@ -118,7 +118,7 @@ async def reflect_now(
         )
         text, groups = await _reflection_groups(deps, snapshot, text)
         decide = _generation(deps, source, text, groups, threads=threads, resource=resource)
-        result = await commit(deps, snapshot.subject, head, decide)
+        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle.cycle_id)
         if result is not None:
             await index_groups(deps, groups)
             report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
@@ -193,7 +193,7 @@ async def buffer_reflection(deps: Deps, snapshot: Snapshot) -> Outcome | Failure
                 resource=resource,
             )
 
-        result = await commit(deps, snapshot.subject, head, decide)
+        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle.cycle_id)
         return Outcome.after(
             result,
             observations=text,
@@ -215,6 +215,15 @@ async def activate_reflection(
     if br is None:
         return None
     text, groups = await _reflection_groups(deps, snapshot, br.text)
+    cycle_id = new_cycle_id("activate-refl")
+    deps.ledger.start(
+        cycle_id,
+        subject=snapshot.subject,
+        kind="activation",
+        operation="reflection-activation",
+        now=deps.now(),
+        thread_ids=snapshot.subject.threads,
+    )
 
     def decide(current: OMRecord) -> Write | None:
         if current.buffered_reflection != br:
@@ -230,7 +239,10 @@ async def activate_reflection(
             groups=groups,
         )
 
-    result = await commit(deps, snapshot.subject, head, decide)
+    try:
+        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle_id)
+    finally:
+        deps.ledger.close(cycle_id)
     if result is None:
         return None
     await index_groups(deps, groups)
@@ -272,21 +284,23 @@ async def _run_reflector(
     thread_id = snapshot.subject.thread_id
     deadline = time.monotonic() + budget
     plan = reflection_plan(deps, snapshot, thread_id)
-    shown = await call_transform(deps.hooks.before_reflection, source)
+    inp = ReflectorInput(
+        observations=await call_transform(deps.hooks.before_reflection, source),
+        target_tokens=target,
+        start_level=level,
+        instruction=ref.instruction,
+        guidance=guidance,
+        continuation_hints=ref.continuation_hints.any,
+        extra_sections=plan.inline_sections,
+        prior_values=plan.prompt_values,
+    )
     async with asyncio.timeout(budget):
         result = await reflect(
-            shown,
+            inp,
             caller=deps.caller,
             model=ref.model,
             model_settings=ref.model_settings,
             estimator=deps.estimator,
-            target_tokens=target,
-            start_level=level,
-            instruction=ref.instruction,
-            guidance=guidance,
-            continuation_hints=ref.continuation_hints.any,
-            extra_sections=plan.inline_sections,
-            prior_values=plan.prompt_values,
             timeout=budget,
             cycle_id=cycle.cycle_id,
         )
@@ -298,13 +312,7 @@ async def _run_reflector(
         plan,
         parsed=result.parsed,
         exchange=Exchange(
-            seen=reflector_user_message(
-                shown,
-                level=result.level,
-                guidance=guidance,
-                continuation_hints=ref.continuation_hints.any,
-                prior_values=plan.prompt_values,
-            ),
+            seen=reflector_user_message(inp, result.level),
             answer=f"<observations>\n{text}\n</observations>",
             model=ref.model,
             model_settings=ref.model_settings,

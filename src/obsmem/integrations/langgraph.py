@@ -22,7 +22,9 @@ Activation, synchronous observation and buffering happen between the steps of a 
   ``config["configurable"]``, read on every call. ``resource=``/``thread=`` fix them instead.
 * New messages are those the thread has not stored: each LangChain message is stored under an id
   derived from its own (LangGraph gives every state message one), so the store's idempotent append
-  and one look-up per call tell them apart, across processes and restarts.
+  tells them apart, across processes and restarts. The ids already stored are remembered per
+  thread, so a plain turn costs two store calls (the model node and the answer); a thread seen
+  first in this process costs one look-up more.
 * AI messages with ``tool_calls`` and ``ToolMessage`` results are stored as tool calls and tool
   results, pairs kept. ``SystemMessage`` s in the state are sent first on every call and never
   stored.
@@ -48,8 +50,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -57,6 +60,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 
 from obsmem.errors import ConfigError, MissingExtraError
 from obsmem.events import Event
+from obsmem.integrations.door import concerns
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import (
     DataPart,
@@ -116,6 +120,10 @@ IdFrom: TypeAlias = Callable[[Any], str]
 
 ModelHook: TypeAlias = Runnable[Any, dict[str, Any]]
 """A LangGraph node as a runnable: ``state -> state update``, sync and async."""
+
+KNOWN_THREADS = 1_000
+"""How many threads' stored LangChain ids a :class:`LangGraphMemory` remembers (the rest are
+looked up in the store at their next call)."""
 
 StreamWriter: TypeAlias = Callable[[Any], None]
 
@@ -386,10 +394,6 @@ def run_sync(memory: Memory, work: Coroutine[Any, Any, T]) -> T:
         return pool.submit(memory.run_sync, work).result()
 
 
-def _concerns(event: Event, thread: str) -> bool:
-    return getattr(event, "thread_id", None) == thread or thread in getattr(event, "thread_ids", ())
-
-
 class BoundCall:
     """One hook call: its conversation, and, while open (``with``), the memory events of that
     conversation passed to LangGraph's custom stream.
@@ -405,7 +409,7 @@ class BoundCall:
         self._unsubscribe: Callable[[], None] | None = None
 
     def _listen(self, event: Event) -> None:
-        if _concerns(event, self.ref.thread):
+        if concerns(event, self.ref.thread):
             self._pending.append(event.to_dict())
 
     def flush(self) -> None:
@@ -502,7 +506,7 @@ def _since_input(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
 
 
 def _step_from(
-    messages: Sequence[BaseMessage], new: Sequence[BaseMessage], known: Mapping[str, Message]
+    messages: Sequence[BaseMessage], new: Sequence[BaseMessage], known: Mapping[str, int | None]
 ) -> int | None:
     """When this step's new messages are tool results, the seq of the stored model message whose
     calls they answer: it belongs to the step being answered and stays raw with them."""
@@ -510,8 +514,7 @@ def _step_from(
         return None
     at = next(i for i, m in enumerate(messages) if m is new[0])
     caller = next((m for m in reversed(messages[:at]) if isinstance(m, AIMessage)), None)
-    stored = known.get(caller.id) if caller is not None and caller.id else None
-    return stored.seq if stored is not None else None
+    return known.get(caller.id) if caller is not None and caller.id else None
 
 
 def _storable(
@@ -566,6 +569,8 @@ class LangGraphMemory:
         """The model has the ``recall`` tool, so the context tells it how to use it; otherwise
         the context never mentions recall."""
         self.trim_checkpoint = trim_checkpoint
+        self._known: OrderedDict[str, dict[str, int | None]] = OrderedDict()
+        self._lock = threading.Lock()
         self.pre_model_hook: ModelHook = RunnableLambda(
             self._pre, self._apre, name="obsmem_pre_model_hook"
         )
@@ -623,13 +628,43 @@ class LangGraphMemory:
 
     # -- the memory work -------------------------------------------------------------------------
 
-    async def stored(self, ref: ThreadRef, messages: Sequence[BaseMessage]) -> dict[str, Message]:
-        """The stored twin of each of ``messages`` the thread has, by LangChain message id."""
-        ids = {_stored_id(ref.thread, m.id): m.id for m in messages if m.id}
-        if not ids:
-            return {}
-        found = await self.memory.store.get_messages(list(ids), resource_id=ref.resource)
-        return {ids[m.id]: m for m in found if m.id in ids}
+    async def stored(
+        self, ref: ThreadRef, messages: Sequence[BaseMessage]
+    ) -> dict[str, int | None]:
+        """The seq of each of ``messages`` the thread has stored, by LangChain message id.
+
+        The ids this object stored or saw stored are remembered per thread (the most recent
+        :data:`KNOWN_THREADS` threads): when the others all come after them in the state (a
+        turn's new input, a step's tool traffic) they are new, with no look-up; otherwise (a
+        restart, another process, an edited state) the store is asked."""
+        ids = [m.id for m in messages if m.id and not isinstance(m, SystemMessage)]
+        with self._lock:
+            seen = self._known.get(ref.thread)
+            if seen is not None:
+                self._known.move_to_end(ref.thread)
+                seen = dict(seen)
+        known = {i: seen[i] for i in ids if seen is not None and i in seen}
+        unknown = [i for i in ids if i not in known]
+        last_known = max((n for n, i in enumerate(ids) if i in known), default=-1)
+        if not unknown or (seen is not None and ids.index(unknown[0]) > last_known):
+            return known
+        wanted = {_stored_id(ref.thread, i): i for i in unknown}
+        found = await self.memory.store.get_messages(list(wanted), resource_id=ref.resource)
+        known.update({wanted[m.id]: m.seq for m in found if m.id in wanted})
+        self._remember(ref, known)
+        return known
+
+    def _remember(self, ref: ThreadRef, seqs: Mapping[str, int | None]) -> None:
+        with self._lock:
+            seen = self._known.setdefault(ref.thread, {})
+            seen.update(seqs)
+            self._known.move_to_end(ref.thread)
+            while len(self._known) > KNOWN_THREADS:
+                self._known.popitem(last=False)
+
+    def _remember_stored(self, ref: ThreadRef, stored: Sequence[Message]) -> None:
+        prefix = _stored_id(ref.thread, "")
+        self._remember(ref, {m.id.removeprefix(prefix): m.seq for m in stored})
 
     async def prepare(self, ref: ThreadRef, messages: Sequence[Any], *, recall: bool) -> ModelInput:
         """Store what of ``messages`` (the graph's, in order) is new and assemble the model's
@@ -644,6 +679,7 @@ class LangGraphMemory:
             recall=recall,
             keep_raw_from=_step_from(messages, new, known),
         )
+        self._remember_stored(ref, context.stored_input)
         sent = to_langchain(context.messages)
         lead = next((i for i, m in enumerate(sent) if not isinstance(m, SystemMessage)), len(sent))
         system = joined_system(
@@ -666,7 +702,9 @@ class LangGraphMemory:
         storable = _storable(new, ref.thread, messages)
         if not storable:
             return []
-        return await self.memory.save(ref, storable, actor_model=None)
+        stored = await self.memory.save(ref, storable, actor_model=None)
+        self._remember_stored(ref, stored)
+        return stored
 
     # -- a hand-built model node -----------------------------------------------------------------
 
@@ -855,7 +893,7 @@ def recall_tool(
 def _observed(
     ref: ThreadRef,
     messages: Sequence[BaseMessage],
-    known: Mapping[str, Message],
+    known: Mapping[str, int | None],
     stored_input: Sequence[Message],
     through: int,
 ) -> tuple[str, ...]:
@@ -863,7 +901,7 @@ def _observed(
     if not through:
         return ()
     prefix = _stored_id(ref.thread, "")
-    seqs = {lc_id: m.seq for lc_id, m in known.items()}
+    seqs = dict(known)
     seqs.update({m.id.removeprefix(prefix): m.seq for m in stored_input})
     return tuple(
         m.id for m in messages if m.id and (seq := seqs.get(m.id)) is not None and seq <= through

@@ -56,6 +56,7 @@ from pydantic_ai.tools import DeferredToolRequests, RunContext
 from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
 from obsmem.errors import ConfigError
 from obsmem.events import Event
+from obsmem.integrations.door import Door, concerns
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models.overflow import ContextOverflow, context_overflow, fit_advice
@@ -169,19 +170,13 @@ def _joined_user_text(message: pa.ModelMessage) -> pa.ModelMessage:
     return pa.ModelRequest(parts=parts, timestamp=message.timestamp)
 
 
-class _Thread:
-    """The shared work of both front doors: store what is new, build what the model sees."""
+class _Thread(Door):
+    """The door of both pydantic-ai front doors: the agent's system prompt parts, and which
+    framework messages this door stored or sent (marks on the messages)."""
 
     def __init__(self, memory: Memory, ref: ThreadRef, *, recall: bool) -> None:
-        self.memory = memory
-        self.ref = ref
-        self.recall = recall and memory.retrieval
-        """The agent has the ``recall`` tool, so its context tells it how to use it."""
+        super().__init__(memory, ref, recall=recall)
         self.system_prompts: list[str] = []
-        self.stored: list[Message] = []
-        """What this front door stored, in order (as stored, with ``seq``)."""
-        self.step_from: int | None = None
-        """The first seq of the step the model is answering (it stays raw in a compaction)."""
 
     def collect_system_prompts(self, messages: Sequence[pa.ModelMessage]) -> None:
         """Remember the agent's system prompt parts (all but those this module sent)."""
@@ -217,7 +212,7 @@ class _Thread:
             return
         storable = [mark_deferred(m, deferred) for m in _storable(messages)]
         if storable:
-            self.stored += await self.memory.save(self.ref, storable, actor_model=model)
+            await self.reply(storable, actor_model=model)
         _mark(messages, self.ref.thread, "stored")
 
     async def context(
@@ -230,15 +225,7 @@ class _Thread:
     ) -> list[pa.ModelMessage]:
         """Store ``new`` (a turn's input, or a step's tool traffic) and return the system prompt
         plus what memory assembled, in one memory step."""
-        context = await self.memory.context(
-            self.ref,
-            _storable(new),
-            actor_model=model,
-            recall=self.recall,
-            keep_raw_from=keep_raw_from,
-        )
-        self.stored += context.stored_input
-        self.step_from = step_start(context.stored_input) or self.step_from
+        context = await self.step(_storable(new), step_from=keep_raw_from, actor_model=model)
         _mark(new, self.ref.thread, "stored")
         self.collect_system_prompts(all_messages)
         system: list[pa.ModelMessage] = (
@@ -258,15 +245,6 @@ class _Thread:
         return await compact_after_overflow(
             self.memory, self.ref, overflow, keep_raw_from=self.step_from
         )
-
-
-def step_start(stored: Sequence[Message]) -> int | None:
-    """The first seq of the step a model answers among the messages a memory step stored: the
-    last user message on (a turn's input), or all of them (a step's tool traffic); as
-    ``prepare`` keeps them raw."""
-    users = [m for m in stored if m.role == "user"]
-    first = users[-1] if users else stored[0] if stored else None
-    return first.seq if first is not None else None
 
 
 async def compact_after_overflow(
@@ -429,9 +407,7 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
         ref = self.ref_for(ctx)
 
         def collect(event: Event) -> None:
-            if getattr(event, "thread_id", None) == ref.thread or ref.thread in getattr(
-                event, "thread_ids", ()
-            ):
+            if concerns(event, ref.thread):
                 self._events.append(event)
 
         unsubscribe = self.memory.subscribe(collect)

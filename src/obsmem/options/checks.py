@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "attachment_filter",
     "continuation_hints",
+    "cycle_retention",
     "extractors",
     "is_number",
     "positive_tokens",
@@ -44,6 +45,16 @@ def positive_tokens(option: str, value: object) -> int:
     ):
         raise ConfigError(option, value, "must be a positive whole number of tokens")
     return int(cast(float, value))
+
+
+def cycle_retention(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ConfigError(
+            "cycle_retention",
+            value,
+            "must be a whole number of cycles to keep per log (>= 0; 0 records none)",
+        )
+    return value
 
 
 def previous_observer_tokens(value: object) -> int | None:

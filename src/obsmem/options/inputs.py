@@ -17,6 +17,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from obsmem.errors import ConfigError
+from obsmem.options.resolved import FailurePolicy, Scope
 
 __all__ = [
     "ContinuationHintsOptions",
@@ -27,9 +28,6 @@ __all__ = [
     "Scope",
     "config_error_from_validation",
 ]
-
-Scope: TypeAlias = Literal["thread", "resource"]
-FailurePolicy: TypeAlias = Literal["warn", "raise"]
 
 if TYPE_CHECKING:
     from obsmem.models import ModelSpec
@@ -142,6 +140,8 @@ class ObservationalMemoryOptions(_Options):
     enabled: bool = True
     model: ModelField = None
     failure_policy: FailurePolicy = "warn"
+    cycle_retention: int = 1000
+    """Cycle ledger rows kept per log (``Memory.cycles``); 0 records none."""
     scope: Scope = "thread"
     share_token_budget: bool = False
     activate_after_idle: Duration = None
@@ -175,6 +175,7 @@ _EXPECTED: dict[str, str] = {
     "ModelByInputTokens",
     "scope": 'must be "thread" or "resource"',
     "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',
+    "cycle_retention": "must be a whole number of cycles to keep per log (>= 0; 0 records none)",
     "message_tokens": _TOKENS,
     "observation_tokens": _TOKENS,
     "max_tokens_per_batch": _TOKENS,

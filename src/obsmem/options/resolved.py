@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from obsmem.options.durations import IdleSetting
-from obsmem.options.inputs import FailurePolicy, Scope
+from obsmem.records import Scope
 
 if TYPE_CHECKING:
     from obsmem.extractors import Extractor
@@ -21,11 +21,16 @@ if TYPE_CHECKING:
 __all__ = [
     "AttachmentFilter",
     "ContinuationHints",
+    "FailurePolicy",
     "ResolvedObservation",
     "ResolvedOptions",
     "ResolvedReflection",
     "ResolvedRetrieval",
+    "Scope",
 ]
+
+FailurePolicy: TypeAlias = Literal["warn", "raise"]
+"""What a turn does while its log's memory work is failing: warn and go on, or raise."""
 
 AttachmentFilter: TypeAlias = bool | Literal["auto"] | tuple[str, ...]
 """``True`` all, ``False`` none, ``"auto"`` by model capability, or lower-case MIME patterns."""
@@ -136,6 +141,8 @@ class ResolvedOptions:
     failure_policy: FailurePolicy = "warn"
     """``"warn"``: a failure is a WARNING on the ``obsmem`` logger (once per cause, and when it
     heals) and the turn goes on; ``"raise"``: a turn whose memory cannot work raises."""
+    cycle_retention: int = 1000
+    """Cycle ledger rows kept per log; 0 records none."""
     auto_model: bool = False
     """The Observer or Reflector model is ``"auto"``: the engine picks it at the first turn."""
 
@@ -160,6 +167,7 @@ class ResolvedOptions:
         return {
             "scope": self.scope,
             "failure_policy": self.failure_policy,
+            "cycle_retention": self.cycle_retention,
             "share_token_budget": self.share_token_budget,
             "async_buffering": self.async_buffering,
             "temporal_markers": self.temporal_markers,

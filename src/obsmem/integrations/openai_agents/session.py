@@ -1,0 +1,517 @@
+"""The ``Session`` an Agents SDK ``Runner`` is given: :class:`ObservationalSession`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+
+from obsmem.convert.openai_agents import METADATA_KEY, from_agents_items, to_agents_items
+from obsmem.events import Event
+from obsmem.integrations.door import Door
+from obsmem.integrations.openai_agents.history import (
+    UNFILTERED,
+    UNSET,
+    ClearChoice,
+    SettingsAttribute,
+    after_tools,
+    answered_elsewhere,
+    bounded,
+    call_names,
+    clear_choice,
+    limit_of,
+    next_thread,
+    offers_recall,
+    waiting_calls,
+)
+from obsmem.integrations.openai_agents.models import actor_model_of
+from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
+from obsmem.memory import Memory, ThreadRef
+from obsmem.messages import Message
+from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
+from obsmem.window import RETRACTED_THROUGH_KEY, is_retracted
+
+if TYPE_CHECKING:
+    from agents import FunctionTool, Tool
+    from agents.items import TResponseInputItem
+    from agents.memory.session_settings import SessionSettings
+    from agents.result import RunResultStreaming
+    from agents.run_config import CallModelData, ModelInputData
+    from agents.stream_events import StreamEvent
+
+__all__ = ["InnerSession", "ObservationalSession"]
+
+_WITHOUT_FILTER = (
+    "ObservationalSession %r: a run went without the session's input filter after runs with "
+    "it, so its model was sent the context memory assembled at the last model call of the "
+    "run before (memory did not run for it). Pass "
+    "RunConfig(call_model_input_filter=session.call_model_input_filter) to every run."
+)
+
+log = logging.getLogger("obsmem")
+T = TypeVar("T")
+_Item = dict[str, Any]
+
+
+class InnerSession(Protocol):
+    """The part of the SDK's ``Session`` protocol a wrapped session must have."""
+
+    session_id: str
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]: ...
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None: ...
+
+    async def pop_item(self) -> TResponseInputItem | None: ...
+
+    async def clear_session(self) -> None: ...
+
+
+class ObservationalSession:
+    """An OpenAI Agents SDK session whose history is a Memory thread (see the module docstring).
+
+    ``session = ObservationalSession(memory, session_id="chat-1", resource="user-1")``, then
+    ``Runner.run(agent, "...", session=session,
+    run_config=RunConfig(call_model_input_filter=session.call_model_input_filter))`` (the
+    filter gives memory at every model call of a run).
+
+    ``on_clear``: what :meth:`clear_session` does (:data:`ClearChoice`): ``"new_thread"`` (the
+    default, also given by None) forgets nothing, ``"forget"`` forgets this thread's memory.
+    ``session_settings``: ``SessionSettings(limit=n)`` sends at most ``n`` items of the history
+    from before each run, after memory's notes. ``own_loop``: memory's work runs on the
+    memory's own loop thread (sync code; ``with session:`` turns it on).
+    """
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        session_id: str,
+        resource: str,
+        inner: InnerSession | None = None,
+        on_clear: ClearChoice | None = "new_thread",
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        own_loop: bool = False,
+    ) -> None:
+        self.memory = memory
+        self._ref = ThreadRef.of({"resource": resource, "thread": session_id})
+        self.session_id = session_id
+        self.inner = inner
+        self.on_clear: ClearChoice = clear_choice(memory, on_clear)
+        self.limit = limit_of(session_settings)
+        """Most items of the history from before a run sent to the model (None: no limit)."""
+        self.own_loop = own_loop
+        self._resolved = False
+        """The thread this session goes on in (after clears) was read from the store."""
+        self._step_from: int | None = None
+        """The seq of the first message stored since the last model call (the step the
+        next call answers: it stays raw)."""
+        self._run_from: int | None = None
+        """The seq of the first message the current run stored (its items are never cut by
+        the limit)."""
+        self._run_starting = False
+        self._input: list[Any] | None = None
+        """The run's input, handed over by the Runner and not stored yet: the input filter
+        stores it in the step it assembles (one store call), else the next batch does."""
+        self._filtered_before = False
+        """The last run called the input filter, so the Runner's read of the history at the
+        start of a run is replaced by the filter's: :meth:`get_items` reads no store then."""
+        self._shown: list[Any] | None = None
+        """What the filter last sent the model, and the items stored since: the history a
+        run gets when the filter replaces it (None: read it from memory)."""
+        self._door = Door(memory, self._ref)
+        self._run_limit: int | None = None
+        """The limit of the current run (the session's, or its RunConfig's)."""
+        self._limit_for_next_run: int | None = UNSET
+        """The limit a RunConfig set for the run being prepared (see ``settings_class``)."""
+        self._approving: frozenset[str] = frozenset()
+        """The agent's tools that may wait for an approval (``needs_approval``): a call of one
+        stored without its output is held back until the output comes."""
+        self._recall_tool: FunctionTool | None = None
+        self.recall_offered = False
+        """This session made a ``recall`` tool (:meth:`tools`), so ``get_items()`` tells the
+        model how to use it. The input filter looks at the agent's own tools instead."""
+        self._spans = spans_of(memory)
+        self._trace = RunTrace(self._spans)
+        """Where memory work of this session's runs outside any trace goes."""
+        self._spans.runs[session_id] = self._trace
+        self._in_run = False
+        """A run started (the Runner read ``get_items()``)."""
+        self._run_filtered = False
+        """The current run called :meth:`call_model_input_filter`."""
+        self._after_tool = False
+        """The current run's last stored batch ended with a tool's output."""
+        self._warned_unfiltered = False
+        """This session logged that a run went through a tool loop without the input filter
+        (it says so once)."""
+
+    @classmethod
+    def wrap(
+        cls,
+        inner: InnerSession,
+        memory: Memory,
+        *,
+        resource: str,
+        on_clear: ClearChoice | None = "new_thread",
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+        own_loop: bool = False,
+    ) -> ObservationalSession:
+        """Observational memory over ``inner``, which keeps the full history (thread id: the inner
+        session's ``session_id``). Adding, popping and clearing apply to both."""
+        return cls(
+            memory,
+            session_id=inner.session_id,
+            resource=resource,
+            inner=inner,
+            on_clear=on_clear,
+            session_settings=session_settings,
+            own_loop=own_loop,
+        )
+
+    def __repr__(self) -> str:
+        wrapped = f", inner={self.inner!r}" if self.inner is not None else ""
+        return (
+            f"ObservationalSession(session_id={self.session_id!r}, "
+            f"resource={self.ref.resource!r}, thread={self.ref.thread!r}{wrapped})"
+        )
+
+    @property
+    def ref(self) -> ThreadRef:
+        """The memory thread this session is on (a new one after a ``"new_thread"`` clear), as
+        of its last call."""
+        return self._ref
+
+    # -- what the Runner reads -------------------------------------------------------------------
+
+    if TYPE_CHECKING:
+        session_settings: SessionSettings | None
+        """The SDK's settings, as the Runner must see them: without a limit (memory applies
+        :attr:`limit` itself, and a RunConfig's limit through these settings). Setting
+        ``SessionSettings(limit=n)`` sets :attr:`limit`."""
+    else:  # the protocol's plain attribute, read and set through SettingsAttribute
+        session_settings = SettingsAttribute()
+
+    async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
+        """The managed context (no ``limit``: the Runner's read at the start of a run), or the
+        newest ``limit`` stored items."""
+        if limit is not None:
+            await self._on_memory(self._store_input())
+            if self.inner is not None:
+                return await self.inner.get_items(limit)
+            return await self._on_memory(self._raw_tail(limit))
+        filtered_before = self._filtered_before
+        self._start_run()
+        if filtered_before and self._resolved and self._shown is not None:
+            return cast("list[TResponseInputItem]", list(self._shown))
+        return await self._on_memory(
+            self._context(recall=self.recall_offered, keep_raw_from=None, refresh=True)
+        )
+
+    async def call_model_input_filter(self, data: CallModelData[Any]) -> ModelInputData:
+        """``RunConfig.call_model_input_filter``: what memory assembled for this step, in place
+        of the Runner's own input (whose items this session has already stored). It mentions
+        recall only when the agent being called has the ``recall`` tool."""
+        from agents.run_config import ModelInputData
+
+        self._run_filtered = self._filtered_before = True
+        self._trace.see()
+        tools = data.agent.tools
+        self._approving = frozenset(
+            str(getattr(t, "name", "")) for t in tools if getattr(t, "needs_approval", False)
+        )
+        step, self._step_from = self._step_from, None
+        new, self._input = self._input or [], None
+        self._door.actor_model = actor_model_of(data.agent.model) or self._door.actor_model
+        items = await self._on_memory(
+            self._context(recall=offers_recall(tools), keep_raw_from=step, new=new)
+        )
+        self._shown = list(items)
+        return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    # -- tools -----------------------------------------------------------------------------------
+
+    def tools(self) -> list[Tool]:
+        """The tools memory gives the agent, to pass in one go:
+        ``Agent(tools=[*your_tools, *session.tools()])``. The ``recall`` tool when the memory
+        has retrieval on; none otherwise."""
+        return [self.recall_tool()] if self.memory.retrieval else []
+
+    def recall_tool(self) -> FunctionTool:
+        """The ``recall`` tool for this session's conversation, as an SDK ``FunctionTool``
+        (the same one each time; :meth:`tools` gives it only when retrieval is on). It only
+        reads this session's resource (and thread, in thread scope); arguments that do not fit
+        come back to the model as a message saying what to send. Needs retrieval on."""
+        from agents import FunctionTool
+
+        self.memory.require_retrieval()
+        if self._recall_tool is None:
+
+            async def invoke(ctx: Any, arguments: str) -> str:
+                request = parse_request(arguments)
+                if isinstance(request, str):
+                    return request
+                return await self._on_memory(self._recall(request))
+
+            self._recall_tool = FunctionTool(
+                name="recall",
+                description=RECALL_DESCRIPTION,
+                params_json_schema=RecallRequest.model_json_schema(),
+                on_invoke_tool=invoke,
+                strict_json_schema=False,
+            )
+        self.recall_offered = True
+        return self._recall_tool
+
+    # -- what the Runner writes ------------------------------------------------------------------
+
+    async def add_items(self, items: list[TResponseInputItem]) -> None:
+        """Store the items (and hand them to the inner session, if any)."""
+        if not items:
+            return
+        self._trace.see()
+        self._note_steps(items)
+        if self.inner is not None:
+            await self.inner.add_items(items)
+        if self._run_starting and self._filtered_before and self._input is None:
+            self._input = list(items)  # the run's input: stored by the filter's step
+            return
+        if self._in_run and not self._run_filtered and self._filtered_before:
+            self._filtered_before = False  # this run went without the filter
+            log.warning(_WITHOUT_FILTER, self.session_id)
+        await self._on_memory(self._store(items))
+
+    async def pop_item(self) -> TResponseInputItem | None:
+        """Take back the newest item and return it (None when there is none). Memory keeps it in
+        storage, marked: it leaves the context and is never observed (a message observed
+        before stays in the observations). Wrapped, the inner session pops its newest item
+        too, and that is the one returned."""
+        popped = await self.inner.pop_item() if self.inner is not None else None
+        await self._on_memory(self._store_input())
+        self._shown = None
+        message = await self._on_memory(self._retract())
+        if self.inner is not None or message is None:
+            return popped
+        items = to_agents_items([message])
+        item = items[-1] if items else {"role": "assistant", "content": message.text}
+        return cast("TResponseInputItem", item)
+
+    async def clear_session(self) -> None:
+        """Start the conversation over, as ``on_clear`` says. ``"new_thread"`` (the default)
+        forgets nothing: the session goes on in a new memory thread (remembered in the store,
+        so every process goes on there) and the old thread keeps its messages and what memory
+        learned (in resource scope, the resource's notes are still shown). ``"forget"`` also
+        forgets this thread's memory. Wrapped, the inner session is cleared too."""
+        await self._on_memory(self._clear(self.on_clear))
+        if self.inner is not None:
+            await self.inner.clear_session()
+
+    # -- memory events ---------------------------------------------------------------------------
+
+    def subscribe(self, listener: Callable[[Event], object]) -> Callable[[], None]:
+        """Hand ``listener`` every ``data-om-*`` event of this session's thread (called where
+        memory works: on memory's own loop thread with ``own_loop``); returns the function that
+        stops it."""
+
+        def relay(event: Event) -> None:
+            if self._door.concerns(event):
+                listener(event)
+
+        return self.memory.subscribe(relay)
+
+    async def stream_events(
+        self, result: RunResultStreaming
+    ) -> AsyncIterator[StreamEvent | MemoryStreamEvent]:
+        """``result.stream_events()`` (of ``Runner.run_streamed(..., session=this)``) with this
+        session's memory events among them, as :class:`MemoryStreamEvent`, each before the SDK
+        event that follows it. Background work that ends after the run is not in the stream
+        (see :meth:`subscribe` and the spans)."""
+        waiting: deque[MemoryStreamEvent] = deque()
+        unsubscribe = self.subscribe(lambda event: waiting.append(MemoryStreamEvent(event)))
+        try:
+            async for event in result.stream_events():
+                while waiting:
+                    yield waiting.popleft()
+                yield event
+            while waiting:
+                yield waiting.popleft()
+        finally:
+            unsubscribe()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def close(self, *, cancel: bool = False) -> None:
+        """The end of a sync script: finish memory's background work (``cancel=True``: abandon
+        it), close the memory and stop its loop thread. The memory is closed for every session
+        sharing it: close it once, when the last is done."""
+        self.memory.close(cancel=cancel)
+
+    async def aclose(self, *, cancel: bool = False) -> None:
+        """:meth:`close` for async code."""
+        if self.own_loop:
+            await asyncio.to_thread(self.memory.close, cancel=cancel)
+        else:
+            await self.memory.aclose(cancel=cancel)
+
+    def __enter__(self) -> ObservationalSession:
+        """Sync code: memory works on its own loop thread from now on (enter before the first
+        run), and the memory is closed at the end."""
+        self.own_loop = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> ObservationalSession:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- memory's side ---------------------------------------------------------------------------
+
+    async def _on_memory(self, work: Coroutine[Any, Any, T]) -> T:
+        """Await ``work`` where memory lives: on its own loop thread (``own_loop``: a framework
+        loop that only runs during a call would stall or end memory's background work), else
+        on the caller's loop."""
+        if self.own_loop:
+            return await self.memory.on_own_loop(work)
+        return await work
+
+    def _start_run(self) -> None:
+        """The Runner reads the history: a run starts, with the session's limit or the one its
+        RunConfig just set."""
+        given, self._limit_for_next_run = self._limit_for_next_run, UNSET
+        self._run_limit = self.limit if given is UNSET else given
+        self._run_from = None
+        self._run_starting = True
+        self._trace.start_run()
+        self._in_run, self._run_filtered, self._after_tool = True, False, False
+        self._input = None
+
+    def _note_steps(self, items: Sequence[Any]) -> None:
+        """Say once, loudly, that a run went through a tool loop without the input filter: the
+        model answered a tool's output (stored in an earlier batch, as the Runner stores each
+        step) and the filter was never called in this run."""
+        if not self._in_run:
+            return
+        answered, self._after_tool = after_tools(items, self._after_tool)
+        if not answered or self._run_filtered or self._warned_unfiltered:
+            return
+        if self.memory.om is None:  # no observational memory: nothing to give between steps
+            return
+        self._warned_unfiltered = True
+        log.warning(UNFILTERED, self.session_id)
+
+    async def _thread_ref(self, *, refresh: bool = False) -> ThreadRef:
+        """The thread this session is on: the one its first thread names after a clear."""
+        if self._resolved and not refresh:
+            return self._ref
+        first = await self.memory.thread(self.session_id)
+        current, _ = next_thread(first.metadata if first is not None else {})
+        self._ref = ThreadRef(thread=current or self.session_id, resource=self._ref.resource)
+        self._door.ref = self._ref
+        self._resolved = True
+        self._spans.runs[self._ref.thread] = self._trace
+        return self._ref
+
+    async def _context(
+        self,
+        *,
+        recall: bool,
+        keep_raw_from: int | None,
+        refresh: bool = False,
+        new: Sequence[Any] = (),
+    ) -> list[TResponseInputItem]:
+        """The step: store ``new`` (the run's input) and assemble the context, in one store
+        call (a late result's tool name is looked up first)."""
+        await self._thread_ref(refresh=refresh)
+        self._door.recall = recall and self.memory.retrieval
+        messages = await self._messages(new) if new else []
+        context = await self._door.step(
+            messages, step_from=keep_raw_from, waiting=waiting_calls(messages, self._approving)
+        )
+        self._stored(context.stored_input)
+        shown = bounded(context.messages, self._run_limit, self._run_from)
+        return cast("list[TResponseInputItem]", to_agents_items(shown))
+
+    async def _messages(self, items: Sequence[Any]) -> list[Message]:
+        ref = await self._thread_ref()
+        wanted = answered_elsewhere(items)
+        names = await call_names(self.memory, ref.thread, wanted) if wanted else {}
+        return from_agents_items(items, tool_names=names)
+
+    def _stored(self, stored: Sequence[Message]) -> None:
+        first = next((m.seq for m in stored if m.seq is not None), None)
+        if self._run_starting and first is not None:
+            self._run_from, self._run_starting = first, False
+
+    async def _store_input(self) -> None:
+        """Store the run's input if the filter has not (the Runner reads its writes back)."""
+        if self._input:
+            items, self._input = self._input, None
+            await self._store(items)
+
+    async def _store(self, items: Sequence[Any]) -> None:
+        pending, self._input = self._input or [], None
+        batch = [*pending, *items]
+        messages = await self._messages(batch)
+        stored = await self._door.reply(messages, waiting=waiting_calls(messages, self._approving))
+        first = next((m.seq for m in stored if m.seq is not None), None)
+        if self._step_from is None:
+            self._step_from = first
+        self._stored(stored)
+        if self._shown is not None:
+            self._shown += batch
+
+    async def _raw_tail(self, limit: int) -> list[TResponseInputItem]:
+        """The newest ``limit`` stored items, without those taken back."""
+        if limit <= 0:
+            return []
+        ref = await self._thread_ref()
+        thread = await self.memory.thread(ref.thread)
+        if thread is None:
+            return []
+        forgotten = thread.metadata.get(RETRACTED_THROUGH_KEY)
+        after = forgotten if isinstance(forgotten, int) else 0
+        items: list[_Item] = []
+        through: int | None = None
+        while len(items) < limit:
+            page = await self.memory.store.list_messages(
+                ref.thread, after_seq=after, through_seq=through, limit=limit, newest_first=True
+            )
+            shown = [m for m in reversed(page) if not is_retracted(m, thread.metadata)]
+            items = to_agents_items(shown) + items
+            oldest = page[-1].seq if page else None
+            if len(page) < limit or oldest is None or oldest <= after + 1:
+                break
+            through = oldest - 1
+        return cast("list[TResponseInputItem]", items[-limit:])
+
+    async def _retract(self) -> Message | None:
+        return await self.memory.retract_last(await self._thread_ref())
+
+    async def _recall(self, request: Mapping[str, Any]) -> str:
+        recall = self.memory.recall_function(await self._thread_ref())
+        return await recall(**request)
+
+    async def _clear(self, choice: ClearChoice) -> None:
+        ref = await self._thread_ref(refresh=True)
+        if choice == "forget":
+            await self.memory.forget_thread(ref)
+        else:
+            store = self.memory.store
+            first = await store.create_thread(self.session_id, ref.resource)
+            _, clears = next_thread(first.metadata)
+            thread = f"{self.session_id}~{clears + 1}"
+            await store.create_thread(thread, ref.resource)
+            await store.update_thread(
+                self.session_id, metadata={METADATA_KEY: {"thread": thread, "clears": clears + 1}}
+            )
+            self._ref = ThreadRef(thread=thread, resource=ref.resource)
+            self._door.ref = self._ref
+            self._spans.runs[thread] = self._trace
+        self._step_from = self._run_from = None
+        self._run_starting = False
+        self._input, self._shown = None, None
