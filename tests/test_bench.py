@@ -18,7 +18,16 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
 RATIO = re.compile(r"^RATIO .+: (?:\d+\.\d\dx|n/a)", re.MULTILINE)
-SCRIPTS = ["overhead", "blocking", "tokens_1m", "memory_cost", "estimator", "locomo", "startup"]
+SCRIPTS = [
+    "overhead",
+    "blocking",
+    "tokens_1m",
+    "memory_cost",
+    "estimator",
+    "locomo",
+    "startup",
+    "proxy",
+]
 
 pytestmark = pytest.mark.slow
 

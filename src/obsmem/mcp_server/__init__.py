@@ -1,0 +1,45 @@
+"""``obsmem mcp``: observational memory as an MCP server, over stdio or streamable HTTP.
+
+The server serves one resource (``--resource``, or ``OBSMEM_RESOURCE``): every tool reads and
+writes that resource's memory only, whatever the model passes. With ``--thread`` (or
+``OBSMEM_THREAD``) it serves one conversation and nothing else (recall too stays in it);
+without, a call may name any conversation of the resource with ``thread_id`` (one that belongs
+to another resource is refused), and the default one is ``mcp:<resource>``.
+
+Tools: ``recall`` (the library's recall tool, the same modes, budgets and boundary),
+``memory_context`` (the observation log and working memory, for clients that keep their own
+window), ``remember`` (append messages to a conversation) and ``memory_status``. Memory work
+follows ``failure_policy="warn"``: a failing Observer is reported in the tool results and as a
+WARNING on the ``obsmem`` logger, never as a crash. Bad arguments are tool errors that say what
+to send instead.
+
+``tools`` holds the tools' logic (:class:`MemoryTools`, without the SDK), ``arguments`` the
+checks of what they are sent, ``server`` puts them behind the official ``mcp`` SDK's
+``MCPServer`` (:func:`build_server`), ``command`` is ``obsmem mcp`` itself (:func:`add`).
+"""
+
+from __future__ import annotations
+
+from .arguments import (
+    MAX_CONTENT_CHARS,
+    MAX_MESSAGES,
+    MAX_WORKING_MEMORY_CHARS,
+    BadArguments,
+    parse_messages,
+)
+from .command import add
+from .server import build_server
+from .tools import MemoryTools, ToolAnswer, default_thread
+
+__all__ = [
+    "MAX_CONTENT_CHARS",
+    "MAX_MESSAGES",
+    "MAX_WORKING_MEMORY_CHARS",
+    "BadArguments",
+    "MemoryTools",
+    "ToolAnswer",
+    "add",
+    "build_server",
+    "default_thread",
+    "parse_messages",
+]

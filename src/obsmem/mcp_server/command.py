@@ -1,0 +1,166 @@
+"""``obsmem mcp``: the command's arguments, the memory it opens, and the transports."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import socket
+import sys
+from typing import TYPE_CHECKING, Any, TextIO
+
+from ..errors import ConfigError, check_id
+from .server import build_server, require_sdk
+from .tools import MemoryTools
+
+if TYPE_CHECKING:
+    from mcp.server import MCPServer
+
+__all__ = ["add"]
+
+logger = logging.getLogger("obsmem.mcp")
+
+
+def add(sub: Any) -> None:
+    """``obsmem mcp``'s arguments (registered by the command line)."""
+    from ..cli.common import add_memory_options
+
+    parser = sub.add_parser(
+        "mcp",
+        help="an MCP server: recall, memory context, remember, status",
+        description="Serves one resource's observational memory to MCP clients over stdio "
+        "(the default: the client starts the command) or streamable HTTP. The resource comes "
+        "from --resource (or OBSMEM_RESOURCE), never from the model.",
+    )
+    parser.add_argument(
+        "--resource",
+        default=os.environ.get("OBSMEM_RESOURCE"),
+        help="the user (or account) whose memory this server serves (default: OBSMEM_RESOURCE)",
+    )
+    parser.add_argument(
+        "--thread",
+        default=os.environ.get("OBSMEM_THREAD") or None,
+        help="serve only this conversation (default: OBSMEM_THREAD; without it, calls may name "
+        "any conversation of the resource, by default mcp:RESOURCE)",
+    )
+    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+    parser.add_argument(
+        "--scope",
+        choices=("thread", "resource"),
+        default="thread",
+        help="one log per conversation, or one across the resource's conversations",
+    )
+    parser.add_argument(
+        "--working-memory",
+        choices=("off", "agent", "observer"),
+        default="off",
+        help="a document about the user shown by memory_context: kept by the client's model "
+        "(an update_working_memory tool) or by the Observer (default: off)",
+    )
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=8767, help="HTTP: port (0 picks a free one; default 8767)"
+    )
+    parser.set_defaults(run=_run)
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from ..cli.common import CannotStart
+
+    require_sdk()
+    if not args.resource:
+        raise CannotStart(
+            "obsmem mcp needs the resource it serves: pass --resource USER_ID (or set "
+            "OBSMEM_RESOURCE)"
+        )
+    for flag, value in (("--resource", args.resource), ("--thread", args.thread)):
+        if value is not None:
+            try:
+                check_id(flag, value)
+            except ConfigError as exc:
+                raise CannotStart(f"{flag} {value!r}: {exc.rule}") from None
+    if not 0 <= args.port <= 65_535:
+        raise CannotStart(f"--port {args.port}: give a port from 1 to 65535 (0 picks a free one)")
+    _log_to_stderr()
+    return asyncio.run(_serve(args, out))
+
+
+def _log_to_stderr() -> None:
+    """WARNINGs (memory failures among them) to stderr: stdout may be the protocol's."""
+    root = logging.getLogger()
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.WARNING)
+
+
+def _options(args: argparse.Namespace) -> dict[str, Any]:
+    from ..cli.common import memory_options
+
+    options = memory_options(args, args.model or "auto")
+    options["scope"] = args.scope
+    # Serving one conversation: recall stays in it too.
+    options["retrieval"] = {"scope": "thread" if args.thread is not None else "resource"}
+    options["failure_policy"] = "warn"
+    if args.working_memory == "observer":
+        options["observation"]["manageWorkingMemory"] = True
+    return options
+
+
+async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+    from ..cli.common import db_label, open_store
+    from ..memory import Memory
+
+    store = open_store(args.db)  # checked: a file or database that is not obsmem's is refused
+    memory = Memory(
+        store,
+        observational_memory=_options(args),
+        working_memory=True if args.working_memory != "off" else None,
+    )
+    try:
+        tools = MemoryTools(memory, resource=args.resource, thread=args.thread)
+        server = build_server(tools)
+        where = f"resource {args.resource!r} in {db_label(args.db)}"
+        if args.transport == "stdio":
+            print(f"obsmem mcp: serving {where} on stdio", file=sys.stderr)
+            await server.run_stdio_async()
+        else:
+            await _serve_http(server, args, out, where)
+    finally:
+        await memory.aclose()
+    return 0
+
+
+async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, where: str) -> None:
+    import uvicorn
+
+    app = server.streamable_http_app(host=args.host)
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:
+        sock.close()
+        from ..cli.common import CannotStart
+
+        raise CannotStart(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another "
+            "--port (0 picks a free one)"
+        ) from exc
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    if args.host not in ("127.0.0.1", "localhost", "::1"):
+        logger.warning(
+            "obsmem mcp listens on %s without authentication: whoever reaches it reads and "
+            "writes %s",
+            args.host,
+            where,
+        )
+    config = uvicorn.Config(app, log_config=None, access_log=False, log_level="warning")
+    print(f"obsmem mcp: serving {where} at http://{host}:{port}/mcp", file=out, flush=True)
+    await uvicorn.Server(config).serve(sockets=[sock])

@@ -1,0 +1,265 @@
+"""The MCP tools' logic over one :class:`~obsmem.Memory`, without the SDK: which conversation a
+call may use, and what each tool does and answers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+from ..errors import ConfigError, check_id
+from ..messages import Message
+from .arguments import MAX_WORKING_MEMORY_CHARS, BadArguments, kind, parse_messages
+
+if TYPE_CHECKING:
+    from ..memory import Memory
+
+__all__ = ["MemoryTools", "ToolAnswer", "default_thread"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolAnswer:
+    """What a tool returns: text for the model, and the same facts as data for programs."""
+
+    text: str
+    data: dict[str, Any]
+
+
+def default_thread(resource: str) -> str:
+    """The conversation a server without ``--thread`` uses when a call names none."""
+    return f"mcp:{resource}"
+
+
+class MemoryTools:
+    """The MCP tools over one :class:`~obsmem.Memory`, bound to ``resource`` (and, when
+    ``thread`` is given, to that conversation only)."""
+
+    def __init__(self, memory: Memory, *, resource: str, thread: str | None = None) -> None:
+        check_id("--resource", resource)
+        if thread is not None:
+            check_id("--thread", thread)
+        self.memory = memory
+        self.resource = resource
+        self.locked = thread is not None
+        self.thread = thread if thread is not None else default_thread(resource)
+
+    # -- which conversation ----------------------------------------------------------------------
+
+    async def conversation(self, thread_id: object) -> str:
+        """The thread a call works on: the server's, or (without ``--thread``) the one named,
+        when it is new or belongs to the bound resource."""
+        if thread_id is None or thread_id == "":
+            chosen = self.thread
+        elif not isinstance(thread_id, str):
+            raise BadArguments(
+                f"thread_id must be a string (a conversation id), not {kind(thread_id)}; "
+                "leave it out for the default conversation"
+            )
+        elif self.locked and thread_id != self.thread:
+            raise BadArguments(
+                f"this server serves only the conversation {self.thread!r}: leave thread_id out"
+            )
+        else:
+            try:
+                chosen = check_id("thread_id", thread_id)
+            except ConfigError as exc:
+                raise BadArguments(f"thread_id: {exc.rule}") from None
+        found = await self.memory.thread(chosen)
+        if found is not None and found.resource_id != self.resource:
+            fix = (
+                "start the server with another --thread"
+                if chosen == self.thread
+                else "give another thread_id (a new conversation is created)"
+            )
+            raise BadArguments(f"the conversation {chosen!r} cannot be used here: {fix}")
+        return chosen
+
+    def _ref(self, thread: str) -> dict[str, str]:
+        return {"resource": self.resource, "thread": thread}
+
+    # -- the tools ------------------------------------------------------------------------------
+
+    async def recall(self, arguments: Mapping[str, Any]) -> ToolAnswer:
+        """The ``recall`` tool of the server's conversation (its own ``thread_id`` reaches
+        another conversation of the resource, as the library's recall tool does)."""
+        from ..recall import MAX_LIMIT, check_request
+
+        checked = check_request(dict(arguments))
+        if isinstance(checked, str):
+            raise BadArguments(checked)
+        if checked.mode not in ("messages", "threads", "search"):
+            raise BadArguments(f'mode {checked.mode!r}: use "messages", "threads" or "search"')
+        if checked.detail not in ("low", "high"):
+            raise BadArguments(f'detail {checked.detail!r}: use "low" or "high"')
+        if checked.limit > MAX_LIMIT:
+            raise BadArguments(
+                f"limit {checked.limit}: at most {MAX_LIMIT} messages a page (page on with page=2)"
+            )
+        thread = await self.conversation(None)
+        recall = self.memory.recall_function(self._ref(thread))
+        text = await recall(**checked.model_dump())
+        return ToolAnswer(text=text, data={"thread_id": thread, "answer": text})
+
+    async def remember(self, messages: object, thread_id: object = None) -> ToolAnswer:
+        """Append ``messages`` (``[{"role", "content", "created_at"?}]``) to a conversation."""
+        parsed = parse_messages(messages)
+        thread = await self.conversation(thread_id)
+        ref = self._ref(thread)
+        # Stored as a turn's input (memory work that is due happens: activation, or past
+        # block_after a synchronous observation), then as after a reply (background buffering
+        # starts when an interval is due), so memory keeps up with a client that only stores.
+        context = await self.memory.context(ref, parsed, actor_model=None, recall=True)
+        await self.memory.save(ref, [], actor_model=None)
+        stored = context.stored_input
+        status = await self.memory.status(ref)
+        first, last = stored[0].seq, stored[-1].seq
+        text = (
+            f"Stored {len(stored)} message(s) in conversation {thread!r} "
+            f"(#{first}-#{last}): {', '.join(m.id for m in stored)}."
+        )
+        problems = _problems(status.lines()) if not status.healthy else []
+        if problems:
+            text += "\nMemory is not working as it should:\n" + "\n".join(problems)
+        return ToolAnswer(
+            text=text,
+            data={
+                "thread_id": thread,
+                "stored": [{"id": m.id, "seq": m.seq, "role": m.role} for m in stored],
+                "observed_through": context.observed_through,
+                "memory": status.state,
+                "problems": problems,
+            },
+        )
+
+    async def memory_context(
+        self, thread_id: object = None, include_messages: object = False
+    ) -> ToolAnswer:
+        """What the model should know from memory: the observation log (with relative dates),
+        the hints and working memory; with ``include_messages`` also the messages not observed
+        yet. Memory work that is due (activation, a synchronous observation) happens first."""
+        if not isinstance(include_messages, bool):
+            raise BadArguments(
+                f"include_messages must be true or false, not {kind(include_messages)}"
+            )
+        thread = await self.conversation(thread_id)
+        context = await self.memory.context(self._ref(thread), [], actor_model=None, recall=True)
+        status = await self.memory.status(self._ref(thread))
+        memory = [m for m in context.messages if _synthetic(m) not in (None, "left_out")]
+        raw = [m for m in context.messages if _synthetic(m) is None]
+        left_out = next((m for m in context.messages if _synthetic(m) == "left_out"), None)
+        log = await self._observations(thread)
+        lines = [m.text for m in memory if m.text.strip()] if log.strip() else []
+        header = (
+            f"Memory of conversation {thread!r}: its messages through #{context.observed_through} "
+            f"are in the notes below; {len(raw)} later message(s) are not observed yet."
+            if lines
+            else f"Conversation {thread!r} has no observations yet; {len(raw)} message(s) are "
+            "stored and not observed."
+        )
+        parts = [header, *lines]
+        if not lines:  # working memory and recall guidance still count without a log
+            parts += [m.text for m in memory if m.text.strip()]
+        if include_messages:
+            shown = [left_out, *raw] if left_out is not None else raw
+            parts.append("Messages not observed yet:\n" + "\n".join(_line(m) for m in shown))
+        problems = _problems(status.lines()) if not status.healthy else []
+        if problems:
+            parts.append("Memory is not working as it should:\n" + "\n".join(problems))
+        data: dict[str, Any] = {
+            "thread_id": thread,
+            "context": "\n\n".join(m.text for m in memory if m.text.strip()),
+            "observations": log,
+            "observed_through": context.observed_through,
+            "unobserved_messages": len(raw),
+            "memory": status.state,
+            "problems": problems,
+        }
+        if include_messages:
+            data["messages"] = [_message_data(m) for m in raw]
+        return ToolAnswer(text="\n\n".join(parts), data=data)
+
+    async def memory_status(self, thread_id: object = None) -> ToolAnswer:
+        """``Memory.status`` for a conversation: the models (and how ``"auto"`` chose them),
+        failures with their fix, and the windows against their thresholds."""
+        thread = await self.conversation(thread_id)
+        status = await self.memory.status(self._ref(thread))
+        return ToolAnswer(
+            text="\n".join(
+                [f"conversation {thread!r} of resource {self.resource!r}", *status.lines()]
+            ),
+            data={
+                "thread_id": thread,
+                "resource_id": self.resource,
+                "state": status.state,
+                "observer_model": status.observer_model,
+                "reflector_model": status.reflector_model,
+                "model_choice": status.model_choice,
+                "credentials": status.credentials,
+                "failures": [f.summary() for f in status.failures],
+                "left_out": status.left_out,
+                "unobserved_tokens": status.unobserved_tokens,
+                "message_threshold": status.message_threshold,
+                "observation_tokens": status.observation_tokens,
+                "observation_threshold": status.observation_threshold,
+                "generation": status.generation,
+                "buffered_chunks": status.buffered_chunks,
+            },
+        )
+
+    async def update_working_memory(self, content: object, thread_id: object = None) -> ToolAnswer:
+        """Replace the working memory (the resource's, or the conversation's in thread scope)
+        with ``content``, the whole updated document."""
+        if not isinstance(content, str) or not content.strip():
+            raise BadArguments(
+                "content must be the whole updated working memory (a non-empty string), not "
+                f"{kind(content)}"
+            )
+        if len(content) > MAX_WORKING_MEMORY_CHARS:
+            raise BadArguments(
+                f"content has {len(content):,} characters: keep working memory under "
+                f"{MAX_WORKING_MEMORY_CHARS:,} (move detail out; the observations keep it)"
+            )
+        thread = await self.conversation(thread_id)
+        try:
+            stored = await self.memory.update_working_memory(self._ref(thread), content)
+        except ConfigError as exc:
+            raise BadArguments(f"working memory is off on this server ({exc.rule})") from None
+        except ValueError as exc:  # does not fit the working memory's schema
+            raise BadArguments(str(exc)) from None
+        return ToolAnswer(
+            text="Working memory updated.", data={"thread_id": thread, "working_memory": stored}
+        )
+
+    async def _observations(self, thread: str) -> str:
+        om = self.memory.om
+        return "" if om is None else await om.observations(thread, self.resource)
+
+
+def _synthetic(message: Message) -> str | None:
+    """The memory section a context message is (None for a stored message)."""
+    meta = message.metadata.get("obsmem")
+    if isinstance(meta, Mapping):
+        section = cast(Mapping[str, Any], meta).get("synthetic")
+        return str(section) if section is not None else None
+    return None
+
+
+def _line(message: Message) -> str:
+    when = f"{message.created_at:%Y-%m-%d %H:%M}"
+    where = f"#{message.seq} " if message.seq is not None else ""
+    return f"{where}{message.role} ({when}): {message.text or '[no text]'}"
+
+
+def _message_data(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "seq": message.seq,
+        "role": message.role,
+        "created_at": message.created_at.isoformat(),
+        "text": message.text,
+    }
+
+
+def _problems(lines: Sequence[str]) -> list[str]:
+    """The status lines that say what is wrong (the first two give models and windows)."""
+    return list(lines[2:]) or list(lines[:1])

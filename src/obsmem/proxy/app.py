@@ -1,0 +1,584 @@
+"""The proxy: an OpenAI-compatible server that gives every conversation observational memory.
+
+One chat request (``POST /v1/chat/completions``) with a thread id (:mod:`.identity`):
+
+1. the client's messages are lined up with the stored thread and what is new is found
+   (:mod:`.history`; an edited history takes back what it replaced);
+2. one memory step (``Memory.context``) stores the new messages and assembles the context: the
+   client's instructions (its leading system messages), memory's observations, the raw messages;
+   the current step (the last user message, or a tool call's results with the call) stays raw;
+3. the request goes upstream with that context in place of the client's messages and every other
+   field as the client sent it (tools, ``tool_choice``, ``response_format``, temperature, ...);
+4. the answer comes back as the upstream sent it (a stream passes through as it arrives,
+   :mod:`.streaming` reading it on the side) and is stored, tool calls included.
+
+Memory never fails a request: when a memory step fails the client's own request goes upstream
+unchanged, and the ``X-Obsmem-Memory`` response header says ``failing; <cause>`` (also logged as a
+WARNING on the ``obsmem`` logger); an Observer or Reflector that fails is reported the same way
+from the thread's failure state. ``on`` when memory served the request, ``off; <why>`` when it
+was not asked to (no thread id). Upstream errors reach the client with the upstream's status and
+body. Every other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through.
+
+Several proxy processes can share one database (PostgreSQL) with nothing else shared: new
+messages get ids from their content and place (:func:`.history.message_id`), so two requests that
+store the same message store it once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from ..convert.openai_chat import from_openai_chat, to_openai_chat
+from ..failures import failures_in
+from ..memory import Memory, MemoryContext, ThreadRef
+from ..messages import Message
+from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from .history import (
+    StoredEntry,
+    align,
+    fingerprint,
+    message_id,
+    split_instructions,
+    step_from,
+    stored_fingerprint,
+)
+from .identity import THREAD_HEADER, KeyMap, api_key_of, thread_of
+from .streaming import StreamAssembler
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from ..stores import Store
+
+__all__ = ["MEMORY_HEADER", "Proxy", "ProxyConfig", "create_app"]
+
+log = logging.getLogger("obsmem")
+
+MEMORY_HEADER = "X-Obsmem-Memory"
+PLACEHOLDER_KEY = "obsmem-proxy-no-key"
+"""The key memory's own calls send an upstream that needs none (a local server)."""
+MAX_CACHED_THREADS = 1024
+"""Threads whose stored messages' fingerprints one proxy process keeps between requests."""
+_HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+        "content-encoding",
+        "accept-encoding",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProxyConfig:
+    upstream: str
+    """The upstream's base URL, up to and including its ``/v1``."""
+    store: Store
+    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    """Memory's options (``observation``/``reflection`` sections) without the model."""
+    memory_model: Any = None
+    """The Observer and Reflector model: a model spec, or None for the upstream with the model
+    the first client asked for."""
+    memory_key: str | None = None
+    """The API key memory's own calls to the upstream send (None: a placeholder)."""
+    keys: KeyMap = field(default_factory=KeyMap)
+    timeout: float = 600.0
+    """Seconds to wait on the upstream."""
+
+
+def _upstream_model(name: str, base_url: str, key: str | None) -> Model:
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.profiles.openai import OpenAIModelProfile
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    provider = OpenAIProvider(base_url=base_url, api_key=key or PLACEHOLDER_KEY)
+    strict = OpenAIModelProfile(openai_chat_supports_multiple_system_messages=False)
+    return OpenAIChatModel(name, provider=provider, profile=strict)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    flat = flat.encode("latin-1", "replace").decode("latin-1")
+    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
+
+
+def _cause(exc: BaseException) -> str:
+    return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
+
+
+def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as the strictest chat templates take them: the leading system messages
+    joined into one, and each run of user messages with text content joined into one (memory's
+    notes and the user's message become one turn)."""
+    out: list[dict[str, Any]] = []
+    for raw in messages:
+        message = dict(raw)
+        last = out[-1] if out else None
+        role = "system" if message.get("role") == "developer" else message.get("role")
+        if (
+            last is not None
+            and role == "system"
+            and all(m.get("role") in ("system", "developer") for m in out)
+            and isinstance(last.get("content"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            last["content"] = f"{last['content']}\n\n{message['content']}"
+            continue
+        if (
+            last is not None
+            and role == "user"
+            and last.get("role") == "user"
+            and isinstance(last.get("content"), str)
+            and isinstance(message.get("content"), str)
+            and set(last) <= {"role", "content"}
+            and set(message) <= {"role", "content"}
+        ):
+            last["content"] = f"{last['content']}\n\n{message['content']}"
+            continue
+        out.append(message)
+    return out
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What this process knows of a thread's stored messages: every one, by seq."""
+
+    count: int = 0
+    entries: list[StoredEntry] = field(default_factory=list[StoredEntry])
+
+
+@dataclass(frozen=True, slots=True)
+class _LinedUp:
+    """What lining a request up with its thread found, and the memory step's context."""
+
+    context: MemoryContext
+    after: str | None
+    """The id of the last of the client's messages as stored (the answer follows it)."""
+    taken: set[str]
+    """Every id the thread has taken back."""
+    tail: tuple[StoredEntry, ...]
+    """The stored messages after the point the client's history stops matching."""
+    again: bool
+    """The client's history stops before ``tail`` with nothing new (a retry, a regenerate)."""
+    actor: Any
+    meta: dict[str, Any]
+    """The thread's metadata as read before."""
+
+
+@dataclass(slots=True)
+class _Step:
+    """One request's memory work, from the memory step to the stored answer."""
+
+    ref: ThreadRef
+    after: str | None
+    """The id of the stored message the answer follows."""
+    taken_back: frozenset[str]
+    actor: Any
+    asked_again: tuple[StoredEntry, ...] = ()
+    """The client sent a history that stops before these stored messages (it asks again, or
+    retries): they are taken back when the new answer differs, and kept when it is the same."""
+    status: str = "on"
+
+
+class Proxy:
+    """The proxy's state: the upstream client, the memory (made at the first request that uses
+    it), what it knows of each thread's stored messages."""
+
+    def __init__(self, config: ProxyConfig) -> None:
+        self.config = config
+        self.upstream = config.upstream.rstrip("/")
+        self.client = httpx.AsyncClient(
+            timeout=httpx.Timeout(config.timeout, connect=10.0),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+        )
+        self._memory: Memory | None = None
+        self._memory_lock = asyncio.Lock()
+        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._thread_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        """Per thread in use: its lock and how many requests hold or wait for it (dropped at 0)."""
+        self._actors: dict[str, Any] = {}
+
+    # -- memory ----------------------------------------------------------------------------------
+
+    def actor(self, name: str) -> Any:
+        """The client's model on the upstream (what memory's context is for)."""
+        model = self._actors.get(name)
+        if model is None:
+            model = _upstream_model(name, self.upstream, self.config.memory_key)
+            self._actors[name] = model
+        return model
+
+    async def memory(self, client_model: str) -> Memory:
+        if self._memory is not None:
+            return self._memory
+        async with self._memory_lock:
+            if self._memory is None:
+                model = self.config.memory_model or self.actor(client_model)
+                options = {k: dict(v) for k, v in self.config.options.items()}
+                options.setdefault("observation", {})["model"] = model
+                options.setdefault("reflection", {})["model"] = model
+                self._memory = Memory(self.config.store, observational_memory=options)
+            return self._memory
+
+    @property
+    def memory_if_made(self) -> Memory | None:
+        return self._memory
+
+    async def settle(self) -> None:
+        if self._memory is not None:
+            await self._memory.settle()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        if self._memory is not None:
+            await self._memory.aclose()
+        else:
+            await self.config.store.aclose()
+
+    # -- history -----------------------------------------------------------------------------------
+
+    async def _shown(
+        self, memory: Memory, thread_id: str
+    ) -> tuple[list[StoredEntry], dict[str, Any]]:
+        """The thread's stored messages that are still shown, and its metadata."""
+        thread = await memory.store.get_thread(thread_id)
+        if thread is None:
+            return [], {}
+        seen = self._seen.pop(thread_id, None) or _Seen()
+        if thread.message_count < seen.count:  # cleared and started again
+            seen = _Seen()
+        if thread.message_count > seen.count:
+            fresh = await memory.store.list_messages(thread_id, after_seq=seen.count)
+            seen.entries.extend(StoredEntry(m.seq or 0, m.id, stored_fingerprint(m)) for m in fresh)
+            seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
+        self._seen[thread_id] = seen
+        while len(self._seen) > MAX_CACHED_THREADS:
+            self._seen.popitem(last=False)
+        meta = thread.metadata
+        through = meta.get(META_RETRACTED_THROUGH)
+        gone = meta.get(META_RETRACTED)
+        taken = cast(dict[str, Any], gone) if isinstance(gone, dict) else {}
+        shown = [
+            e
+            for e in seen.entries
+            if not (isinstance(through, int) and e.seq <= through) and not taken.get(e.id)
+        ]
+        return shown, dict(meta)
+
+    async def prepare(
+        self, ref: ThreadRef, body: dict[str, Any], model_name: str
+    ) -> tuple[dict[str, Any], _Step]:
+        """The request to send upstream, with memory's context, and the step to finish."""
+        memory = await self.memory(model_name)
+        raw = body.get("messages")
+        if not isinstance(raw, list):
+            raise ValueError("the request has no messages list")
+        instructions, conversation = split_instructions(cast(list[dict[str, Any]], raw))
+        prints = [fingerprint(m) for m in conversation]
+        lock, users = self._thread_locks.setdefault(ref.thread, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:  # this process: one request of a thread at a time lines it up
+                aligned = await self._line_up(memory, ref, conversation, prints, model_name)
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._thread_locks.pop(ref.thread, None)
+        shown_context = aligned.context.messages
+        if aligned.again:  # the client asks again: what it leaves out is not shown to the model
+            left_out = {e.id for e in aligned.tail}
+            shown_context = [m for m in shown_context if m.id not in left_out]
+        messages = for_strict_template([*instructions, *to_openai_chat(shown_context)])
+        step = _Step(
+            ref=ref,
+            after=aligned.after,
+            taken_back=frozenset(aligned.taken),
+            actor=aligned.actor,
+            asked_again=aligned.tail if aligned.again else (),
+        )
+        failing = failures_in(aligned.meta)
+        if failing:
+            state = next(iter(failing.values()))
+            step.status = _one_line(f"failing; {state.role}: {state.error}")
+        return {**body, "messages": messages}, step
+
+    async def _line_up(
+        self,
+        memory: Memory,
+        ref: ThreadRef,
+        conversation: list[dict[str, Any]],
+        prints: list[str],
+        model_name: str,
+    ) -> _LinedUp:
+        """Line the client's messages up with the thread, take back what an edit replaced, and
+        run the memory step with what is new (under the thread's lock)."""
+        shown, meta = await self._shown(memory, ref.thread)
+        alignment = align(prints, shown)
+        gone_before = meta.get(META_RETRACTED)
+        taken: set[str] = (
+            set(cast(dict[str, Any], gone_before)) if isinstance(gone_before, dict) else set()
+        )
+        tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
+        again = bool(tail) and alignment.known == len(conversation)
+        if tail and not again:  # an edit: the thread follows the client now
+            await self._take_back(memory, ref, len(tail), taken)
+        after = (
+            alignment.after.id
+            if alignment.after is not None
+            else (shown[-1].id if shown and alignment.retract == 0 else None)
+        )
+        new: list[Message] = []
+        converted = _converted(conversation, alignment.known, ref)
+        for message, print_ in zip(converted, prints[alignment.known :], strict=True):
+            attempt = 0
+            while (mid := message_id(ref.thread, after, print_, attempt)) in taken:
+                attempt += 1
+            new.append(_with_id(message, mid))
+            after = mid
+        actor = self.actor(model_name)
+        context = await memory.context(
+            ref,
+            new,
+            actor_model=actor,
+            step_from=step_from(conversation, alignment),
+        )
+        return _LinedUp(context, after, taken, tail, again, actor, meta)
+
+    async def finish(self, step: _Step, answer: Mapping[str, Any] | None) -> None:
+        """Store the upstream's answer (an OpenAI chat assistant message)."""
+        if answer is None or self._memory is None:
+            return
+        reply = dict(answer)
+        reply["role"] = "assistant"
+        print_ = fingerprint(reply)
+        attempt = 0
+        while (mid := message_id(step.ref.thread, step.after, print_, attempt)) in step.taken_back:
+            attempt += 1
+        if step.asked_again:
+            if len(step.asked_again) == 1 and step.asked_again[0].id == mid:
+                return  # the same answer as before (a retry): stored already, once
+            taken = set(step.taken_back)
+            await self._take_back(self._memory, step.ref, len(step.asked_again), taken)
+            while (mid := message_id(step.ref.thread, step.after, print_, attempt)) in taken:
+                attempt += 1
+        (message,) = from_openai_chat(
+            [reply], thread_id=step.ref.thread, resource_id=step.ref.resource
+        )
+        await self._memory.save(step.ref, [_with_id(message, mid)], actor_model=step.actor)
+
+    @staticmethod
+    async def _take_back(memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
+        """Take back the thread's ``count`` newest shown messages (adding their ids to
+        ``taken``)."""
+        for _ in range(count):
+            gone = await memory.retract_last(ref)
+            if gone is not None:
+                taken.add(gone.id)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def _url(self, path: str) -> str:
+        tail = path[3:] if path.startswith("/v1") else path
+        return f"{self.upstream}{tail}"
+
+    @staticmethod
+    def _headers(request: Request) -> dict[str, str]:
+        return {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _HOP_BY_HOP and not k.lower().startswith("x-obsmem-")
+        }
+
+    async def chat(self, request: Request) -> Response:
+        raw = await request.body()
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return await self._forward(request, raw, "off; the request body is not a JSON object")
+        body = cast(dict[str, Any], body)
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        thread = thread_of(headers, body)
+        if thread is None:
+            return await self._forward(
+                request, raw, f"off; no thread id (send the {THREAD_HEADER} header)"
+            )
+        resource = self.config.keys.resource(api_key_of(headers))
+        ref = ThreadRef(thread=f"{resource}:{thread}", resource=resource)
+        model_name = body.get("model") if isinstance(body.get("model"), str) else "default"
+        step: _Step | None = None
+        try:
+            sent, step = await self.prepare(ref, body, cast(str, model_name))
+            payload = json.dumps(sent).encode()
+            status = step.status
+        except Exception as exc:
+            log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, _cause(exc))
+            payload, status, step = raw, f"failing; {_cause(exc)}", None
+        if body.get("stream"):
+            return await self._stream(request, payload, status, step)
+        return await self._complete(request, payload, status, step)
+
+    async def _complete(
+        self, request: Request, payload: bytes, status: str, step: _Step | None
+    ) -> Response:
+        try:
+            upstream = await self.client.post(
+                self._url(request.url.path), content=payload, headers=self._headers(request)
+            )
+        except httpx.HTTPError as exc:
+            return self._unreachable(exc, status)
+        headers = self._response_headers(upstream, status)
+        if upstream.status_code == 200 and step is not None:
+            try:
+                data = upstream.json()
+                answer = data["choices"][0]["message"]
+                await self.finish(step, answer)
+            except Exception as exc:
+                log.warning(
+                    "obsmem proxy: storing the answer failed for thread %s: %s",
+                    step.ref.thread,
+                    _cause(exc),
+                )
+                headers[MEMORY_HEADER] = f"failing; storing the answer: {_cause(exc)}"
+        return Response(upstream.content, status_code=upstream.status_code, headers=headers)
+
+    async def _stream(
+        self, request: Request, payload: bytes, status: str, step: _Step | None
+    ) -> Response:
+        upstream_request = self.client.build_request(
+            "POST", self._url(request.url.path), content=payload, headers=self._headers(request)
+        )
+        try:
+            upstream = await self.client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            return self._unreachable(exc, status)
+        headers = self._response_headers(upstream, status)
+        if upstream.status_code != 200:
+            content = await upstream.aread()
+            await upstream.aclose()
+            return Response(content, status_code=upstream.status_code, headers=headers)
+
+        async def relay() -> AsyncIterator[bytes]:
+            assembler = StreamAssembler()
+            try:
+                async for piece in upstream.aiter_bytes():
+                    assembler.feed(piece)
+                    yield piece
+            finally:
+                await upstream.aclose()
+            if step is not None:
+                try:
+                    await self.finish(step, assembler.message())
+                except Exception as exc:
+                    log.warning(
+                        "obsmem proxy: storing the streamed answer failed for thread %s: %s",
+                        step.ref.thread,
+                        _cause(exc),
+                    )
+
+        return StreamingResponse(relay(), status_code=200, headers=headers)
+
+    def _response_headers(self, upstream: httpx.Response, status: str) -> dict[str, str]:
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
+        headers[MEMORY_HEADER] = status
+        return headers
+
+    def _unreachable(self, exc: httpx.HTTPError, status: str) -> Response:
+        message = f"obsmem proxy: cannot reach the upstream {self.upstream}: {_cause(exc)}"
+        log.warning("%s", message)
+        error = {"message": message, "type": "upstream_unreachable", "code": 502}
+        return JSONResponse({"error": error}, status_code=502, headers={MEMORY_HEADER: status})
+
+    async def _forward(self, request: Request, raw: bytes, status: str) -> Response:
+        """The request as the client sent it, to the same path upstream; the answer as it came."""
+        upstream_request = self.client.build_request(
+            request.method,
+            self._url(request.url.path),
+            content=raw,
+            headers=self._headers(request),
+            params=str(request.query_params),
+        )
+        try:
+            upstream = await self.client.send(upstream_request, stream=True)
+        except httpx.HTTPError as exc:
+            return self._unreachable(exc, status)
+        headers = self._response_headers(upstream, status)
+
+        async def relay() -> AsyncIterator[bytes]:
+            try:
+                async for piece in upstream.aiter_bytes():
+                    yield piece
+            finally:
+                await upstream.aclose()
+
+        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers)
+
+    async def passthrough(self, request: Request) -> Response:
+        return await self._forward(request, await request.body(), "off; not a chat request")
+
+
+def _with_id(message: Message, mid: str) -> Message:
+    return replace(message, id=mid)
+
+
+def _converted(
+    conversation: Sequence[Mapping[str, Any]], known: int, ref: ThreadRef
+) -> list[Message]:
+    """obsmem messages for ``conversation[known:]``, converted with the assistant message whose
+    calls their first tool results answer (so each result gets its tool's name)."""
+    start = known
+    if known < len(conversation) and conversation[known].get("role") == "tool":
+        while start > 0 and conversation[start - 1].get("role") == "tool":
+            start -= 1
+        start = max(0, start - 1)  # the assistant message that made the calls
+    out = from_openai_chat(conversation[start:], thread_id=ref.thread, resource_id=ref.resource)
+    return out[known - start :]
+
+
+def create_app(config: ProxyConfig) -> Starlette:
+    """The proxy as an ASGI app (``app.state.proxy`` is its :class:`Proxy`)."""
+    import contextlib
+
+    proxy = Proxy(config)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncGenerator[None]:
+        try:
+            yield
+        finally:
+            await proxy.aclose()
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
+            Route(
+                "/v1/{path:path}",
+                proxy.passthrough,
+                methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+            ),
+        ],
+        lifespan=lifespan,
+    )
+    app.state.proxy = proxy
+    return app

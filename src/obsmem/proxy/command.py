@@ -1,0 +1,145 @@
+"""``obsmem proxy --upstream URL``: run the memory proxy (imports its libraries when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, TextIO
+
+from ..errors import MissingExtraError
+
+__all__ = ["DEFAULT_PORT", "add"]
+
+DEFAULT_PORT = 8766
+
+
+def add(sub: Any) -> None:
+    from ..cli.common import add_memory_options
+
+    parser = sub.add_parser(
+        "proxy",
+        help="an OpenAI-compatible server that gives any client observational memory",
+        description="Serves /v1/chat/completions (streaming or not) in front of any "
+        "OpenAI-compatible upstream. A request with a thread id (the X-Obsmem-Thread header, "
+        "the request's metadata.thread, or its user field) gets memory's context in place of "
+        "the client's history, and both sides of the conversation are stored; every other "
+        "request passes through unchanged. The client changes only its base URL.",
+        conflict_handler="resolve",
+    )
+    parser.add_argument(
+        "--upstream",
+        required=True,
+        help="the upstream's base URL, with its /v1 (e.g. http://localhost:8000/v1)",
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+    )
+    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+    parser.add_argument(
+        "--model",
+        help="Observer and Reflector model, e.g. openai/gpt-5-mini or auto (default: the "
+        "upstream, with the model the first client asks for)",
+    )
+    parser.add_argument(
+        "--keys",
+        help="JSON file mapping API keys (or sha256:<hex> of them) to resource ids; "
+        "default: each key is its own resource",
+    )
+    parser.add_argument(
+        "--memory-key-env",
+        help="environment variable holding the API key memory's own upstream calls send "
+        "(default: none, for a local upstream); not needed with --model",
+    )
+    parser.set_defaults(run=_run)
+
+
+def _check_extra() -> None:
+    import importlib
+
+    for module in ("starlette", "uvicorn", "httpx"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise MissingExtraError("obsmem proxy", "proxy", package=module) from exc
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    import socket
+
+    from ..cli.common import CannotStart, db_label, open_store
+
+    _check_extra()
+    import uvicorn
+
+    from .app import ProxyConfig, create_app
+    from .identity import KeyMap
+
+    upstream = str(args.upstream).rstrip("/")
+    if not upstream.startswith(("http://", "https://")):
+        raise CannotStart(
+            f"--upstream {args.upstream!r} is not an http(s) URL; give the upstream's base URL "
+            "with its /v1, e.g. http://localhost:8000/v1"
+        )
+    try:
+        keys = KeyMap.load(args.keys) if args.keys else KeyMap()
+    except ValueError as exc:
+        raise CannotStart(str(exc)) from exc
+    memory_key = None
+    if args.memory_key_env:
+        memory_key = os.environ.get(args.memory_key_env)
+        if not memory_key:
+            raise CannotStart(
+                f"--memory-key-env {args.memory_key_env}: that environment variable is not set"
+            )
+    buffer: float | bool = (
+        False
+        if str(args.buffer_tokens).lower() in ("off", "false", "0")
+        else float(args.buffer_tokens)
+    )
+    options = {
+        "observation": {"messageTokens": args.message_tokens, "bufferTokens": buffer},
+        "reflection": {"observationTokens": args.observation_tokens},
+    }
+    store = open_store(args.db)
+    config = ProxyConfig(
+        upstream=upstream,
+        store=store,
+        options=options,
+        memory_model=args.model,
+        memory_key=memory_key,
+        keys=keys,
+    )
+    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP
+    # (without it each response waits ~40 ms on the client's delayed ACK).
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((args.host, args.port))
+        sock.listen(2048)  # connections wait in the backlog until the server takes them
+    except OSError as exc:
+        sock.close()
+        raise CannotStart(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; give another "
+            "--port (0 picks a free one)"
+        ) from exc
+    host, port = sock.getsockname()[:2]
+    print(
+        f"obsmem proxy: http://{host}:{port}/v1 -> {upstream}; store {db_label(args.db)}; "
+        f"memory model {args.model or 'the upstream, with the client model'}",
+        file=out,
+        flush=True,
+    )
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            log_level="warning",
+            access_log=False,  # request lines are not needed, and nothing that names a key
+            lifespan="on",
+        )
+    )
+    server.run(sockets=[sock])
+    print("obsmem proxy: stopped", file=sys.stderr)
+    return 0

@@ -1,0 +1,202 @@
+"""Which of a client's messages are new for the thread.
+
+An OpenAI-style client sends its whole conversation with every request; the thread stores each
+message once. Messages carry no ids on the wire, so they are compared by a **fingerprint** of
+what the model would see (role, text, tool calls with their arguments, the result's call id),
+lenient about what clients rewrite when they echo a reply (``content: null`` or ``""``, a list of
+text items or one string, spacing of the arguments' JSON, a dropped ``reasoning_content``).
+
+The client's messages (after its leading system messages, which are its instructions and are
+not stored) are lined up against the thread's stored messages that are still shown:
+
+* **It goes on from the end** (the usual case, also when it dropped its oldest messages): the
+  longest run of the client's first messages equal to the thread's last ones is known; the rest
+  is new.
+* **It rewrote history** (an edited earlier message, a regenerated answer): its messages match
+  the thread up to some point and then differ. The thread follows the client: the stored
+  messages after that point are **taken back** (``Memory.retract_last``: storage keeps them,
+  marked, and recall shows them as taken back; what memory had already observed stays in the
+  observations, since it was said), and the client's messages from that point on are stored as
+  new. So every message the client shows is stored exactly once, and the context never holds
+  two versions of one turn.
+* **Nothing matches** (a new thread, or a client that sends only what is new): every message
+  is new.
+
+New messages get ids derived from the thread, the stored message they follow and their
+fingerprint (:func:`message_id`). Two requests that carry the same new message (a client's
+retry, two proxy processes answering one conversation at once) therefore give it the same id,
+and the store keeps it once; the same goes for an answer stored by the proxy and then echoed by
+the client before the proxy stored it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+from ..convert.openai_chat import to_openai_chat
+from ..messages import Message
+
+__all__ = [
+    "Alignment",
+    "StoredEntry",
+    "align",
+    "fingerprint",
+    "message_id",
+    "split_instructions",
+    "step_from",
+]
+
+_JSON = dict[str, Any]
+
+
+def _text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content.strip()
+    if isinstance(content, list):
+        items = cast(list[Any], content)
+        if all(isinstance(i, dict) and cast(_JSON, i).get("type") == "text" for i in items):
+            return "\n".join(str(cast(_JSON, i).get("text", "")) for i in items).strip()
+        return json.dumps(items, sort_keys=True, ensure_ascii=False)
+    return json.dumps(content, sort_keys=True, ensure_ascii=False)
+
+
+def _arguments(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments.strip()
+    return arguments
+
+
+def _calls(message: Mapping[str, Any]) -> list[Any]:
+    calls = message.get("tool_calls")
+    if not isinstance(calls, list):
+        return []
+    out: list[Any] = []
+    for call in cast(list[Any], calls):
+        if isinstance(call, dict):
+            c = cast(_JSON, call)
+            fn = c.get("function")
+            f = cast(_JSON, fn) if isinstance(fn, dict) else {}
+            out.append([c.get("id"), f.get("name"), _arguments(f.get("arguments"))])
+        else:
+            out.append(call)
+    return out
+
+
+def fingerprint(message: Mapping[str, Any]) -> str:
+    """A short hash of what the model sees of one OpenAI chat message (see the module doc)."""
+    role = message.get("role")
+    role = "system" if role == "developer" else role
+    canonical: list[Any] = [role, _text(message.get("content"))]
+    if role == "assistant":
+        canonical.append(_calls(message))
+        refusal = message.get("refusal")
+        if isinstance(refusal, str) and refusal.strip():
+            canonical.append(refusal.strip())
+    if role == "tool":
+        canonical.append(message.get("tool_call_id"))
+    raw = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def stored_fingerprint(message: Message) -> str:
+    """The fingerprint of a stored message, as the client would send it back."""
+    written = to_openai_chat([message])
+    if len(written) == 1:
+        return fingerprint(written[0])
+    joined = "|".join(fingerprint(w) for w in written)
+    return hashlib.sha256(joined.encode()).hexdigest()[:32]
+
+
+def message_id(thread_id: str, after: str | None, print_: str, attempt: int = 0) -> str:
+    """The id a new message gets: the same for the same message after the same one in the same
+    thread, so two requests storing it store it once. ``attempt`` gives another id when that one
+    was taken back (the client said it again after rewriting history)."""
+    raw = json.dumps([thread_id, after, print_, attempt], separators=(",", ":"))
+    return "px-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def split_instructions(messages: Sequence[Mapping[str, Any]]) -> tuple[list[_JSON], list[_JSON]]:
+    """The client's leading system (or developer) messages, its instructions, and the rest."""
+    at = 0
+    while at < len(messages) and messages[at].get("role") in ("system", "developer"):
+        at += 1
+    return [dict(m) for m in messages[:at]], [dict(m) for m in messages[at:]]
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEntry:
+    """One stored, shown message of the thread, as :func:`align` compares it."""
+
+    seq: int
+    id: str
+    print_: str
+
+
+@dataclass(frozen=True, slots=True)
+class Alignment:
+    """How the client's messages line up with the thread."""
+
+    known: int
+    """The client's first ``known`` messages are stored (they are ``matched``)."""
+    matched: tuple[StoredEntry, ...]
+    """The stored messages the client's first ``known`` messages are, in order."""
+    retract: int
+    """How many of the thread's newest shown messages the client's history leaves out (it
+    rewrote history after them): they are taken back before the new messages are stored."""
+
+    @property
+    def after(self) -> StoredEntry | None:
+        """The stored message the new ones follow."""
+        return self.matched[-1] if self.matched else None
+
+
+def align(client: Sequence[str], stored: Sequence[StoredEntry]) -> Alignment:
+    """Line up the client's fingerprints with the thread's shown messages (module doc)."""
+    prints = [s.print_ for s in stored]
+    if not client or not prints:
+        return Alignment(0, (), 0)
+    best: tuple[int, int] | None = None  # (run length, start in stored)
+    for start in range(len(prints) - 1, -1, -1):
+        if prints[start] != client[0]:
+            continue
+        run = 0
+        while (
+            run < len(client) and start + run < len(prints) and prints[start + run] == client[run]
+        ):
+            run += 1
+        if start + run == len(prints):  # goes on from the end: the best there is
+            return Alignment(run, tuple(stored[start : start + run]), 0)
+        if best is None or run > best[0]:
+            best = (run, start)
+    if best is None:
+        return Alignment(0, (), 0)
+    run, start = best
+    return Alignment(run, tuple(stored[start : start + run]), len(prints) - (start + run))
+
+
+def step_from(conversation: Sequence[Mapping[str, Any]], alignment: Alignment) -> int | None:
+    """The seq of the current step's first message when it is stored already: the trailing tool
+    results with the call they answer, or the trailing user messages."""
+    if not conversation:
+        return None
+    at = len(conversation) - 1
+    role = conversation[at].get("role")
+    if role == "tool":
+        while at > 0 and conversation[at - 1].get("role") == "tool":
+            at -= 1
+        at = max(0, at - 1)  # the assistant message that called them
+    elif role == "user":
+        while at > 0 and conversation[at - 1].get("role") == "user":
+            at -= 1
+    if at < alignment.known:
+        return alignment.matched[at].seq or None
+    return None

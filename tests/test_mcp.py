@@ -1,0 +1,407 @@
+"""``obsmem mcp`` driven by the official MCP SDK's own client, as an MCP client would: over
+stdio (the client starts ``python -m obsmem mcp``) and over streamable HTTP (a real server on a
+free loopback port), on a SQLite file and on PostgreSQL. The Observer is the loopback
+OpenAI-compatible server, found through ``OBSMEM_MODEL`` and ``OPENAI_BASE_URL`` as a user
+would set them."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import selectors
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp_types import CallToolResult, TextContent
+
+from obsmem.cli import _parser  # pyright: ignore[reportPrivateUsage]
+
+from .loopback_openai import LoopbackServer, answer, is_memory_call
+from .strict_server import strict_server_thread
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+FACT = "My favorite color is blue, and my locker code is 4417-B."
+
+
+def _env(model_url: str | None) -> dict[str, str]:
+    env = {"PYTHONPATH": str(SRC), "OBSMEM_MODEL": "openai/local-test"}
+    if model_url is not None:
+        env["OPENAI_BASE_URL"] = model_url
+    return env
+
+
+def _command(db: str, *flags: str) -> list[str]:
+    return ["-m", "obsmem", "mcp", "--db", db, *flags]
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The ``--db`` the server is given: a SQLite file, or a fresh PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    return str(request.getfixturevalue("postgres_dsn"))
+
+
+@contextlib.asynccontextmanager
+async def stdio(
+    db: str, *flags: str, model_url: str | None, log: IO[str] | None = None
+) -> AsyncIterator[Client]:
+    """A client of ``obsmem mcp`` started over stdio, as an MCP client starts it."""
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=_command(db, *flags),
+        env=_env(model_url),
+        cwd=tempfile.gettempdir(),
+    )
+    transport = stdio_client(params, errlog=log) if log is not None else params
+    async with Client(transport, read_timeout_seconds=120) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def http_server(db: str, *flags: str, model_url: str | None) -> Iterator[str]:
+    """``obsmem mcp --transport http --port 0`` in a process of its own; yields its URL, read
+    from the line it prints once it listens."""
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env.update(_env(model_url))
+    process = subprocess.Popen(
+        [sys.executable, *_command(db, "--transport", "http", "--port", "0", *flags)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=tempfile.gettempdir(),
+    )
+    try:
+        assert process.stdout is not None
+        with selectors.DefaultSelector() as selector:
+            selector.register(process.stdout, selectors.EVENT_READ)
+            ready = selector.select(timeout=60)
+        line = process.stdout.readline() if ready else ""
+        assert " at http://127.0.0.1:" in line, (line, process.poll())
+        yield line.rsplit(" at ", 1)[1].strip()
+    finally:
+        process.terminate()
+        _, err = process.communicate(timeout=60)
+        assert "Traceback" not in err, err
+
+
+def text(result: CallToolResult) -> str:
+    return "\n".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def data(result: CallToolResult) -> dict[str, Any]:
+    assert result.structured_content is not None, text(result)
+    return result.structured_content
+
+
+async def ok(client: Client, tool: str, arguments: dict[str, Any] | None = None) -> CallToolResult:
+    result = await client.call_tool(tool, arguments or {})
+    assert not result.is_error, text(result)
+    return result
+
+
+async def refused(client: Client, tool: str, arguments: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, arguments)
+    assert result.is_error, text(result)
+    return text(result)
+
+
+def chat(*turns: str) -> list[dict[str, str]]:
+    roles = ("user", "assistant")
+    return [{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)]
+
+
+FILLER = (
+    "Let us keep planning the trip: the train leaves at nine, the hotel is near the old "
+    "harbour, and we still have to choose a restaurant for the second evening."
+)
+
+
+def memory_calls(server: LoopbackServer) -> list[dict[str, Any]]:
+    return [
+        r
+        for r in server.stats.requests
+        if is_memory_call(str((r.get("messages") or [{}])[0].get("content")))
+    ]
+
+
+# -- over stdio ----------------------------------------------------------------------------------
+
+
+async def test_stdio_remember_then_recall_finds_the_exact_wording(db: str) -> None:
+    async with stdio(db, "--resource", "alice", model_url=None) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert names == {"recall", "memory_context", "remember", "memory_status"}
+        stored = data(await ok(client, "remember", {"messages": chat(FACT, "Noted.")}))
+        assert [m["seq"] for m in stored["stored"]] == [1, 2]
+        assert stored["thread_id"] == "mcp:alice"
+        answer = text(await ok(client, "recall", {"mode": "messages"}))
+        assert FACT in answer
+        # Paging on from a message id the answer gave, as the model would.
+        first = stored["stored"][0]["id"]
+        again = text(await ok(client, "recall", {"cursor": first, "part_index": 0}))
+        assert FACT in again
+        listed = text(await ok(client, "recall", {"mode": "threads"}))
+        assert "mcp:alice" in listed
+
+
+async def test_stdio_memory_context_shows_the_log_after_an_observation(db: str) -> None:
+    flags = ("--resource", "alice", "--message-tokens", "300", "--buffer-tokens", "off")
+    with LoopbackServer() as model:
+        async with stdio(db, *flags, model_url=model.base_url) as client:
+            await ok(client, "remember", {"messages": chat(FACT, "Noted.")})
+            before = data(await ok(client, "memory_context"))
+            assert before["observations"] == ""
+            assert before["observed_through"] == 0
+            for turn in range(6):
+                await ok(client, "remember", {"messages": chat(f"{FILLER} ({turn})", "Sure.")})
+            result = await ok(client, "memory_context", {"include_messages": True})
+            shown, facts = text(result), data(result)
+            status = data(await ok(client, "memory_status"))
+    assert memory_calls(model), "the Observer was called on the environment's server"
+    assert all(r["model"] == "local-test" for r in memory_calls(model))
+    assert "User stated their favorite color is blue." in facts["observations"]
+    assert "favorite color is blue" in shown  # the log, as the model reads it
+    assert "<observations>" in facts["context"]
+    assert facts["observed_through"] > 0
+    assert facts["memory"] == "healthy", facts["problems"]
+    assert len(facts["messages"]) == facts["unobserved_messages"]
+    assert all(m["seq"] > facts["observed_through"] for m in facts["messages"])
+    assert status["state"] == "healthy"
+    assert status["observer_model"] == "openai/local-test"
+    assert status["generation"] == 0
+
+
+async def test_a_client_that_only_remembers_still_gets_observed(tmp_path: Path) -> None:
+    """No memory_context call at all: remember does the memory work a turn does."""
+    db = str(tmp_path / "memory.db")
+    flags = ("--resource", "alice", "--message-tokens", "300")
+    with LoopbackServer() as model:
+        async with stdio(db, *flags, model_url=model.base_url) as client:
+            await ok(client, "remember", {"messages": chat(FACT, "Noted.")})
+            observed = 0
+            for turn in range(12):
+                result = data(
+                    await ok(client, "remember", {"messages": chat(f"{FILLER} ({turn})", "Ok.")})
+                )
+                observed = max(observed, result["observed_through"])
+            status = data(await ok(client, "memory_status"))
+    assert observed > 0
+    assert status["observation_tokens"] > 0
+    assert status["state"] == "healthy"
+
+
+async def test_a_recall_for_another_resources_thread_gets_nothing(db: str) -> None:
+    async with stdio(db, "--resource", "alice", model_url=None) as alice:
+        stored = data(await ok(alice, "remember", {"messages": chat(FACT), "thread_id": "diary"}))
+    secret = stored["stored"][0]["id"]
+    async with stdio(db, "--resource", "mallory", model_url=None) as mallory:
+        await ok(mallory, "remember", {"messages": chat("Hello there.")})
+        answers = [
+            text(await ok(mallory, "recall", arguments))
+            for arguments in (
+                {"thread_id": "diary"},
+                {"cursor": secret},
+                {"cursor": secret, "part_index": 0},
+                {"mode": "threads"},
+                {"thread_id": "diary", "page": -1},
+            )
+        ]
+        for answer in answers:
+            assert "4417" not in answer, answer
+            assert "favorite" not in answer, answer
+        assert "No thread 'diary'" in answers[0]
+        assert "No message" in answers[1]
+        # Nor can the model write to it, or read its memory, by naming it.
+        for tool, arguments in (
+            ("remember", {"messages": chat("I am alice now."), "thread_id": "diary"}),
+            ("memory_context", {"thread_id": "diary"}),
+            ("memory_status", {"thread_id": "diary"}),
+        ):
+            message = await refused(mallory, tool, arguments)
+            assert "cannot be used here: give another thread_id" in message
+    async with stdio(db, "--resource", "alice", model_url=None) as alice:
+        mine = text(await ok(alice, "recall", {"thread_id": "diary"}))
+        assert FACT in mine
+        assert "I am alice now" not in mine
+
+
+async def test_bad_arguments_are_tool_errors_that_say_what_to_send(tmp_path: Path) -> None:
+    db = str(tmp_path / "memory.db")
+    cases: Sequence[tuple[str, dict[str, Any], str]] = [
+        ("remember", {}, "messages must be a non-empty list of messages such as"),
+        ("remember", {"messages": []}, "send at least one message"),
+        ("remember", {"messages": "hello"}, "not the string 'hello'"),
+        ("remember", {"messages": [{"role": "bot", "content": "x"}]}, "use one of 'user'"),
+        ("remember", {"messages": [{"role": "user"}]}, "must be the message text"),
+        ("remember", {"messages": [{"role": "user", "content": " "}]}, "send the message's text"),
+        (
+            "remember",
+            {"messages": [{"role": "user", "content": "x", "created_at": "2025-12-04 10:00"}]},
+            "has no time zone: add one",
+        ),
+        (
+            "remember",
+            {"messages": [{"role": "user", "content": "x", "created_at": "yesterday"}]},
+            "is not an ISO 8601 time",
+        ),
+        (
+            "remember",
+            {"messages": [{"role": "user", "content": "x", "name": "bob"}]},
+            "a message has only role, content",
+        ),
+        ("remember", {"messages": chat("x") * 101}, "send at most 100 per call"),
+        ("remember", {"messages": chat("x"), "thread_id": 7}, "thread_id must be a string"),
+        ("remember", {"messages": chat("x"), "thread_id": "x" * 600}, "at most 512"),
+        ("memory_context", {"include_messages": "yes"}, "must be true or false"),
+        ("recall", {"limit": "many"}, "limit"),
+        ("recall", {"mode": "everything"}, 'use "messages", "threads" or "search"'),
+        ("recall", {"detail": "all"}, 'use "low" or "high"'),
+        ("recall", {"limit": 500}, "at most 20"),
+    ]
+    async with stdio(db, "--resource", "alice", model_url=None) as client:
+        for tool, arguments, fix in cases:
+            message = await refused(client, tool, arguments)
+            assert fix in message, (tool, arguments, message)
+        # Nothing was stored by the refused calls; the server still answers.
+        assert "no stored messages" in text(await ok(client, "recall"))
+
+
+async def test_a_failing_observer_is_reported_in_results_and_the_log(tmp_path: Path) -> None:
+    """The Observer's server refuses every memory call (a 400): the tools go on, and say
+    so in their results; the server's log has the WARNING."""
+    db = str(tmp_path / "memory.db")
+    flags = ("--resource", "alice", "--message-tokens", "300", "--buffer-tokens", "off")
+    with (
+        LoopbackServer(reject_params=frozenset({"max_tokens", "max_completion_tokens"})) as model,
+        tempfile.TemporaryFile("w+", encoding="utf-8") as log,
+    ):
+        async with stdio(db, *flags, model_url=model.base_url, log=log) as client:
+            for turn in range(7):
+                await ok(client, "remember", {"messages": chat(f"{FILLER} ({turn})", "Sure.")})
+            context = data(await ok(client, "memory_context"))
+            status = data(await ok(client, "memory_status"))
+            answer = text(await ok(client, "recall", {"page": -1}))
+        log.seek(0)
+        logged = log.read()
+    assert model.stats.refusals, "the Observer was called and refused"
+    assert context["memory"] == "failing"
+    assert any("Unsupported parameter" in p for p in context["problems"]), context["problems"]
+    assert status["state"] == "failing"
+    assert any("Observer" in f and "status_code: 400" in f for f in status["failures"])
+    assert "(6)" in answer  # recall still reads the raw messages
+    assert "WARNING" in logged, logged
+    assert "Unsupported parameter" in logged, logged
+
+
+async def test_a_server_bound_to_one_thread_serves_only_it(tmp_path: Path) -> None:
+    db = str(tmp_path / "memory.db")
+    async with stdio(db, "--resource", "alice", "--thread", "work", model_url=None) as client:
+        stored = data(await ok(client, "remember", {"messages": chat(FACT)}))
+        assert stored["thread_id"] == "work"
+        same = data(await ok(client, "memory_status", {"thread_id": "work"}))
+        assert same["thread_id"] == "work"
+        message = await refused(client, "remember", {"messages": chat("x"), "thread_id": "home"})
+        assert "serves only the conversation 'work': leave thread_id out" in message
+        # Recall stays in the conversation too.
+        answer = text(await ok(client, "recall", {"thread_id": "home"}))
+        assert "Only this conversation can be recalled here" in answer
+
+
+async def test_working_memory_kept_by_the_clients_model(tmp_path: Path) -> None:
+    db = str(tmp_path / "memory.db")
+    flags = ("--resource", "alice", "--working-memory", "agent")
+    async with stdio(db, *flags, model_url=None) as client:
+        names = {t.name for t in (await client.list_tools()).tools}
+        assert "update_working_memory" in names
+        blank = text(await ok(client, "memory_context"))
+        assert "<working_memory>" in blank
+        assert "- Name:\n" in blank  # the template, until the model writes it
+        document = "# About the user\n- Name: Alice\n- Preferences: blue, window seats"
+        await ok(client, "update_working_memory", {"content": document})
+        shown = text(await ok(client, "memory_context", {"thread_id": "another"}))
+        message = await refused(client, "update_working_memory", {"content": ""})
+    assert "- Name: Alice" in shown  # resource scope: every conversation of the user sees it
+    assert "non-empty string" in message
+
+
+def _observer_keeping_working_memory(body: dict[str, Any]) -> str:
+    said = answer(body)
+    if not said.startswith("<observations>"):
+        return said
+    return f"{said}\n<working-memory>\n# About the user\n- Name: Alice\n</working-memory>"
+
+
+async def test_working_memory_kept_by_the_observer(tmp_path: Path) -> None:
+    db = str(tmp_path / "memory.db")
+    flags = ("--resource", "alice", "--working-memory", "observer", "--message-tokens", "300")
+    with strict_server_thread(answer=_observer_keeping_working_memory) as model:
+        async with stdio(db, *flags, "--buffer-tokens", "off", model_url=model.base_url) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            for turn in range(7):
+                await ok(client, "remember", {"messages": chat(f"{FILLER} ({turn})", "Sure.")})
+            shown = text(await ok(client, "memory_context"))
+    assert "update_working_memory" not in names
+    assert "<working_memory>\n# About the user\n- Name: Alice" in shown
+    assert "It is kept up to date for you" in shown
+
+
+# -- over streamable HTTP ------------------------------------------------------------------------
+
+
+async def test_http_remember_recall_and_context(db: str) -> None:
+    flags = ("--resource", "alice", "--message-tokens", "300", "--buffer-tokens", "off")
+    with LoopbackServer() as model, http_server(db, *flags, model_url=model.base_url) as url:
+        async with Client(url, read_timeout_seconds=120) as client:
+            await ok(client, "remember", {"messages": chat(FACT, "Noted."), "thread_id": "trip"})
+            assert FACT in text(await ok(client, "recall", {"thread_id": "trip"}))
+            for turn in range(6):
+                messages = chat(f"{FILLER} ({turn})", "Sure.")
+                await ok(client, "remember", {"messages": messages, "thread_id": "trip"})
+            context = data(await ok(client, "memory_context", {"thread_id": "trip"}))
+            bad = await refused(client, "remember", {"messages": [{"role": "robot"}]})
+        # A second client (another session) sees the same memory.
+        async with Client(url, read_timeout_seconds=120) as other:
+            status = data(await ok(other, "memory_status", {"thread_id": "trip"}))
+    assert "User stated their favorite color is blue." in context["observations"]
+    assert context["observed_through"] > 0
+    assert "use one of 'user'" in bad
+    assert status["state"] == "healthy"
+    assert status["observation_tokens"] > 0
+
+
+def test_without_a_resource_the_command_says_how_to_give_one(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "OBSMEM_RESOURCE"}
+    env["PYTHONPATH"] = str(SRC)
+    result = subprocess.run(
+        [sys.executable, "-m", "obsmem", "mcp", "--db", str(tmp_path / "m.db")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "obsmem: obsmem mcp needs the resource it serves: pass --resource USER_ID (or set "
+        "OBSMEM_RESOURCE)"
+    )
+
+
+def test_the_readme_configuration_starts_the_server_it_describes() -> None:
+    readme = (SRC.parent / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## An MCP server", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```json\n(.*?)```", section, re.S)
+    server = json.loads(block)["mcpServers"]["memory"]
+    assert server["command"] == "obsmem"
+    args = _parser().parse_args(server["args"])
+    assert (args.command, args.resource, args.transport) == ("mcp", "me", "stdio")
