@@ -234,6 +234,9 @@ class StrictServer:
                 await self._json(writer, 200, {**props, "total_slots": 1})
                 return
             body = json.loads(raw or b"{}")
+            if method == "POST" and path.rstrip("/").endswith("/responses"):
+                await self._responses(writer, body)
+                return
             if method == "POST" and path.rstrip("/").endswith("/api/show"):
                 if self.serves != "ollama" or self.context_size is None:
                     await self._json(writer, 404, {"error": "not found"})
@@ -291,6 +294,58 @@ class StrictServer:
                 await writer.wait_closed()
             if task is not None:
                 self._tasks.discard(task)
+
+    async def _responses(self, writer: asyncio.StreamWriter, body: dict[str, Any]) -> None:
+        """``POST /v1/responses``: an input the API refuses is a 400 as OpenAI words it;
+        otherwise the answer as a response object, or streamed as the API's events."""
+        self.requests.append(body)
+        refused = check_responses_input(body.get("input"))
+        if refused is not None:
+            self.refusals.append(refused)
+            error = {"message": refused, "type": "invalid_request_error", "code": None}
+            await self._json(writer, 400, {"error": error})
+            return
+        reply = self.answer(body)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        n = len(self.requests)
+        if isinstance(reply, ToolCalls):
+            output = [
+                {
+                    "type": "function_call",
+                    "id": f"fc_{n}_{i}",
+                    "call_id": c["id"],
+                    "name": c["function"]["name"],
+                    "arguments": c["function"]["arguments"],
+                    "status": "completed",
+                }
+                for i, c in enumerate(reply.wire(n * 100))
+            ]
+            pieces: list[str] = []
+        else:
+            pieces = [reply] if isinstance(reply, str) else list(reply)
+            text = {"type": "output_text", "text": "".join(pieces), "annotations": []}
+            output = [
+                {
+                    "type": "message",
+                    "id": f"msg_{n}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [text],
+                }
+            ]
+        response = _response_object(body, n, output)
+        if not body.get("stream"):
+            await self._json(writer, 200, response)
+            return
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nConnection: close\r\n\r\n"
+        )
+        for event in _response_events(response, pieces):
+            writer.write(f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode())
+            await writer.drain()
+            self.streamed_pieces += 1
 
     async def _json(self, writer: asyncio.StreamWriter, status: int, payload: Any) -> None:
         data = json.dumps(payload).encode()
@@ -387,6 +442,107 @@ def _completion(
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
     }
+
+
+def check_responses_input(value: Any) -> str | None:
+    """What OpenAI's Responses API refuses in an ``input``, in its words, or None: an item
+    that is not an object, a message whose content is not a string or a list of input parts, a
+    ``function_call_output`` with no ``function_call`` of its ``call_id`` before it."""
+    if isinstance(value, str):
+        return None
+    if not isinstance(value, list):
+        return "Invalid type for 'input': expected a string or an array of input items."
+    calls: set[str] = set()
+    for i, item in enumerate(value):
+        if not isinstance(item, dict):
+            return f"Invalid type for 'input[{i}]': expected an object."
+        kind = item.get("type", "message")
+        if kind == "function_call":
+            calls.add(item.get("call_id", ""))
+        elif kind == "function_call_output":
+            if item.get("call_id") not in calls:
+                return (
+                    "No tool call found for function call output with call_id "
+                    f"{item.get('call_id')}."
+                )
+        elif kind == "message":
+            content = item.get("content")
+            if not isinstance(content, (str, list)):
+                return f"Invalid type for 'input[{i}].content': expected a string or an array."
+            if item.get("role") not in ("user", "assistant", "system", "developer"):
+                return f"Invalid value for 'input[{i}].role': {item.get('role')!r}."
+        else:
+            return f"Invalid value for 'input[{i}].type': {kind!r}."
+    return None
+
+
+def _response_object(body: dict[str, Any], n: int, output: list[Any]) -> dict[str, Any]:
+    return {
+        "id": f"resp_{n}",
+        "object": "response",
+        "created_at": int(time.time()),
+        "status": "completed",
+        "model": body.get("model", "local"),
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": body.get("tools", []),
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 5,
+            "total_tokens": 15,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        },
+    }
+
+
+def _response_events(response: dict[str, Any], pieces: list[str]) -> Iterator[dict[str, Any]]:
+    """The Responses API's stream of one answer: created, each output item added, its text
+    (or arguments) in deltas, done, then completed with the whole response."""
+    seq = itertools.count()
+    started = {**response, "status": "in_progress", "output": []}
+    yield {"type": "response.created", "sequence_number": next(seq), "response": started}
+    for index, item in enumerate(response["output"]):
+        if item["type"] == "message":
+            empty = {**item, "status": "in_progress", "content": []}
+            yield {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": empty,
+            }
+            for piece in pieces:
+                yield {
+                    "type": "response.output_text.delta",
+                    "sequence_number": next(seq),
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }
+        else:
+            yield {
+                "type": "response.output_item.added",
+                "sequence_number": next(seq),
+                "output_index": index,
+                "item": {**item, "arguments": "", "status": "in_progress"},
+            }
+            yield {
+                "type": "response.function_call_arguments.delta",
+                "sequence_number": next(seq),
+                "item_id": item["id"],
+                "output_index": index,
+                "delta": item["arguments"],
+            }
+        yield {
+            "type": "response.output_item.done",
+            "sequence_number": next(seq),
+            "output_index": index,
+            "item": item,
+        }
+    yield {"type": "response.completed", "sequence_number": next(seq), "response": response}
 
 
 @contextlib.asynccontextmanager

@@ -45,24 +45,26 @@ from ..failures import failures_in
 from ..memory import Memory, MemoryContext, ThreadRef
 from ..messages import Message
 from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from .apis import CHAT, RESPONSES, Api
 from .history import (
     StoredEntry,
     align,
     fingerprint,
+    for_strict_template,
     message_id,
     split_instructions,
     step_from,
     stored_fingerprint,
 )
 from .identity import THREAD_HEADER, KeyMap, api_key_of, thread_of
-from .streaming import StreamAssembler
+from .responses import Unsupported
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
     from ..stores import Store
 
-__all__ = ["MEMORY_HEADER", "Proxy", "ProxyConfig", "create_app"]
+__all__ = ["MEMORY_HEADER", "Proxy", "ProxyConfig", "create_app", "for_strict_template"]
 
 log = logging.getLogger("obsmem")
 
@@ -124,39 +126,6 @@ def _one_line(text: str, limit: int = 300) -> str:
 
 def _cause(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-
-
-def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """``messages`` as the strictest chat templates take them: the leading system messages
-    joined into one, and each run of user messages with text content joined into one (memory's
-    notes and the user's message become one turn)."""
-    out: list[dict[str, Any]] = []
-    for raw in messages:
-        message = dict(raw)
-        last = out[-1] if out else None
-        role = "system" if message.get("role") == "developer" else message.get("role")
-        if (
-            last is not None
-            and role == "system"
-            and all(m.get("role") in ("system", "developer") for m in out)
-            and isinstance(last.get("content"), str)
-            and isinstance(message.get("content"), str)
-        ):
-            last["content"] = f"{last['content']}\n\n{message['content']}"
-            continue
-        if (
-            last is not None
-            and role == "user"
-            and last.get("role") == "user"
-            and isinstance(last.get("content"), str)
-            and isinstance(message.get("content"), str)
-            and set(last) <= {"role", "content"}
-            and set(message) <= {"role", "content"}
-        ):
-            last["content"] = f"{last['content']}\n\n{message['content']}"
-            continue
-        out.append(message)
-    return out
 
 
 @dataclass(slots=True)
@@ -286,14 +255,12 @@ class Proxy:
         return shown, dict(meta)
 
     async def prepare(
-        self, ref: ThreadRef, body: dict[str, Any], model_name: str
-    ) -> tuple[dict[str, Any], _Step]:
-        """The request to send upstream, with memory's context, and the step to finish."""
+        self, ref: ThreadRef, raw: list[dict[str, Any]], model_name: str
+    ) -> tuple[list[dict[str, Any]], _Step]:
+        """The messages to send upstream (the client's instructions and memory's context) for
+        the client's ``raw`` messages, and the step to finish."""
         memory = await self.memory(model_name)
-        raw = body.get("messages")
-        if not isinstance(raw, list):
-            raise ValueError("the request has no messages list")
-        instructions, conversation = split_instructions(cast(list[dict[str, Any]], raw))
+        instructions, conversation = split_instructions(raw)
         prints = [fingerprint(m) for m in conversation]
         lock, users = self._thread_locks.setdefault(ref.thread, (asyncio.Lock(), [0]))
         users[0] += 1
@@ -320,7 +287,7 @@ class Proxy:
         if failing:
             state = next(iter(failing.values()))
             step.status = _one_line(f"failing; {state.role}: {state.error}")
-        return {**body, "messages": messages}, step
+        return messages, step
 
     async def _line_up(
         self,
@@ -410,6 +377,12 @@ class Proxy:
         }
 
     async def chat(self, request: Request) -> Response:
+        return await self._serve(request, CHAT)
+
+    async def responses(self, request: Request) -> Response:
+        return await self._serve(request, RESPONSES)
+
+    async def _serve(self, request: Request, api: Api) -> Response:
         raw = await request.body()
         try:
             body = json.loads(raw)
@@ -420,27 +393,30 @@ class Proxy:
         body = cast(dict[str, Any], body)
         headers = {k.lower(): v for k, v in request.headers.items()}
         thread = thread_of(headers, body)
-        if thread is None:
-            return await self._forward(
-                request, raw, f"off; no thread id (send the {THREAD_HEADER} header)"
-            )
+        off = api.memory_off(body)
+        if off is None and thread is None:
+            off = f"no thread id (send the {THREAD_HEADER} header)"
+        if off is not None or thread is None:
+            return await self._forward(request, raw, f"off; {off}")
         resource = self.config.keys.resource(api_key_of(headers))
         ref = ThreadRef(thread=f"{resource}:{thread}", resource=resource)
         model_name = body.get("model") if isinstance(body.get("model"), str) else "default"
         step: _Step | None = None
         try:
-            sent, step = await self.prepare(ref, body, cast(str, model_name))
-            payload = json.dumps(sent).encode()
+            sent, step = await self.prepare(ref, api.messages_of(body), cast(str, model_name))
+            payload = json.dumps(api.with_messages(body, sent)).encode()
             status = step.status
+        except Unsupported as exc:
+            return await self._forward(request, raw, f"off; memory cannot read {exc}")
         except Exception as exc:
             log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, _cause(exc))
             payload, status, step = raw, f"failing; {_cause(exc)}", None
         if body.get("stream"):
-            return await self._stream(request, payload, status, step)
-        return await self._complete(request, payload, status, step)
+            return await self._stream(request, payload, status, step, api)
+        return await self._complete(request, payload, status, step, api)
 
     async def _complete(
-        self, request: Request, payload: bytes, status: str, step: _Step | None
+        self, request: Request, payload: bytes, status: str, step: _Step | None, api: Api
     ) -> Response:
         try:
             upstream = await self.client.post(
@@ -451,9 +427,7 @@ class Proxy:
         headers = self._response_headers(upstream, status)
         if upstream.status_code == 200 and step is not None:
             try:
-                data = upstream.json()
-                answer = data["choices"][0]["message"]
-                await self.finish(step, answer)
+                await self.finish(step, api.answer_of(upstream.json()))
             except Exception as exc:
                 log.warning(
                     "obsmem proxy: storing the answer failed for thread %s: %s",
@@ -464,7 +438,7 @@ class Proxy:
         return Response(upstream.content, status_code=upstream.status_code, headers=headers)
 
     async def _stream(
-        self, request: Request, payload: bytes, status: str, step: _Step | None
+        self, request: Request, payload: bytes, status: str, step: _Step | None, api: Api
     ) -> Response:
         upstream_request = self.client.build_request(
             "POST", self._url(request.url.path), content=payload, headers=self._headers(request)
@@ -480,16 +454,16 @@ class Proxy:
             return Response(content, status_code=upstream.status_code, headers=headers)
 
         async def relay() -> AsyncIterator[bytes]:
-            assembler = StreamAssembler()
+            reader = api.reader()
             try:
                 async for piece in upstream.aiter_bytes():
-                    assembler.feed(piece)
+                    reader.feed(piece)
                     yield piece
             finally:
                 await upstream.aclose()
             if step is not None:
                 try:
-                    await self.finish(step, assembler.message())
+                    await self.finish(step, reader.message())
                 except Exception as exc:
                     log.warning(
                         "obsmem proxy: storing the streamed answer failed for thread %s: %s",
@@ -572,6 +546,7 @@ def create_app(config: ProxyConfig) -> Starlette:
     app = Starlette(
         routes=[
             Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
+            Route("/v1/responses", proxy.responses, methods=["POST"]),
             Route(
                 "/v1/{path:path}",
                 proxy.passthrough,

@@ -200,3 +200,36 @@ def step_from(conversation: Sequence[Mapping[str, Any]], alignment: Alignment) -
     if at < alignment.known:
         return alignment.matched[at].seq or None
     return None
+
+
+def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` as the strictest chat templates take them: the leading system messages
+    joined into one, and each run of user messages with text content joined into one (memory's
+    notes and the user's message become one turn)."""
+    out: list[dict[str, Any]] = []
+    for raw in messages:
+        message = dict(raw)
+        last = out[-1] if out else None
+        role = "system" if message.get("role") == "developer" else message.get("role")
+        if (
+            last is not None
+            and role == "system"
+            and all(m.get("role") in ("system", "developer") for m in out)
+            and isinstance(last.get("content"), str)
+            and isinstance(message.get("content"), str)
+        ):
+            last["content"] = f"{last['content']}\n\n{message['content']}"
+            continue
+        if (
+            last is not None
+            and role == "user"
+            and last.get("role") == "user"
+            and isinstance(last.get("content"), str)
+            and isinstance(message.get("content"), str)
+            and set(last) <= {"role", "content"}
+            and set(message) <= {"role", "content"}
+        ):
+            last["content"] = f"{last['content']}\n\n{message['content']}"
+            continue
+        out.append(message)
+    return out
