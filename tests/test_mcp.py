@@ -155,6 +155,27 @@ async def test_stdio_remember_then_recall_finds_the_exact_wording(db: str) -> No
         assert "mcp:alice" in listed
 
 
+async def test_a_remember_sent_again_with_ids_stores_its_messages_once(db: str) -> None:
+    """A client that retries after a lost answer sends the same ids: nothing is stored twice,
+    and the answer says what was there already."""
+    messages = [{**m, "id": f"m{i}"} for i, m in enumerate(chat(FACT, "Noted."))]
+    async with stdio(db, "--resource", "alice", model_url=None) as client:
+        first = data(await ok(client, "remember", {"messages": messages}))
+        again = await ok(client, "remember", {"messages": messages})
+        more = data(await ok(client, "remember", {"messages": [*messages, *chat("And red.")]}))
+        same = await refused(client, "remember", {"messages": [messages[0], messages[0]]})
+        bad = await refused(client, "remember", {"messages": [{**messages[0], "id": 7}]})
+        listed = text(await ok(client, "recall", {"mode": "messages"}))
+    assert [m["seq"] for m in first["stored"]] == [1, 2]
+    assert first["already_stored"] == []
+    assert data(again)["already_stored"] == [m["id"] for m in first["stored"]]
+    assert text(again).startswith("Nothing new stored in conversation 'mcp:alice'.")
+    assert [m["seq"] for m in more["stored"]] == [1, 2, 3]
+    assert listed.count(FACT) == 1
+    assert "messages[1].id is also the id of messages[0]" in same
+    assert "messages[0].id must be a string, not the number 7" in bad
+
+
 async def test_stdio_memory_context_shows_the_log_after_an_observation(db: str) -> None:
     flags = ("--resource", "alice", "--message-tokens", "300", "--buffer-tokens", "off")
     with LoopbackServer() as model:
@@ -378,6 +399,47 @@ async def test_http_remember_recall_and_context(db: str) -> None:
     assert "use one of 'user'" in bad
     assert status["state"] == "healthy"
     assert status["observation_tokens"] > 0
+
+
+async def test_http_with_a_token_answers_only_requests_that_send_it(db: str) -> None:
+    """``--token``: raw HTTP without it (or with another) gets a 401 that says what to send; the
+    SDK's client sending it as a bearer token works."""
+    import httpx
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    flags = ("--resource", "alice", "--token", "s3cret-token")
+    with LoopbackServer() as model, http_server(db, *flags, model_url=model.base_url) as url:
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        async with httpx.AsyncClient() as http:
+            for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+                reply = await http.post(url, json=ping, headers=headers)
+                assert reply.status_code == 401, headers
+                assert reply.headers["www-authenticate"] == "Bearer"
+                assert "Authorization: Bearer TOKEN" in reply.json()["error"]
+        auth = {"Authorization": "Bearer s3cret-token"}
+        async with (
+            httpx2.AsyncClient(headers=auth) as http2,
+            Client(streamable_http_client(url, http_client=http2), read_timeout_seconds=120) as c,
+        ):
+            status = data(await ok(c, "memory_status", {"thread_id": "trip"}))
+    assert status["state"] == "healthy"
+
+
+def test_listening_beyond_loopback_without_a_token_is_refused(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    env.pop("OBSMEM_MCP_TOKEN", None)
+    command = ["mcp", "--db", str(tmp_path / "m.db"), "--resource", "alice"]
+    result = subprocess.run(
+        [sys.executable, "-m", "obsmem", *command, "--transport", "http", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert "pass --token TOKEN (or set OBSMEM_MCP_TOKEN)" in result.stderr
+    assert not (tmp_path / "m.db").exists()
 
 
 def test_without_a_resource_the_command_says_how_to_give_one(tmp_path: Path) -> None:

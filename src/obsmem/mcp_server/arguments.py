@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from ..errors import ObsmemError
+from ..errors import ConfigError, ObsmemError, check_id
 from ..messages import Message, TextPart
 
 __all__ = [
@@ -45,9 +45,10 @@ def kind(value: object) -> str:
     return {"list": "a list", "dict": "an object"}.get(type(value).__name__, type(value).__name__)
 
 
-def parse_messages(value: object) -> list[Message]:
+def parse_messages(value: object, *, thread: str | None = None) -> list[Message]:
     """The messages of a ``remember`` call, checked; BadArguments naming the first problem
-    and what to send instead."""
+    and what to send instead. A message's own ``id`` (the client's) is stored as
+    ``<thread>/<id>``, so a call sent again stores it once."""
     shape = '[{"role": "user", "content": "..."}]'
     if not isinstance(value, list) or not value:
         raise BadArguments(
@@ -60,10 +61,18 @@ def parse_messages(value: object) -> list[Message]:
         raise BadArguments(
             f"{len(items)} messages in one call: send at most {MAX_MESSAGES} per call"
         )
-    return [_message(item, index) for index, item in enumerate(items)]
+    messages = [_message(item, index, thread) for index, item in enumerate(items)]
+    ids = [m.id for m in messages]
+    for index, mid in enumerate(ids):
+        if mid in ids[:index]:
+            raise BadArguments(
+                f"messages[{index}].id is also the id of messages[{ids.index(mid)}]: give each "
+                "message its own id"
+            )
+    return messages
 
 
-def _message(item: object, index: int) -> Message:
+def _message(item: object, index: int, thread: str | None) -> Message:
     where = f"messages[{index}]"
     if not isinstance(item, Mapping):
         raise BadArguments(
@@ -71,11 +80,11 @@ def _message(item: object, index: int) -> Message:
             f"not {kind(item)}"
         )
     fields = cast(Mapping[str, object], item)
-    unknown = sorted(set(fields) - {"role", "content", "created_at"})
+    unknown = sorted(set(fields) - {"role", "content", "created_at", "id"})
     if unknown:
         raise BadArguments(
             f"{where} has {', '.join(repr(k) for k in unknown)}: a message has only role, "
-            "content and (optionally) created_at"
+            "content and (optionally) created_at and id"
         )
     role = fields.get("role")
     if role not in ROLES:
@@ -85,6 +94,15 @@ def _message(item: object, index: int) -> Message:
     content = _content(fields.get("content"), where)
     created = _created_at(fields.get("created_at"), where)
     kwargs: dict[str, Any] = {"created_at": created} if created is not None else {}
+    given = fields.get("id")
+    if given is not None:
+        if not isinstance(given, str):
+            raise BadArguments(f"{where}.id must be a string, not {kind(given)}")
+        try:
+            check_id(f"{where}.id", given)
+        except ConfigError as exc:
+            raise BadArguments(f"{where}.id {given[:40]!r}: {exc.rule}") from None
+        kwargs["id"] = f"{thread}/{given}" if thread is not None else given
     return Message(
         role=role,
         parts=(TextPart(text=content),),

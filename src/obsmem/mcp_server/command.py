@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hmac
 import logging
 import os
 import socket
@@ -20,6 +21,37 @@ if TYPE_CHECKING:
 __all__ = ["add"]
 
 logger = logging.getLogger("obsmem.mcp")
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class BearerToken:
+    """An ASGI app in front of ``app`` that answers 401 to an HTTP request whose
+    ``Authorization`` header is not ``Bearer <token>`` (compared in constant time)."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = b'{"error": "send the server\'s token: Authorization: Bearer TOKEN"}'
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b"Bearer"),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
 
 
 def add(sub: Any) -> None:
@@ -63,6 +95,12 @@ def add(sub: Any) -> None:
     parser.add_argument(
         "--port", type=int, default=8767, help="HTTP: port (0 picks a free one; default 8767)"
     )
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("OBSMEM_MCP_TOKEN") or None,
+        help="HTTP: every request must send 'Authorization: Bearer TOKEN' (default: "
+        "OBSMEM_MCP_TOKEN; required to listen anywhere but loopback)",
+    )
     parser.set_defaults(run=_run)
 
 
@@ -83,6 +121,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
                 raise CannotStart(f"{flag} {value!r}: {exc.rule}") from None
     if not 0 <= args.port <= 65_535:
         raise CannotStart(f"--port {args.port}: give a port from 1 to 65535 (0 picks a free one)")
+    if args.transport == "http" and args.host not in LOOPBACK and not args.token:
+        raise CannotStart(
+            f"obsmem mcp --host {args.host} would serve {args.resource!r}'s memory to whoever "
+            "reaches it: pass --token TOKEN (or set OBSMEM_MCP_TOKEN), which every request must "
+            "then send as 'Authorization: Bearer TOKEN', or listen on 127.0.0.1"
+        )
     _log_to_stderr()
     return asyncio.run(_serve(args, out))
 
@@ -137,7 +181,9 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
 async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, where: str) -> None:
     import uvicorn
 
-    app = server.streamable_http_app(host=args.host)
+    app: Any = server.streamable_http_app(host=args.host)
+    if args.token:
+        app = BearerToken(app, args.token)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -154,13 +200,6 @@ async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, 
     sock.listen(128)
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
-    if args.host not in ("127.0.0.1", "localhost", "::1"):
-        logger.warning(
-            "obsmem mcp listens on %s without authentication: whoever reaches it reads and "
-            "writes %s",
-            args.host,
-            where,
-        )
     config = uvicorn.Config(app, log_config=None, access_log=False, log_level="warning")
     print(f"obsmem mcp: serving {where} at http://{host}:{port}/mcp", file=out, flush=True)
     await uvicorn.Server(config).serve(sockets=[sock])

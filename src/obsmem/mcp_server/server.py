@@ -199,6 +199,11 @@ class _Schemas:
                     "type": "string",
                     "description": "when it was said, ISO 8601 with a time zone (default: now)",
                 },
+                "id": {
+                    "type": "string",
+                    "description": "the message's own id: a message sent again with the same id "
+                    "is stored once (send ids to retry safely)",
+                },
             },
             "required": ["role", "content"],
             "additionalProperties": False,

@@ -48,6 +48,10 @@ class MemoryTools:
     async def conversation(self, thread_id: object) -> str:
         """The thread a call works on: the server's, or (without ``--thread``) the one named,
         when it is new or belongs to the bound resource."""
+        return (await self._conversation(thread_id))[0]
+
+    async def _conversation(self, thread_id: object) -> tuple[str, int]:
+        """The thread a call works on and how many messages it has stored."""
         if thread_id is None or thread_id == "":
             chosen = self.thread
         elif not isinstance(thread_id, str):
@@ -72,7 +76,7 @@ class MemoryTools:
                 else "give another thread_id (a new conversation is created)"
             )
             raise BadArguments(f"the conversation {chosen!r} cannot be used here: {fix}")
-        return chosen
+        return chosen, found.message_count if found is not None else 0
 
     def _ref(self, thread: str) -> dict[str, str]:
         return {"resource": self.resource, "thread": thread}
@@ -101,9 +105,11 @@ class MemoryTools:
         return ToolAnswer(text=text, data={"thread_id": thread, "answer": text})
 
     async def remember(self, messages: object, thread_id: object = None) -> ToolAnswer:
-        """Append ``messages`` (``[{"role", "content", "created_at"?}]``) to a conversation."""
-        parsed = parse_messages(messages)
-        thread = await self.conversation(thread_id)
+        """Append ``messages`` (``[{"role", "content", "created_at"?, "id"?}]``) to a
+        conversation; a message whose ``id`` the conversation has stored is not stored again."""
+        parse_messages(messages)  # the messages' problems are told before the thread's
+        thread, count = await self._conversation(thread_id)
+        parsed = parse_messages(messages, thread=thread)
         ref = self._ref(thread)
         # Stored as a turn's input (memory work that is due happens: activation, or past
         # block_after a synchronous observation), then as after a reply (background buffering
@@ -112,11 +118,15 @@ class MemoryTools:
         await self.memory.save(ref, [], actor_model=None)
         stored = context.stored_input
         status = await self.memory.status(ref)
-        first, last = stored[0].seq, stored[-1].seq
+        new = [m for m in stored if (m.seq or 0) > count]
         text = (
-            f"Stored {len(stored)} message(s) in conversation {thread!r} "
-            f"(#{first}-#{last}): {', '.join(m.id for m in stored)}."
+            f"Stored {len(new)} message(s) in conversation {thread!r} "
+            f"(#{new[0].seq}-#{new[-1].seq}): {', '.join(m.id for m in new)}."
+            if new
+            else f"Nothing new stored in conversation {thread!r}."
         )
+        if len(new) < len(stored):
+            text += f" {len(stored) - len(new)} message(s) had ids it had stored already."
         problems = _problems(status.lines()) if not status.healthy else []
         if problems:
             text += "\nMemory is not working as it should:\n" + "\n".join(problems)
@@ -125,6 +135,7 @@ class MemoryTools:
             data={
                 "thread_id": thread,
                 "stored": [{"id": m.id, "seq": m.seq, "role": m.role} for m in stored],
+                "already_stored": [m.id for m in stored if (m.seq or 0) <= count],
                 "observed_through": context.observed_through,
                 "memory": status.state,
                 "problems": problems,
