@@ -203,6 +203,23 @@ async def test_stdio_memory_context_shows_the_log_after_an_observation(db: str) 
     assert status["generation"] == 0
 
 
+async def test_with_search_recall_finds_notes_by_meaning(tmp_path: Path) -> None:
+    """``--search local``: once observed, recall's mode "search" finds the note about a topic
+    with the range of messages it came from."""
+    db = str(tmp_path / "memory.db")
+    flags = ("--resource", "alice", "--message-tokens", "300", "--buffer-tokens", "off")
+    with LoopbackServer() as model:
+        async with stdio(db, *flags, "--search", "local", model_url=model.base_url) as client:
+            await ok(client, "remember", {"messages": chat(FACT, "Noted.")})
+            for turn in range(6):
+                await ok(client, "remember", {"messages": chat(f"{FILLER} ({turn})", "Sure.")})
+            found = text(await ok(client, "recall", {"mode": "search", "query": "colour liked"}))
+    async with stdio(db, "--resource", "alice", model_url=None) as client:
+        without = await refused(client, "recall", {"mode": "search", "query": "colour liked"})
+    assert "favorite color is blue" in found
+    assert 'mode "search" is off on this server (it starts with --search local' in without
+
+
 async def test_a_client_that_only_remembers_still_gets_observed(tmp_path: Path) -> None:
     """No memory_context call at all: remember does the memory work a turn does."""
     db = str(tmp_path / "memory.db")

@@ -90,6 +90,13 @@ def add(sub: Any) -> None:
         help="a document about the user shown by memory_context: kept by the client's model "
         "(an update_working_memory tool) or by the Observer (default: off)",
     )
+    parser.add_argument(
+        "--search",
+        metavar="EMBEDDER",
+        default=None,
+        help="offer recall's mode \"search\" (notes found by meaning): 'local' (the packaged "
+        "MiniLM, extra 'vector') or an embedding model such as openai/text-embedding-3-small",
+    )
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
     parser.add_argument(
@@ -147,7 +154,10 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     options = memory_options(args, args.model or "auto")
     options["scope"] = args.scope
     # Serving one conversation: recall stays in it too.
-    options["retrieval"] = {"scope": "thread" if args.thread is not None else "resource"}
+    retrieval: dict[str, Any] = {"scope": "thread" if args.thread is not None else "resource"}
+    if args.search:
+        retrieval.update(vector=True, embedder=args.search)
+    options["retrieval"] = retrieval
     options["failure_policy"] = "warn"
     if args.working_memory == "observer":
         options["observation"]["manageWorkingMemory"] = True

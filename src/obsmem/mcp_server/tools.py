@@ -78,6 +78,10 @@ class MemoryTools:
             raise BadArguments(f"the conversation {chosen!r} cannot be used here: {fix}")
         return chosen, found.message_count if found is not None else 0
 
+    def _search_on(self) -> bool:
+        om = self.memory.om
+        return om is not None and om.options.retrieval is not None and om.options.retrieval.vector
+
     def _ref(self, thread: str) -> dict[str, str]:
         return {"resource": self.resource, "thread": thread}
 
@@ -93,6 +97,11 @@ class MemoryTools:
             raise BadArguments(checked)
         if checked.mode not in ("messages", "threads", "search"):
             raise BadArguments(f'mode {checked.mode!r}: use "messages", "threads" or "search"')
+        if checked.mode == "search" and not self._search_on():
+            raise BadArguments(
+                'mode "search" is off on this server (it starts with --search local, or an '
+                'embedding model, to offer it): use mode "messages" or "threads"'
+            )
         if checked.detail not in ("low", "high"):
             raise BadArguments(f'detail {checked.detail!r}: use "low" or "high"')
         if checked.limit > MAX_LIMIT:
