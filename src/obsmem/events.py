@@ -100,6 +100,8 @@ class ObservationEndEvent(_EventBase):
     """Tokens of this cycle's output."""
     record_id: str | None
     thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    """Every thread whose messages (or log) the cycle worked on, as at its start."""
     observations: str | None = None
     current_task: str | None = None
     suggested_response: str | None = None
@@ -118,6 +120,8 @@ class ObservationFailedEvent(_EventBase):
     error: str
     record_id: str | None
     thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    """Every thread whose messages (or log) the cycle worked on, as at its start."""
     retrying: bool = False
 
 
@@ -146,6 +150,8 @@ class BufferingEndEvent(_EventBase):
     """Total observation tokens now waiting in buffered chunks (or the buffered reflection)."""
     record_id: str | None
     thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    """Every thread whose messages (or log) the cycle worked on, as at its start."""
     observations: str | None = None
     extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
     extraction_failures: tuple[Mapping[str, Any], ...] = ()
@@ -162,6 +168,8 @@ class BufferingFailedEvent(_EventBase):
     error: str
     record_id: str | None
     thread_id: str
+    thread_ids: tuple[str, ...] = ()
+    """Every thread whose messages (or log) the cycle worked on, as at its start."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

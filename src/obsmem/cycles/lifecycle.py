@@ -198,6 +198,7 @@ def _emit_end(deps: Deps, cycle: Cycle, outcome: Outcome, duration_ms: float) ->
         "duration_ms": duration_ms,
         "record_id": outcome.record_id or cycle.record_id,
         "thread_id": cycle.subject.thread_id,
+        "thread_ids": cycle.thread_ids or (cycle.subject.thread_id,),
         "observations": outcome.observations,
         "extracted_values": extracted.public_values,
         "extraction_failures": extracted.failures,
@@ -235,6 +236,7 @@ def emit_thread_failure(
             error=error,
             record_id=cycle.record_id,
             thread_id=thread_id,
+            thread_ids=(thread_id,),
         )
     )
 
@@ -249,6 +251,7 @@ def _emit_failed(deps: Deps, cycle: Cycle, error: str, duration_ms: float) -> No
         "error": error,
         "record_id": cycle.record_id,
         "thread_id": cycle.subject.thread_id,
+        "thread_ids": cycle.thread_ids or (cycle.subject.thread_id,),
     }
     if cycle.background:
         deps.bus.emit(BufferingFailedEvent(**common))
