@@ -27,6 +27,7 @@ SCRIPTS = [
     "locomo",
     "startup",
     "proxy",
+    "ui_scale",
 ]
 
 pytestmark = pytest.mark.slow

@@ -1,4 +1,4 @@
-"""The ``obsmem`` command line: demo, replay, chat, inspect, bench, doctor, mcp, proxy.
+"""The ``obsmem`` command line: demo, replay, chat, inspect, bench, doctor, mcp, proxy, ui.
 
 Exit codes: 0 done; 1 the work failed (a model, server or storage error, reported); 2 the
 command could not start (bad arguments, a missing file, thread, model or optional dependency, a
@@ -15,6 +15,7 @@ from typing import TextIO
 
 from .. import mcp_server
 from ..proxy import command as proxy
+from ..ui import cli as ui
 from . import bench, chat, doctor, inspect, replaycmd
 from .common import describe_error
 
@@ -46,6 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     doctor.add(sub)
     mcp_server.add(sub)
     proxy.add(sub)
+    ui.add(sub)
     return parser
 
 

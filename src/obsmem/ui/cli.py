@@ -1,0 +1,117 @@
+"""``obsmem ui --db PATH_OR_DSN``: serve the read-only web inspector (imports Starlette, uvicorn
+and Jinja2 only when it runs)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, TextIO
+
+from ..errors import MissingExtraError
+
+__all__ = ["DEFAULT_PORT", "add"]
+
+DEFAULT_PORT = 8765
+
+
+def add(sub: Any) -> None:
+    """Register the ``ui`` subcommand."""
+    from ..cli.common import DB_HELP, DEFAULT_DB
+
+    parser = sub.add_parser(
+        "ui",
+        help="a read-only web inspector of threads, logs, generations and cycles",
+        description="Serves a web inspector of a store: resources and threads with their "
+        "memory state, each thread's raw messages, observation log, buffered chunks and the "
+        "context the actor would be sent, each reflection as a diff, the cycle ledger and the "
+        "sawtooth chart; an open thread page updates as another process writes. The store is "
+        "opened read-only and never written.",
+    )
+    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
+    )
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
+    )
+    parser.add_argument(
+        "--token",
+        help="a secret every request must carry (?token= once, then a cookie; or "
+        "Authorization: Bearer); required to listen anywhere but loopback",
+    )
+    parser.add_argument(
+        "--message-tokens",
+        type=int,
+        default=30_000,
+        help="the observation threshold the pages compare against (default 30000)",
+    )
+    parser.add_argument(
+        "--observation-tokens",
+        type=int,
+        default=40_000,
+        help="the reflection threshold the chart draws (default 40000)",
+    )
+    parser.set_defaults(run=_run)
+
+
+def check_extra() -> None:
+    """MissingExtraError naming ``pip install 'obsmem[ui]'`` when a library is missing."""
+    import importlib
+
+    for module in ("starlette", "uvicorn", "jinja2"):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise MissingExtraError("obsmem ui", "ui", package=module) from exc
+
+
+def _run(args: argparse.Namespace, out: TextIO) -> int:
+    from .security import bind_problem
+
+    problem = bind_problem(args.host, args.token)
+    if problem is not None:
+        print(f"obsmem: {problem}", file=sys.stderr)
+        return 2
+    if args.message_tokens < 1 or args.observation_tokens < 1:
+        print("obsmem: --message-tokens and --observation-tokens must be positive", file=sys.stderr)
+        return 2
+    check_extra()
+    import uvicorn
+
+    from ..cli.common import db_label, open_store
+    from .app import UIConfig, create_app
+    from .queries import Thresholds
+
+    store = open_store(args.db, read_only=True)  # CannotStart names the fix (exit 2)
+    config = UIConfig(
+        label=db_label(args.db),
+        token=args.token,
+        thresholds=Thresholds(args.message_tokens, args.observation_tokens),
+    )
+    app = create_app(store, config)
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    )
+    _announce(server, args, out)
+    server.run()
+    return 0
+
+
+def _announce(server: Any, args: argparse.Namespace, out: TextIO) -> None:
+    """Print the URL once the server listens (with ``?token=`` when there is one)."""
+    startup = server.startup
+
+    async def announced(sockets: Any = None) -> None:
+        await startup(sockets=sockets)
+        if not server.started:
+            return
+        port = args.port
+        for listener in getattr(server, "servers", []):
+            for sock in listener.sockets:
+                port = sock.getsockname()[1]
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        query = f"/?token={args.token}" if args.token else "/"
+        print(f"obsmem ui: http://{host}:{port}{query}  (read-only; Ctrl-C stops)", file=out)
+        out.flush()
+
+    server.startup = announced

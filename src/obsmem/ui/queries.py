@@ -1,0 +1,247 @@
+"""What the inspector's pages read from a store: a handful of bounded reads per page.
+
+Nothing here writes. The thread list reads the threads (their stored message counts, never
+their messages) and, for the rows on the page shown, each head record and unobserved tail
+(capped); a thread page reads one page of messages, the head, the groups and a capped
+unobserved tail. Every function takes the store and returns plain frozen data for the
+templates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal
+
+from ..failures import FailureState, failures_in
+from ..messages import Message
+from ..records import CycleRecord, ObservationGroup, OMRecord, Thread, record_key
+from ..stores.base import Store
+from ..tokens.estimator import HeuristicEstimator
+from ..window import is_retracted
+
+__all__ = [
+    "LIST_TAIL_CAP",
+    "TAIL_CAP",
+    "StateSummary",
+    "ThreadListing",
+    "ThreadRow",
+    "Thresholds",
+    "head_of",
+    "list_threads",
+    "pages_of",
+    "thread_cycles",
+    "thread_state",
+    "unobserved_tail",
+]
+
+TAIL_CAP = 2_000
+"""At most this many unobserved messages are read to count a thread's unobserved tokens (and
+to build the actor's context): a thread memory never saw is not read whole."""
+LIST_TAIL_CAP = 200
+"""The same for each row of the thread list; past it, the tokens are estimated from the
+messages read and the thread's stored message count."""
+
+ESTIMATOR = HeuristicEstimator()
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The thresholds the pages compare against (the store does not keep the options)."""
+
+    message_tokens: int = 30_000
+    observation_tokens: int = 40_000
+
+
+@dataclass(frozen=True, slots=True)
+class StateSummary:
+    """A thread's memory state: healthy, behind (N unobserved tokens past the threshold) or
+    failing (since when, with what error)."""
+
+    kind: Literal["healthy", "behind", "failing"]
+    unobserved_tokens: int
+    unobserved_messages: int
+    capped: bool = False
+    """More unobserved messages exist than were read: ``unobserved_tokens`` is an estimate."""
+    failures: tuple[FailureState, ...] = ()
+
+    @property
+    def label(self) -> str:
+        """The state in a few words."""
+        about = "about " if self.capped else ""
+        if self.kind == "failing":
+            first = min(self.failures, key=lambda f: f.first_at)
+            return f"failing since {first.first_at:%Y-%m-%d %H:%M:%S} UTC"
+        if self.kind == "behind":
+            return f"behind with {about}{self.unobserved_tokens:,} unobserved tokens"
+        return "healthy"
+
+    @property
+    def errors(self) -> tuple[str, ...]:
+        """The stored failures, one line each (error and fix)."""
+        return tuple(f.summary() for f in self.failures)
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadRow:
+    """One line of the thread list."""
+
+    thread: Thread
+    state: StateSummary
+
+
+@dataclass(frozen=True, slots=True)
+class ThreadListing:
+    """One page of the thread list, with every resource and its thread count."""
+
+    resources: tuple[tuple[str, int], ...]
+    rows: tuple[ThreadRow, ...]
+    total: int
+    page: int
+    pages: int
+    query: str = ""
+    resource: str = ""
+
+
+async def head_of(store: Store, thread: Thread) -> tuple[str, OMRecord | None]:
+    """The key and head record of the log covering ``thread``: its own (thread scope) or its
+    resource's (resource scope); the thread key and None when memory never ran."""
+    own = record_key("thread", thread_id=thread.id, resource_id=thread.resource_id)
+    record = await store.get_record(own)
+    if record is not None:
+        return own, record
+    shared = record_key("resource", thread_id=None, resource_id=thread.resource_id)
+    record = await store.get_record(shared)
+    return (shared, record) if record is not None else (own, None)
+
+
+async def unobserved_tail(
+    store: Store, thread: Thread, record: OMRecord | None, cap: int = TAIL_CAP
+) -> tuple[list[Message], bool]:
+    """The thread's unobserved messages (the newest ``cap`` at most, taken-back ones left
+    out), oldest first, and whether there were more."""
+    cursor = record.cursor.get(thread.id, 0) if record is not None else 0
+    newest = await store.list_messages(
+        thread.id, after_seq=cursor, limit=cap + 1, newest_first=True
+    )
+    capped = len(newest) > cap
+    shown = [m for m in reversed(newest[:cap]) if not is_retracted(m, thread.metadata)]
+    return shown, capped
+
+
+async def thread_state(
+    store: Store,
+    thread: Thread,
+    record: OMRecord | None,
+    thresholds: Thresholds,
+    resource_metadata: Mapping[str, Any],
+    tail: tuple[list[Message], bool] | None = None,
+    cap: int = TAIL_CAP,
+) -> StateSummary:
+    """The thread's state from its stored failures and its unobserved tail (read here, at
+    most ``cap`` messages, unless ``tail``, what :func:`unobserved_tail` returned, is
+    given)."""
+    if tail is None:
+        tail = await unobserved_tail(store, thread, record, cap)
+    messages, capped = tail
+    tokens = sum(ESTIMATOR.count_message(m) for m in messages)
+    cursor = record.cursor.get(thread.id, 0) if record is not None else 0
+    unobserved = max(len(messages), thread.message_count - cursor)
+    if capped and messages:  # scale what was read to every unobserved message
+        tokens = round(tokens * unobserved / len(messages))
+    failures = tuple(failures_in(thread.metadata).values()) + tuple(
+        f for f in failures_in(resource_metadata).values() if f.thread_id in (None, thread.id)
+    )
+    if failures:
+        kind: Literal["healthy", "behind", "failing"] = "failing"
+    elif tokens > thresholds.message_tokens:
+        kind = "behind"
+    else:
+        kind = "healthy"
+    return StateSummary(kind, tokens, unobserved if capped else len(messages), capped, failures)
+
+
+def pages_of(total: int, per_page: int) -> int:
+    """How many pages ``total`` items fill (at least one)."""
+    return max(1, -(-total // per_page))
+
+
+def _matches(thread: Thread, query: str) -> bool:
+    needle = query.lower()
+    return any(needle in (text or "").lower() for text in (thread.id, thread.title))
+
+
+async def list_threads(
+    store: Store,
+    thresholds: Thresholds,
+    *,
+    query: str = "",
+    resource: str = "",
+    page: int = 1,
+    per_page: int = 50,
+) -> ThreadListing:
+    """One page of threads (most recently active first), of one resource or all, whose id or
+    title contains ``query``; only the rows shown get their state read."""
+    counts: list[tuple[str, int]] = []
+    found: list[Thread] = []
+    for rid in await store.list_resources():
+        threads = await store.list_threads(rid)
+        counts.append((rid, len(threads)))
+        if resource and rid != resource:
+            continue
+        found.extend(t for t in threads if not query or _matches(t, query))
+    found.sort(key=lambda t: (t.updated_at, t.id), reverse=True)
+    pages = pages_of(len(found), per_page)
+    page = min(max(page, 1), pages)
+    shown = found[(page - 1) * per_page : page * per_page]
+    resource_meta: dict[str, Mapping[str, Any]] = {}
+    rows: list[ThreadRow] = []
+    for thread in shown:
+        if thread.resource_id not in resource_meta:
+            resource_meta[thread.resource_id] = await store.get_resource(thread.resource_id)
+        _, record = await head_of(store, thread)
+        state = await thread_state(
+            store, thread, record, thresholds, resource_meta[thread.resource_id], cap=LIST_TAIL_CAP
+        )
+        rows.append(ThreadRow(thread, state))
+    return ThreadListing(tuple(counts), tuple(rows), len(found), page, pages, query, resource)
+
+
+@dataclass(frozen=True, slots=True)
+class CycleQuery:
+    """The cycle table's filters (query parameters ``kind`` and ``outcome``, repeatable)."""
+
+    kinds: tuple[str, ...] = ()
+    outcomes: tuple[str, ...] = ()
+    limit: int = 200
+    before: datetime | None = None
+
+
+async def thread_cycles(
+    store: Store, thread: Thread, query: CycleQuery | None = None
+) -> list[CycleRecord]:
+    """The thread's cycles, newest first: those of its own log and those of its resource's log
+    that worked on it."""
+    q = query or CycleQuery()
+    args: dict[str, Any] = {
+        "kinds": q.kinds,
+        "outcomes": q.outcomes,
+        "limit": q.limit,
+        "before": q.before,
+    }
+    own = await store.list_cycles(
+        record_key("thread", thread_id=thread.id, resource_id=thread.resource_id), **args
+    )
+    shared = await store.list_cycles(
+        record_key("resource", thread_id=None, resource_id=thread.resource_id),
+        thread_id=thread.id,
+        **args,
+    )
+    rows = sorted([*own, *shared], key=lambda c: (c.started_at, c.cycle_id), reverse=True)
+    return rows[: q.limit]
+
+
+def groups_of_thread(groups: Sequence[ObservationGroup], thread_id: str) -> list[ObservationGroup]:
+    """The groups that cover messages of ``thread_id`` (observations before reflections)."""
+    return [g for g in groups if any(r.thread_id == thread_id for r in g.ranges)]
