@@ -9,7 +9,8 @@ the Agents SDK) adapts a framework's hooks to memory. What they share lives here
 - :meth:`Door.concerns` is the one event filter: a thread's stream gets the events whose
   ``thread_id`` is the thread, or whose ``thread_ids`` contain it (a resource-scope cycle
   covering the thread);
-- :meth:`Door.recall_function` is the ``recall`` tool's answer, bound to the conversation;
+- :meth:`Door.recall_function` is the ``recall`` tool's answer, bound to the conversation, and
+  :meth:`Door.answer_recall` answers a model's raw arguments with it;
 - the actor's model and the recall flag always reach memory (images counted by the provider's
   rules, a provider change noticed);
 - :meth:`Door.run_sync` is how sync framework code reaches memory's own loop.
@@ -19,13 +20,14 @@ Each framework file keeps only what is its own: hook signatures, framework state
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Coroutine, Sequence
+from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from obsmem.events import Event, Listener
 from obsmem.memory import Memory, MemoryContext, RecallFunction, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
+from obsmem.recall import parse_request
 
 __all__ = ["Door", "concerns", "step_start"]
 
@@ -147,6 +149,14 @@ class Door:
         """The ``recall`` tool's answer for this conversation (ConfigError when retrieval is
         off)."""
         return self.memory.recall_function(self.ref)
+
+    async def answer_recall(self, arguments: str | Mapping[str, Any] | None) -> str:
+        """The ``recall`` tool's answer to a model's raw arguments (JSON text or a mapping); when
+        they do not fit, the message telling the model what to send instead."""
+        request = parse_request(arguments)
+        if isinstance(request, str):
+            return request
+        return await self.recall_function()(**request)
 
     def run_sync(self, work: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         """Run ``work`` from sync framework code on memory's own loop (:meth:`Memory.run_sync`),

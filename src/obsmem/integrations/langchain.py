@@ -25,6 +25,14 @@ with ``config={"configurable": {"thread_id": ..., "resource_id": ...}}``.
 * With retrieval on (``Memory(observational_memory={"retrieval": True})``) the middleware gives
   the agent the ``recall`` tool (``recall=False``: it does not). The context mentions recall only
   when the model call offers a tool named ``recall``.
+* The actor is the agent's model (``request.model`` of each model call, as ``create_agent`` was
+  given it): ``ChatAnthropic(...)`` is ``anthropic/...`` to memory, so images are counted by its
+  provider's rules and a provider change activates buffered observations early (with
+  ``activateOnProviderChange``). For Anthropic models the one system message (the agent's
+  prompt and memory's observations, which change only with a memory cycle) ends with a
+  prompt-cache breakpoint (``cache_control``); OpenAI and Gemini cache prefixes on their own.
+  For a breakpoint on the newest message too, add langchain-anthropic's
+  ``AnthropicPromptCachingMiddleware`` after this one.
 * Approvals (``HumanInTheLoopMiddleware``, or ``interrupt()`` in a tool) pause a run with its
   tool calls waiting as the thread's latest step (listed before ``HumanInTheLoopMiddleware``,
   whose ``after_model`` then runs first, this middleware stores the model message at the resume
@@ -45,8 +53,10 @@ from typing import Any, cast
 
 from obsmem.errors import MissingExtraError
 from obsmem.memory import Memory
+from obsmem.models import ModelSpec
 
 from .langgraph import BoundCall, IdFrom, LangGraphMemory, ModelInput, joined_system
+from .langgraph.models import actor_model_of, with_cache_breakpoint
 
 try:
     from langchain.agents.middleware import (
@@ -98,6 +108,9 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         self.tools: Sequence[BaseTool] = (
             [self.langgraph.recall_tool()] if recall and memory.retrieval else []
         )
+        self.actor_model: ModelSpec | None = None
+        """The agent's model as memory names it, from the last model call (``after_model`` is
+        not told the model; it passes this one on)."""
 
     def __repr__(self) -> str:
         return (
@@ -105,11 +118,19 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
             f"thread={self.langgraph.thread!r}, tools={[t.name for t in self.tools]!r})"
         )
 
-    def _bind(self, runtime: Runtime[Any] | None) -> BoundCall:
-        """The call's conversation (config and runtime context) and its custom stream."""
+    def _bind(self, runtime: Runtime[Any] | None, *, recall: bool = False) -> BoundCall:
+        """The call's door (its conversation from the config and runtime context, the actor's
+        model, the recall flag) and its custom stream."""
+        model, lg = self.actor_model, self.langgraph
         if runtime is None:
-            return self.langgraph.bind()
-        return self.langgraph.bind(context=runtime.context, writer=runtime.stream_writer)
+            return lg.bind(model=model, recall=recall)
+        context, writer = runtime.context, runtime.stream_writer
+        return lg.bind(context=context, writer=writer, model=model, recall=recall)
+
+    def _request_bind(self, request: ModelRequest[Any]) -> BoundCall:
+        """:meth:`_bind` for a model call: its model is the actor's."""
+        self.actor_model = actor_model_of(request.model) or self.actor_model
+        return self._bind(request.runtime, recall=self._offers_recall(request))
 
     def _offers_recall(self, request: ModelRequest[Any]) -> bool:
         """This model call offers a ``recall`` tool (so the context may mention it)."""
@@ -123,14 +144,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
         """Store what is new, send memory's context for this step, call the model."""
-        with self._bind(request.runtime) as call:
-            sent = call.run(
-                self.langgraph.prepare(
-                    call.ref, request.messages, recall=self._offers_recall(request)
-                )
-            )
+        with self._request_bind(request) as call:
+            sent = call.run(self.langgraph.prepare(call.door, request.messages))
             call.flush()
-            response = handler(_with_memory(request, sent))
+            response = handler(_with_memory(request, sent, call.door.actor_model))
         return _with_removals(response, sent)
 
     async def awrap_model_call(
@@ -139,12 +156,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> _Result:
         """:meth:`wrap_model_call` for ``ainvoke``/``astream``."""
-        with self._bind(request.runtime) as call:
-            sent = await self.langgraph.prepare(
-                call.ref, request.messages, recall=self._offers_recall(request)
-            )
+        with self._request_bind(request) as call:
+            sent = await self.langgraph.prepare(call.door, request.messages)
             call.flush()
-            response = await handler(_with_memory(request, sent))
+            response = await handler(_with_memory(request, sent, call.door.actor_model))
         return _with_removals(response, sent)
 
     # -- after the model -------------------------------------------------------------------------
@@ -152,7 +167,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def after_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
         """Store the model's message(s) at once; changes nothing in the state."""
         with self._bind(runtime) as call:
-            call.run(self.langgraph.store_new(call.ref, state["messages"]))
+            call.run(self.langgraph.store_new(call.door, state["messages"]))
         return None
 
     async def aafter_model(
@@ -160,7 +175,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> dict[str, Any] | None:
         """:meth:`after_model` for ``ainvoke``/``astream``."""
         with self._bind(runtime) as call:
-            await self.langgraph.store_new(call.ref, state["messages"])
+            await self.langgraph.store_new(call.door, state["messages"])
         return None
 
 
@@ -172,11 +187,15 @@ def _tool_name(tool: BaseTool | dict[str, Any]) -> str | None:
     return name if isinstance(name, str) else tool.get("name")
 
 
-def _with_memory(request: ModelRequest[Any], sent: ModelInput) -> ModelRequest[Any]:
+def _with_memory(
+    request: ModelRequest[Any], sent: ModelInput, actor: ModelSpec | None
+) -> ModelRequest[Any]:
     """``request`` with memory's context: the agent's system prompt and memory's as one system
-    message, then the messages memory sends."""
+    message (ending with the cache breakpoint the actor's provider needs), then the messages
+    memory sends."""
+    system = joined_system([request.system_message, sent.system])
     return request.override(
-        system_message=joined_system([request.system_message, sent.system]),
+        system_message=with_cache_breakpoint(system, actor),
         messages=cast(list[AnyMessage], sent.conversation),
     )
 

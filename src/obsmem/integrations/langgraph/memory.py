@@ -1,0 +1,297 @@
+"""LangGraphMemory: memory's step for a LangGraph model call, through :class:`Door`."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool
+
+from obsmem.convert.langchain import stored_id, to_langchain
+from obsmem.errors import ConfigError
+from obsmem.integrations.door import Door
+from obsmem.memory import Memory, ThreadRef
+from obsmem.messages import Message
+from obsmem.models import ModelSpec
+
+from . import hooks
+from .call_context import (
+    BoundCall,
+    IdFrom,
+    StreamWriter,
+    current_config,
+    find_ref,
+    run_sync,
+    runtime_context,
+    stream_writer,
+)
+from .model_input import (
+    ModelInput,
+    checked,
+    joined_system,
+    observed_ids,
+    since_input,
+    step_from,
+    storable,
+)
+from .models import ActorModel, actor_model_of, with_cache_breakpoint
+
+__all__ = ["KNOWN_THREADS", "LangGraphMemory"]
+
+KNOWN_THREADS = 1_000
+"""How many threads' stored LangChain ids a :class:`LangGraphMemory` remembers (the rest are
+looked up in the store at their next call)."""
+
+
+class LangGraphMemory:
+    """Observational memory for LangGraph graphs: ``model_input``/``save`` for a hand-built
+    model node, ``.pre_model_hook``/``.post_model_hook`` for ``create_react_agent``.
+
+    ``resource``/``thread`` fix the conversation, or read it from the run's runtime context when
+    they are functions (``resource=lambda ctx: ctx.user.id``); left ``None`` (the default) they
+    are read on every call (see :meth:`ref`), so one compiled graph serves every user.
+    ``model``: the chat model the graph calls (``ChatAnthropic(...)``) or its spec
+    (``"anthropic/claude-sonnet-4-5"``), so memory counts images by its provider's rules,
+    notices a provider change and sets the prompt-cache breakpoint it needs.
+    ``recall=True``: the model has the ``recall`` tool (:meth:`recall_tool`).
+    ``trim_checkpoint=True``: messages memory has observed leave the graph state (the pre-model
+    hook removes them; a hand-built node returns ``sent.removals``)."""
+
+    def __init__(
+        self,
+        memory: Memory,
+        *,
+        resource: str | IdFrom | None = None,
+        thread: str | IdFrom | None = None,
+        model: ActorModel | None = None,
+        recall: bool = False,
+        trim_checkpoint: bool = False,
+    ) -> None:
+        for option, value in (("resource", resource), ("thread", thread)):
+            if value == "":
+                raise ConfigError(
+                    option, value, "give the id as a non-empty string (None: read it per call)"
+                )
+        self.memory = memory
+        self.resource = resource
+        self.thread = thread
+        self.actor_model: ModelSpec | None = actor_model_of(model)
+        """The actor's model as memory names it (``"anthropic/claude-sonnet-4-5"``), when told."""
+        self.recall = recall
+        """The model has the ``recall`` tool, so the context tells it how to use it; otherwise
+        the context never mentions recall."""
+        self.trim_checkpoint = trim_checkpoint
+        self._known: OrderedDict[str, dict[str, int | None]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.pre_model_hook = hooks.pre_hook(self)
+        """``create_react_agent(pre_model_hook=...)``: stores what is new and returns
+        ``{"llm_input_messages": [...]}`` (plus the removals, with ``trim_checkpoint``)."""
+        self.post_model_hook = hooks.post_hook(self)
+        """``create_react_agent(post_model_hook=...)``: stores the model's answer at once."""
+
+    def __repr__(self) -> str:
+        return f"LangGraphMemory(resource={self.resource!r}, thread={self.thread!r})"
+
+    # -- which conversation ------------------------------------------------------------------
+
+    def ref(self, config: RunnableConfig | None = None, context: Any = None) -> ThreadRef:
+        """The conversation of a call: ``thread=``/``resource=`` when given (a function of them
+        is called with the runtime ``context``); otherwise ``thread_id`` and ``resource_id`` (or
+        ``user_id``, :data:`RESOURCE_KEYS`) of the runtime ``context`` (a mapping or an object),
+        then of ``config["configurable"]``."""
+        return find_ref(config, context, thread=self.thread, resource=self.resource)
+
+    def door(
+        self, ref: ThreadRef, *, model: ActorModel | None = None, recall: bool | None = None
+    ) -> Door:
+        """The :class:`Door` of one call in ``ref``'s conversation: the actor's model (this
+        call's ``model``, else :attr:`actor_model`) and the recall flag passed on."""
+        actor = actor_model_of(model) if model is not None else None
+        return Door(
+            self.memory,
+            ref,
+            actor_model=actor or self.actor_model,
+            recall=self.recall if recall is None else recall,
+        )
+
+    def bind(
+        self,
+        config: RunnableConfig | None = None,
+        context: Any = None,
+        writer: StreamWriter | None = None,
+        *,
+        model: ActorModel | None = None,
+        recall: bool | None = None,
+    ) -> BoundCall:
+        """The :class:`BoundCall` of the running node (its config, runtime context and custom
+        stream, unless given), with its :meth:`door`."""
+        if config is None:
+            config = current_config()
+        if context is None:
+            context = runtime_context()
+        door = self.door(self.ref(config, context), model=model, recall=recall)
+        return BoundCall(door, writer or stream_writer())
+
+    # -- the memory work -------------------------------------------------------------------------
+
+    async def stored(
+        self, ref: ThreadRef, messages: Sequence[BaseMessage]
+    ) -> dict[str, int | None]:
+        """The seq of each of ``messages`` the thread has stored, by LangChain message id.
+
+        The ids this object stored or saw stored are remembered per thread (the most recent
+        :data:`KNOWN_THREADS` threads): when the others all come after them in the state (a
+        turn's new input, a step's tool traffic) they are new, with no look-up; otherwise (a
+        restart, another process, an edited state) the store is asked."""
+        ids = [m.id for m in messages if m.id and not isinstance(m, SystemMessage)]
+        with self._lock:
+            seen = self._known.get(ref.thread)
+            if seen is not None:
+                self._known.move_to_end(ref.thread)
+                seen = dict(seen)
+        known = {i: seen[i] for i in ids if seen is not None and i in seen}
+        unknown = [i for i in ids if i not in known]
+        last_known = max((n for n, i in enumerate(ids) if i in known), default=-1)
+        if not unknown or (seen is not None and ids.index(unknown[0]) > last_known):
+            return known
+        wanted = {stored_id(ref.thread, i): i for i in unknown}
+        found = await self.memory.store.get_messages(list(wanted), resource_id=ref.resource)
+        known.update({wanted[m.id]: m.seq for m in found if m.id in wanted})
+        self._remember(ref, known)
+        return known
+
+    def _remember(self, ref: ThreadRef, seqs: Mapping[str, int | None]) -> None:
+        with self._lock:
+            seen = self._known.setdefault(ref.thread, {})
+            seen.update(seqs)
+            self._known.move_to_end(ref.thread)
+            while len(self._known) > KNOWN_THREADS:
+                self._known.popitem(last=False)
+
+    def _remember_stored(self, ref: ThreadRef, stored: Sequence[Message]) -> None:
+        prefix = stored_id(ref.thread, "")
+        self._remember(ref, {m.id.removeprefix(prefix): m.seq for m in stored})
+
+    async def prepare(self, door: Door, messages: Sequence[Any]) -> ModelInput:
+        """Store what of ``messages`` (the graph's, in order) is new and assemble the model's
+        input, in one memory step (one store round trip, plus any memory work that is due)."""
+        messages = checked(messages)
+        ref = door.ref
+        known = await self.stored(ref, messages)
+        new = [m for m in messages if m.id not in known and not isinstance(m, SystemMessage)]
+        context = await door.step(
+            storable(new, ref.thread, messages), step_from=step_from(messages, new, known)
+        )
+        self._remember_stored(ref, context.stored_input)
+        sent = to_langchain(context.messages)
+        lead = next((i for i, m in enumerate(sent) if not isinstance(m, SystemMessage)), len(sent))
+        system = joined_system(
+            [*(m for m in messages if isinstance(m, SystemMessage)), *sent[:lead]]
+        )
+        observed: tuple[str, ...] = ()
+        if self.trim_checkpoint:
+            observed = observed_ids(
+                ref.thread, messages, known, context.stored_input, context.observed_through
+            )
+        return ModelInput(
+            system=with_cache_breakpoint(system, door.actor_model),
+            conversation=sent[lead:],
+            observed=observed,
+        )
+
+    async def store_new(
+        self, door: Door, messages: Sequence[Any], *, waiting: Sequence[str] = ()
+    ) -> list[Message]:
+        """Store what of the turn's traffic in ``messages`` (after its last human message) the
+        thread does not have: the model's answer, at once. ``waiting``: tool calls memory holds
+        until their results come."""
+        messages = checked(messages)
+        turn = since_input(messages)
+        known = await self.stored(door.ref, turn)
+        new = [m for m in turn if m.id not in known]
+        stored = await door.reply(storable(new, door.thread, messages), waiting=waiting)
+        self._remember_stored(door.ref, stored)
+        return stored
+
+    # -- a hand-built model node -----------------------------------------------------------------
+
+    def model_input(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        recall: bool | None = None,
+        model: ActorModel | None = None,
+    ) -> ModelInput:
+        """In a sync model node, before the model: store what of ``messages`` (the graph
+        state's) is new and return what to send (``sent.messages``). ``recall`` overrides
+        :attr:`recall` and ``model`` the actor's model for this call."""
+        with self.bind(config, context, model=model, recall=recall) as call:
+            return call.run(self.prepare(call.door, messages))
+
+    async def amodel_input(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        recall: bool | None = None,
+        model: ActorModel | None = None,
+    ) -> ModelInput:
+        """:meth:`model_input` for an async node."""
+        with self.bind(config, context, model=model, recall=recall) as call:
+            return await self.prepare(call.door, messages)
+
+    def save(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        model: ActorModel | None = None,
+    ) -> list[Message]:
+        """In a sync model node, after the model: store the answer (``[reply]``, or the whole
+        state: only what is new is stored) at once; returns what was stored."""
+        with self.bind(config, context, model=model) as call:
+            return call.run(self.store_new(call.door, messages))
+
+    async def asave(
+        self,
+        messages: Sequence[BaseMessage],
+        config: RunnableConfig | None = None,
+        *,
+        context: Any = None,
+        model: ActorModel | None = None,
+    ) -> list[Message]:
+        """:meth:`save` for an async node."""
+        with self.bind(config, context, model=model) as call:
+            return await self.store_new(call.door, messages)
+
+    # -- waiting calls and recall ----------------------------------------------------------------
+
+    async def ahold(self, state: Any, config: RunnableConfig) -> list[str]:
+        """After a run stopped on an ``interrupt``: hold its waiting tool calls back until their
+        results come, even if the thread goes on elsewhere meanwhile (memory never observes
+        them as interrupted). Not needed for a plain pause and resume: the waiting calls are
+        the latest step, which memory keeps waiting anyway. Returns the held call ids."""
+        return await hooks.hold(self, state, config)
+
+    def hold(self, state: Any, config: RunnableConfig) -> list[str]:
+        """:meth:`ahold` for sync code."""
+        door = self.door(self.ref(config, runtime_context()))
+        return run_sync(door, self.ahold(state, config))
+
+    def recall_tool(self) -> BaseTool:
+        """The ``recall`` tool as a LangChain tool (sync and async), for ``create_react_agent``
+        or a hand-built graph's model; making it tells this object's context to mention it. It
+        reads only the call's resource (and, in thread scope, its thread), found as
+        :meth:`ref` finds them; arguments that do not fit come back to the model as a message
+        saying what to send. Needs retrieval on."""
+        self.memory.require_retrieval()
+        self.recall = True
+        return hooks.recall_tool_of(self)

@@ -1,0 +1,169 @@
+"""The actor's model as memory names it, from a LangChain chat model, and the prompt-cache
+breakpoint its provider needs.
+
+``ChatOpenAI(model="gpt-5-mini")`` is ``"openai/gpt-5-mini"``, ``ChatAnthropic(model=...)``
+``"anthropic/..."``: the provider is read from the model's tracing parameters
+(``_get_ls_params()["ls_provider"]``, which every LangChain chat model sets), else from its
+``_llm_type``; the name from ``ls_model_name``, else its ``model_name``/``model``/``model_id``.
+A model whose provider memory cannot tell (a fake, a custom model) names no actor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeAlias, cast
+
+from langchain_core.messages import SystemMessage
+
+from obsmem.models import ModelByInputTokens, ModelSpec
+from obsmem.models.describe import provider_of
+
+__all__ = ["ActorModel", "actor_model_of", "with_cache_breakpoint"]
+
+ActorModel: TypeAlias = Any
+"""The actor's model as a front door may give it: a LangChain chat model, or a model spec
+(``"anthropic/claude-sonnet-4-5"``, a pydantic-ai ``Model``, ``ModelByInputTokens``)."""
+
+_PROVIDERS: Mapping[str, str] = {
+    "openai": "openai",
+    "azure": "azure",
+    "anthropic": "anthropic",
+    "google_genai": "google",
+    "google_vertexai": "google-vertex",
+    "google": "google",
+    "vertexai": "google-vertex",
+    "amazon_bedrock": "bedrock",
+    "bedrock": "bedrock",
+    "mistral": "mistral",
+    "mistralai": "mistral",
+    "groq": "groq",
+    "xai": "xai",
+    "deepseek": "deepseek",
+    "fireworks": "fireworks",
+    "together": "together",
+    "ollama": "ollama",
+    "cohere": "cohere",
+    "openrouter": "openrouter",
+    "perplexity": "perplexity",
+    "huggingface": "huggingface",
+}
+"""LangChain's ``ls_provider`` names -> obsmem's provider names."""
+
+_LLM_TYPES: tuple[tuple[str, str], ...] = (
+    ("azure-openai", "azure"),
+    ("openai", "openai"),
+    ("anthropic", "anthropic"),
+    ("chat-google-generative-ai", "google"),
+    ("vertexai", "google-vertex"),
+    ("amazon_bedrock", "bedrock"),
+    ("mistralai", "mistral"),
+    ("groq", "groq"),
+    ("xai", "xai"),
+    ("deepseek", "deepseek"),
+    ("fireworks", "fireworks"),
+    ("together", "together"),
+    ("ollama", "ollama"),
+    ("cohere", "cohere"),
+)
+"""``_llm_type`` fragments -> providers, for a model whose tracing parameters do not say."""
+
+_NAME_ATTRIBUTES = ("model_name", "model", "model_id")
+
+_BREAKPOINT = {"type": "ephemeral"}
+
+
+def _attribute(model: Any, name: str) -> Any:
+    """``model.name``, or None: a model's attributes are its own code (a configurable model
+    builds one on access), and naming the actor must never fail a turn."""
+    try:
+        return getattr(model, name, None)
+    except Exception:
+        return None
+
+
+def _ls_params(model: Any) -> Mapping[str, Any]:
+    read = _attribute(model, "_get_ls_params")
+    if not callable(read):
+        return {}
+    try:
+        params: Any = read()
+    except Exception:  # tracing parameters are a courtesy of the model
+        return {}
+    return cast(Mapping[str, Any], params) if isinstance(params, Mapping) else {}
+
+
+def _provider(model: Any, params: Mapping[str, Any]) -> str | None:
+    named = params.get("ls_provider")
+    if isinstance(named, str) and named.lower() in _PROVIDERS:
+        return _PROVIDERS[named.lower()]
+    kind = _attribute(model, "_llm_type")
+    if isinstance(kind, str):
+        lowered = kind.lower()
+        return next((p for fragment, p in _LLM_TYPES if fragment in lowered), None)
+    return None
+
+
+def _name(model: Any, params: Mapping[str, Any]) -> str | None:
+    for value in (
+        params.get("ls_model_name"),
+        *(_attribute(model, a) for a in _NAME_ATTRIBUTES),
+    ):
+        if isinstance(value, str) and value:
+            return value.removeprefix("models/")
+    return None
+
+
+def _unbound(model: Any) -> Any:
+    """The chat model under a ``bind_tools``/``bind`` wrapper."""
+    while (bound := _attribute(model, "bound")) is not None and bound is not model:
+        model = bound
+    return model
+
+
+def actor_model_of(model: ActorModel | None) -> ModelSpec | None:
+    """The ``"provider/model"`` spec of a LangChain chat model (a model spec, ``"openai/gpt-5"``
+    or a pydantic-ai ``Model``, is taken as it is), or None when the provider cannot be told."""
+    from pydantic_ai.models import Model
+
+    if model is None or isinstance(model, str):
+        return model or None
+    if isinstance(model, Model | ModelByInputTokens):
+        return model
+    model = _unbound(model)
+    params = _ls_params(model)
+    provider, name = _provider(model, params), _name(model, params)
+    if provider is None or name is None:
+        return None
+    return f"{provider}/{name}"
+
+
+def _needs_breakpoint(actor: ModelSpec | None) -> bool:
+    """The actor's provider caches only at explicit breakpoints (Anthropic); OpenAI and Gemini
+    cache every prefix on their own."""
+    return actor is not None and provider_of(actor) == "anthropic"
+
+
+def _marked(content: Any) -> bool:
+    blocks = cast(list[Any], content) if isinstance(content, list) else []
+    return any(isinstance(b, dict) and "cache_control" in b for b in blocks)
+
+
+def with_cache_breakpoint(
+    system: SystemMessage | None, actor: ModelSpec | None
+) -> SystemMessage | None:
+    """``system`` with a prompt-cache breakpoint on its last block when the actor's provider
+    needs one (Anthropic's ``cache_control``), so the agent's instructions and memory's
+    observations, which change only with a memory cycle, are read from the cache. A system
+    message that has a breakpoint already is left alone."""
+    if system is None or not _needs_breakpoint(actor) or _marked(system.content):
+        return system
+    content = system.content
+    blocks: list[Any] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else list(content)
+    )
+    if not blocks:
+        return system
+    last = blocks[-1]
+    last = {"type": "text", "text": last} if isinstance(last, str) else dict(last)
+    blocks[-1] = {**last, "cache_control": dict(_BREAKPOINT)}
+    return system.model_copy(update={"content": blocks})
