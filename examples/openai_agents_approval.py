@@ -10,13 +10,23 @@ your model and the Memory ``observational_memory={"model": ...}``. Needs ``pip i
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 
-from agents import Agent, RunConfig, Runner, RunState, function_tool
-from agents.testing import ScriptedModel, assistant_message, function_call
+try:
+    from agents import Agent, RunConfig, Runner, RunState, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from obsmem.integrations.openai_agents import ObservationalSession
+except ImportError as exc:
+    print(
+        f"This example needs the OpenAI Agents SDK ({exc.name}): "
+        'pip install "obsmem[openai-agents]"',
+        file=sys.stderr,
+    )
+    raise SystemExit(2) from None
 
 from obsmem import Memory
-from obsmem.integrations.openai_agents import ObservationalSession
 from obsmem.messages import ToolResultPart
 from obsmem.stores import SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector

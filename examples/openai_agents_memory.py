@@ -23,15 +23,24 @@ async def main() -> int:
         return 2
     if provider_of(spec) != "openai":
         print(
-            f"This example drives the Agents SDK with an OpenAI(-compatible) model, not {spec!r}. "
-            + HOW_TO_PROVIDE_A_MODEL,
+            f"This example drives the Agents SDK with an OpenAI(-compatible) model, not {spec!r}: "
+            "set OBSMEM_MODEL=openai/<model> with OPENAI_API_KEY, or point OPENAI_BASE_URL at an "
+            "OpenAI-compatible server.",
             file=sys.stderr,
         )
         return 2
-    from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
-    from openai import AsyncOpenAI
+    try:
+        from agents import Agent, OpenAIChatCompletionsModel, RunConfig, Runner
+        from openai import AsyncOpenAI
 
-    from obsmem.integrations.openai_agents import ObservationalSession
+        from obsmem.integrations.openai_agents import ObservationalSession
+    except ImportError as exc:
+        print(
+            f"This example needs the OpenAI Agents SDK ({exc.name}): "
+            'pip install "obsmem[openai-agents]"',
+            file=sys.stderr,
+        )
+        return 2
 
     client = AsyncOpenAI(api_key=os.environ.get("OPENAI_API_KEY") or "local")
     model = OpenAIChatCompletionsModel(model=model_id_of(spec), openai_client=client)

@@ -171,7 +171,7 @@ def _wrapped_connection_error() -> ModelAPIError:
 @pytest.mark.parametrize(
     ("error", "code", "says"),
     [
-        (_model_http_error(), 1, "answered HTTP 503: the model is loading"),
+        (_model_http_error(), 1, "answered HTTP 503: the model is loading. The server failed"),
         (_wrapped_connection_error(), 1, "at http://127.0.0.1:9/v1/chat/completions"),
         (UnexpectedModelBehavior("Received empty model response"), 1, "empty model response"),
         (_connect_error(), 1, "Connection refused"),
@@ -333,6 +333,26 @@ def test_an_example_without_the_providers_sdk_names_its_extra(name: str, tmp_pat
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"{name}: ")
     assert 'pip install "obsmem[anthropic]"' in last
+
+
+@pytest.mark.parametrize("name", ["openai_agents_memory.py", "openai_agents_approval.py"])
+def test_an_agents_sdk_example_without_the_sdk_names_its_extra(name: str, tmp_path: Path) -> None:
+    env = {**_env(None), "OBSMEM_MODEL": "openai/gpt-5-mini", "OPENAI_API_KEY": "k"}
+    result = _without("agents", str(EXAMPLES / name), cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    line = _one_line(result.stderr)
+    assert 'pip install "obsmem[openai-agents]"' in line
+    assert not (tmp_path / "obsmem.db").exists()
+
+
+def test_the_agents_sdk_example_says_which_model_to_choose(tmp_path: Path) -> None:
+    env = {**_env(None), "OBSMEM_MODEL": "anthropic/claude-haiku-4-5", "ANTHROPIC_API_KEY": "k"}
+    result = _without("", str(EXAMPLES / "openai_agents_memory.py"), cwd=tmp_path, env=env)
+    assert result.returncode == 2, result.stderr
+    line = _one_line(result.stderr)
+    assert "not 'anthropic/claude-haiku-4-5': set OBSMEM_MODEL=openai/<model>" in line
+    assert "No model is configured" not in line
 
 
 async def test_the_retry_message_reads_as_one_sentence() -> None:

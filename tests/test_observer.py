@@ -623,3 +623,20 @@ def test_a_title_is_asked_for_when_missing_or_from_an_earlier_generation() -> No
     assert wants_title(state("Trip"), 0)  # a title from before titles were tracked
     assert not wants_title(state("Mine", title_pinned=True), 5)
     assert not wants_title(state(None, title_pinned=True), 5)
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (" ".join(f"note{i}" for i in range(40_000)), "no max_tokens setting of the model's"),
+        ("", "does not write observations in the format asked"),
+    ],
+)
+async def test_giving_up_says_what_to_do_for_the_problem_met(answer: str, says: str) -> None:
+    """An answer obsmem cut off at its own output cap is not the model's max_tokens at fault;
+    an answer with no observations needs a stronger model."""
+    script = Script(answer, answer)
+    with pytest.raises(ObserverOutputError) as raised:
+        await observe(simple_input(), caller=ModelCaller(), model=script.model, estimator=EST)
+    assert says in str(raised.value)
+    assert "check its max_tokens" not in str(raised.value)

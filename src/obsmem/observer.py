@@ -428,24 +428,36 @@ async def observe_exchange(
         cycle_id=cycle_id,
         max_output_tokens=observer_output_cap(input_tokens),
     )
-    problem = ""
+    problem = advice = ""
     for _ in range(2):
         result = await caller.call(request)
         if result.cut_off not in (None, REPEATING):
-            problem = f"cut off: {result.cut_off} (the model rambles)"
+            problem = f"cut off by obsmem {result.cut_off} (the model rambles)"
+            advice = _RAMBLES
             continue
         if result.cut_off == REPEATING:
             problem = "degenerate (the same text repeated over and over)"
+            advice = _RAMBLES
             continue
         parsed = parse_output(
             result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
         )
         if parsed.is_empty:
             problem = "empty (no <observations> and no list lines)"
+            advice = (
+                "Use a stronger observation model: this one does not write observations in the "
+                "format asked."
+            )
             continue
         return ObserverExchange(parsed=parsed, result=result, request=request)
     raise ObserverOutputError(
         f"The Observer's answer was {problem} twice in a row; no observations were recorded and "
-        "the messages stay unobserved. Try another observation model, or check its max_tokens "
-        "setting if answers are cut off."
+        f"the messages stay unobserved. {advice}"
     )
+
+
+_RAMBLES = (
+    "Use a stronger observation model, or check the server's chat template for it (a wrong "
+    "template makes a model ramble); no max_tokens setting of the model's is at fault, obsmem "
+    "cut the answer off itself."
+)

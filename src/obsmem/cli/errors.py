@@ -56,9 +56,15 @@ def describe_failure(model: str, exc: BaseException, *, in_doctor: bool = False)
     at = f" at {url}" if url else ""
     doctor = "" if in_doctor else f"; `obsmem doctor --model {model}` checks what it accepts"
     if status is not None:
+        verdict = (
+            "The server failed (an error on its side, not in the request); it may work again "
+            "once it recovers"
+            if status >= 500
+            else "It was reached but refused the request"
+        )
         return _one_line(
-            f"the server for {model}{at} answered HTTP {status}: {sentence(said)}. It was "
-            f"reached but refused the request{doctor}."
+            f"the server for {model}{at} answered HTTP {status}: {sentence(said)}. "
+            f"{verdict}{doctor}."
         )
     text = str(exc)
     if isinstance(exc, MissingExtraError) or any(

@@ -59,6 +59,7 @@ def open_store(db: str, *, read_only: bool = False) -> SQLStore:
 _SQLITE_HEADER = b"SQLite format 3\x00"
 _OBSMEM_TABLES = frozenset({"threads", "messages", "om_records"})
 _ANOTHER_PATH = "give another path with --db (a new file is made there)"
+_ANOTHER_DB = "--db with the path of an obsmem database"
 
 
 def _check_sqlite(path: str, *, read_only: bool) -> None:
@@ -87,9 +88,8 @@ def _check_sqlite(path: str, *, read_only: bool) -> None:
             )
         return
     if header != _SQLITE_HEADER:
-        raise CannotStart(
-            f"{path} is not a SQLite database (so not an obsmem one): {_ANOTHER_PATH}"
-        )
+        fix = f"pass {_ANOTHER_DB}" if read_only else _ANOTHER_PATH
+        raise CannotStart(f"{path} is not a SQLite database (so not an obsmem one): {fix}")
     version, tables = _sqlite_schema(file)
     if not tables and version == 0:  # a SQLite file with nothing in it
         if read_only:
@@ -101,7 +101,11 @@ def _check_sqlite(path: str, *, read_only: bool) -> None:
         shown = ", ".join(tables[:5]) + (", ..." if len(tables) > 5 else "")
         raise CannotStart(
             f"{path} is a SQLite database but not an obsmem one (its tables: {shown or 'none'}); "
-            f"obsmem will not add its tables to it: {_ANOTHER_PATH}"
+            + (
+                f"pass {_ANOTHER_DB}"
+                if read_only
+                else f"obsmem will not add its tables to it: {_ANOTHER_PATH}"
+            )
         )
     _check_version(path, version, read_only=read_only)
 

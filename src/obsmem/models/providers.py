@@ -174,7 +174,7 @@ def _check_installed(spec: str, info: _Provider) -> None:
         if (mastra := _PROVIDERS.get(info.target)) and mastra.compatible_base_url:
             alternative = f", or write it as '{info.target}/<model>' (OpenAI-compatible API)"
         raise ModelError(
-            f"the model {spec!r} needs the {info.module} package: run  {hint}{alternative}"
+            f"the model {spec!r} needs the {info.module} package: run {hint}{alternative}"
         ) from exc
 
 
