@@ -464,3 +464,76 @@ async def test_doctor_says_when_the_default_thresholds_cannot_fit(
     assert "context        8,192 tokens (llama.cpp /props)" in text
     assert "--message-tokens 2900 --observation-tokens 2700" in text
     assert "verdict: ready for memory work." in text
+
+
+# -- LangChain's create_agent middleware ---------------------------------------------------------
+
+
+def _small_chat_model(actor: SmallActor) -> Any:
+    """A LangChain chat model with the small context: a request past the limit is refused as
+    ``ChatOpenAI`` reports OpenAI's refusal (``openai.BadRequestError``, HTTP 400)."""
+    import openai
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class SmallChat(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "small"
+
+        def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> ChatResult:
+            size = sum(actor.estimator.count_text(str(m.content)) for m in messages)
+            actor.sizes.append(size)
+            if size > actor.limit:
+                actor.refused += 1
+                body = {
+                    **OPENAI,
+                    "message": f"This model's maximum context length is {actor.limit} tokens. "
+                    f"However, your messages resulted in {size} tokens.",
+                }
+                request = httpx.Request("POST", "http://127.0.0.1:9/v1/chat/completions")
+                raise openai.BadRequestError(
+                    body["message"],
+                    response=httpx.Response(400, json={"error": body}, request=request),
+                    body=body,
+                )
+            return ChatResult(generations=[ChatGeneration(message=AIMessage(content="Noted."))])
+
+    return SmallChat()
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["ainvoke", "invoke"])
+async def test_the_create_agent_middleware_compacts_once_and_retries(
+    sync: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from langchain.agents import create_agent
+
+    from obsmem.integrations.langchain import ObservationalMemoryMiddleware
+
+    actor = SmallActor()
+    mem = memory()
+    agent = create_agent(
+        _small_chat_model(actor), [], middleware=[ObservationalMemoryMiddleware(mem)]
+    )
+    config = {"configurable": {"thread_id": "t1", "resource_id": "u1"}}
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    for turn in range(12):
+        state = {"messages": [("user", words(40, turn))]}
+        if sync:
+            result = await asyncio.to_thread(agent.invoke, state, config)
+        else:
+            result = await agent.ainvoke(state, config)
+        assert result["messages"][-1].content == "Noted."
+        await asyncio.to_thread(mem.run_sync, mem.settle()) if sync else await mem.settle()
+    assert actor.refused >= 1
+    refused_at = [i for i, size in enumerate(actor.sizes) if size > LIMIT]
+    assert all(actor.sizes[i + 1] <= LIMIT for i in refused_at)
+    compacted = [r for r in caplog.records if "compacted thread t1" in r.getMessage()]
+    assert len(compacted) == actor.refused
+    if sync:
+        await asyncio.to_thread(mem.close)
+    else:
+        await mem.aclose()

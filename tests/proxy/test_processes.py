@@ -141,7 +141,7 @@ def test_without_the_extra_the_command_says_what_to_install(
     assert code == 2
     err = capsys.readouterr().err.strip()
     assert err == (
-        "obsmem: obsmem proxy needs an optional dependency (the uvicorn package): run  "
+        "obsmem: obsmem proxy needs an optional dependency (the uvicorn package): run "
         'pip install "obsmem[proxy]"'
     )
 

@@ -523,3 +523,51 @@ async def test_concurrent_identical_requests_on_one_thread_store_it_once() -> No
         assert memory is not None
         (thread,) = await memory.threads("key-" + _hash("sk-test-alpha"))
         assert texts(await memory.messages(thread.id)) == [turn(0), "Answer to: Turn 0"]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_a_request_too_long_for_the_upstream_is_compacted_and_sent_again(
+    stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Thresholds far past the upstream's context (a small local model): when the upstream
+    refuses a request as too long (llama.cpp's 400), memory compacts the thread once and the
+    proxy sends the request again; the client never sees the refusal."""
+    from obsmem.testing import scripted_observer, scripted_reflector
+
+    big = {
+        "observation": {"messageTokens": 30_000, "bufferTokens": False},
+        "reflection": {"observationTokens": 40_000, "model": scripted_reflector()},
+    }
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    async with (
+        strict_server(answer=echo, context_size=1_400) as upstream,
+        running_proxy(
+            upstream.base_url, options=big, memory_model=scripted_observer(words=3)
+        ) as proxy,
+    ):
+        ai = client(proxy.base_url)
+        history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+        for i in range(24):
+            history.append({"role": "user", "content": turn(i)})
+            if stream:
+                chunks = await ai.chat.completions.create(
+                    model="local", messages=history, extra_headers=THREAD, stream=True
+                )
+                pieces = [c.choices[0].delta.content or "" async for c in chunks if c.choices]
+                text = "".join(pieces)
+            else:
+                reply = await ai.chat.completions.create(
+                    model="local", messages=history, extra_headers=THREAD
+                )
+                text = reply.choices[0].message.content or ""
+            assert text == f"Answer to: Turn {i}"
+            history.append({"role": "assistant", "content": text})
+            await proxy.proxy.settle()
+    assert upstream.refusals, "the conversation outgrew the upstream's context"
+    sizes = [upstream.tokens_of(r) for r in upstream.requests]
+    refused_at = [i for i, size in enumerate(sizes) if size > 1_400]
+    assert refused_at
+    assert all(sizes[i + 1] <= 1_400 for i in refused_at)  # each refusal: one retry that fitted
+    compacted = [r for r in caplog.records if "compacted thread" in r.getMessage()]
+    assert len(compacted) == len(refused_at)
+    assert "the model's context is 1,400 tokens" in compacted[0].getMessage()

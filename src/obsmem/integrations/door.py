@@ -20,6 +20,7 @@ Each framework file keeps only what is its own: hook signatures, framework state
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -27,11 +28,14 @@ from obsmem.events import Event, Listener
 from obsmem.memory import Memory, MemoryContext, RecallFunction, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
+from obsmem.models.overflow import ContextOverflow, fit_advice
 from obsmem.recall import parse_request
 
 __all__ = ["Door", "concerns", "step_start"]
 
 T = TypeVar("T")
+
+log = logging.getLogger("obsmem")
 
 
 def concerns(event: object, thread: str) -> bool:
@@ -127,6 +131,63 @@ class Door:
         if waiting:
             await self.memory.hold_calls(self.ref, waiting)
         return stored
+
+    # -- a request the model refused as too long --------------------------------------------------
+
+    async def compact_after(self, overflow: ContextOverflow) -> bool:
+        """Compact the thread once because the actor's model refused a request as longer than
+        its context: everything before the current step is observed down to the retention floor
+        (at most a quarter of the model's context, when its answer names it), and the
+        ``obsmem`` logger says so with the thresholds that would fit. True when the context
+        shrank, so the front door sends the request again; False when memory is off or nothing
+        could be observed (the front door raises the model's error)."""
+        om = self.memory.om
+        if om is None:
+            return False
+        limit = overflow.limit
+        shrank = await om.compact(
+            self.ref.thread,
+            self.ref.resource,
+            step_from=self.step_from,
+            keep_tokens=limit // 4 if limit else None,
+            trigger="overflow",
+        )
+        requested = overflow.requested
+        request = f"the request ({requested:,} tokens)" if requested else "a request"
+        window = (
+            f"the model's context is {limit:,} tokens"
+            if limit
+            else "the model refused it as too long"
+        )
+        advice = (
+            fit_advice(
+                limit,
+                message_tokens=om.options.observation.message_tokens,
+                observation_tokens=om.options.reflection.observation_tokens,
+            )
+            if limit
+            else None
+        )
+        tail = f"; {advice}" if advice else ""
+        if shrank:
+            log.warning(
+                "obsmem compacted thread %s because %s did not fit: %s%s",
+                self.ref.thread,
+                request,
+                window,
+                tail,
+            )
+        else:
+            log.warning(
+                "obsmem could not compact thread %s (nothing before the current step is left to "
+                "observe), so %s that did not fit is not sent again: %s (%s)%s",
+                self.ref.thread,
+                request,
+                window,
+                overflow.message,
+                tail,
+            )
+        return shrank
 
     # -- events ----------------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ from typing import Any, cast
 from obsmem.errors import MissingExtraError
 from obsmem.memory import Memory
 from obsmem.models import ModelSpec
+from obsmem.models.overflow import context_overflow
 
 from .langgraph import BoundCall, IdFrom, LangGraphMemory, ModelInput, joined_system
 from .langgraph.models import actor_model_of, with_cache_breakpoint
@@ -143,11 +144,22 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
     ) -> _Result:
-        """Store what is new, send memory's context for this step, call the model."""
+        """Store what is new, send memory's context for this step, call the model. When the
+        model refuses the request as longer than its context, compact the thread once and call
+        it again with the smaller context (a second refusal, or a compaction that cannot shrink
+        the context, raises the model's error)."""
         with self._request_bind(request) as call:
             sent = call.run(self.langgraph.prepare(call.door, request.messages))
             call.flush()
-            response = handler(_with_memory(request, sent, call.door.actor_model))
+            try:
+                response = handler(_with_memory(request, sent, call.door.actor_model))
+            except Exception as error:
+                overflow = context_overflow(error)
+                if overflow is None or not call.run(call.door.compact_after(overflow)):
+                    raise
+                sent = call.run(self.langgraph.prepare(call.door, request.messages))
+                call.flush()
+                response = handler(_with_memory(request, sent, call.door.actor_model))
         return _with_removals(response, sent)
 
     async def awrap_model_call(
@@ -159,7 +171,15 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         with self._request_bind(request) as call:
             sent = await self.langgraph.prepare(call.door, request.messages)
             call.flush()
-            response = await handler(_with_memory(request, sent, call.door.actor_model))
+            try:
+                response = await handler(_with_memory(request, sent, call.door.actor_model))
+            except Exception as error:
+                overflow = context_overflow(error)
+                if overflow is None or not await call.door.compact_after(overflow):
+                    raise
+                sent = await self.langgraph.prepare(call.door, request.messages)
+                call.flush()
+                response = await handler(_with_memory(request, sent, call.door.actor_model))
         return _with_removals(response, sent)
 
     # -- after the model -------------------------------------------------------------------------

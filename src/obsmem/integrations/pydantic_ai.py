@@ -59,7 +59,7 @@ from obsmem.events import Event
 from obsmem.integrations.door import Door, concerns
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
-from obsmem.models.overflow import ContextOverflow, context_overflow, fit_advice
+from obsmem.models.overflow import context_overflow
 from obsmem.window import mark_deferred
 
 __all__ = [
@@ -236,72 +236,6 @@ class _Thread(Door):
         managed = for_model(merged_requests([*system, *to_pydantic_ai(context.messages)]), model)
         _mark(managed, self.ref.thread, "context")
         return managed
-
-    async def compact_after(self, overflow: ContextOverflow) -> bool:
-        """Compact the thread after the model refused a request as longer than its context:
-        everything before the current step is observed down to the retention floor (at most a
-        quarter of the model's context, when its answer names it). True when the context
-        shrank, so the request is worth sending again."""
-        return await compact_after_overflow(
-            self.memory, self.ref, overflow, keep_raw_from=self.step_from
-        )
-
-
-async def compact_after_overflow(
-    memory: Memory,
-    ref: ThreadRef,
-    overflow: ContextOverflow,
-    *,
-    keep_raw_from: int | None,
-) -> bool:
-    """Compact ``ref``'s thread once because its actor's model refused a request as too long,
-    and say so on the ``obsmem`` logger with the thresholds that would fit the model's context.
-    True when the context shrank (the front door sends the request again); False when memory is
-    off or nothing could be observed (the front door raises the model's error)."""
-    om = memory.om
-    if om is None:
-        return False
-    limit = overflow.limit
-    shrank = await om.compact(
-        ref.thread,
-        ref.resource,
-        keep_raw_from=keep_raw_from,
-        keep_tokens=limit // 4 if limit else None,
-        trigger="overflow",
-    )
-    request = f"the request ({overflow.requested:,} tokens)" if overflow.requested else "a request"
-    window = (
-        f"the model's context is {limit:,} tokens" if limit else "the model refused it as too long"
-    )
-    advice = (
-        fit_advice(
-            limit,
-            message_tokens=om.options.observation.message_tokens,
-            observation_tokens=om.options.reflection.observation_tokens,
-        )
-        if limit
-        else None
-    )
-    tail = f"; {advice}" if advice else ""
-    if shrank:
-        log.warning(
-            "obsmem compacted thread %s because %s did not fit: %s%s",
-            ref.thread,
-            request,
-            window,
-            tail,
-        )
-    else:
-        log.warning(
-            "obsmem could not compact thread %s (nothing before the current step is left to "
-            "observe), so %s that did not fit is not sent again: %s (%s)%s",
-            ref.thread,
-            request,
-            window,
-            overflow.message,
-            tail,
-        )
-    return shrank
 
 
 IdFrom: TypeAlias = Callable[[RunContext[Any]], str]

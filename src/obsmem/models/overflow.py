@@ -10,7 +10,8 @@ during) and says whether it is such a refusal, with the context window and the r
 when the answer names them. Importing this module loads no model library.
 
 The front doors use it to compact the thread once and retry the request (``Agent``, the
-pydantic-ai capability); :func:`fitting_thresholds` says which thresholds would fit the window.
+pydantic-ai capability, the ``create_agent`` middleware, the proxy; ``Door.compact_after``
+compacts); :func:`fitting_thresholds` says which thresholds would fit the window.
 """
 
 from __future__ import annotations

@@ -42,9 +42,11 @@ from starlette.routing import Route
 
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
 from ..failures import failures_in
-from ..memory import Memory, MemoryContext, ThreadRef
+from ..integrations.door import Door, step_start
+from ..memory import Memory, ThreadRef
 from ..messages import Message
 from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from ..models.overflow import context_overflow
 from .apis import CHAT, RESPONSES, Api
 from .history import (
     StoredEntry,
@@ -58,6 +60,7 @@ from .history import (
 )
 from .identity import THREAD_HEADER, KeyMap, api_key_of, thread_of
 from .responses import Unsupported
+from .steps import Again, LinedUp, Seen, Step
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -128,47 +131,6 @@ def _cause(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
-@dataclass(slots=True)
-class _Seen:
-    """What this process knows of a thread's stored messages: every one, by seq."""
-
-    count: int = 0
-    entries: list[StoredEntry] = field(default_factory=list[StoredEntry])
-
-
-@dataclass(frozen=True, slots=True)
-class _LinedUp:
-    """What lining a request up with its thread found, and the memory step's context."""
-
-    context: MemoryContext
-    after: str | None
-    """The id of the last of the client's messages as stored (the answer follows it)."""
-    taken: set[str]
-    """Every id the thread has taken back."""
-    tail: tuple[StoredEntry, ...]
-    """The stored messages after the point the client's history stops matching."""
-    again: bool
-    """The client's history stops before ``tail`` with nothing new (a retry, a regenerate)."""
-    actor: Any
-    meta: dict[str, Any]
-    """The thread's metadata as read before."""
-
-
-@dataclass(slots=True)
-class _Step:
-    """One request's memory work, from the memory step to the stored answer."""
-
-    ref: ThreadRef
-    after: str | None
-    """The id of the stored message the answer follows."""
-    taken_back: frozenset[str]
-    actor: Any
-    asked_again: tuple[StoredEntry, ...] = ()
-    """The client sent a history that stops before these stored messages (it asks again, or
-    retries): they are taken back when the new answer differs, and kept when it is the same."""
-    status: str = "on"
-
-
 class Proxy:
     """The proxy's state: the upstream client, the memory (made at the first request that uses
     it), what it knows of each thread's stored messages."""
@@ -182,7 +144,7 @@ class Proxy:
         )
         self._memory: Memory | None = None
         self._memory_lock = asyncio.Lock()
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._seen: OrderedDict[str, Seen] = OrderedDict()
         self._thread_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         """Per thread in use: its lock and how many requests hold or wait for it (dropped at 0)."""
         self._actors: dict[str, Any] = {}
@@ -233,9 +195,9 @@ class Proxy:
         thread = await memory.store.get_thread(thread_id)
         if thread is None:
             return [], {}
-        seen = self._seen.pop(thread_id, None) or _Seen()
+        seen = self._seen.pop(thread_id, None) or Seen()
         if thread.message_count < seen.count:  # cleared and started again
-            seen = _Seen()
+            seen = Seen()
         if thread.message_count > seen.count:
             fresh = await memory.store.list_messages(thread_id, after_seq=seen.count)
             seen.entries.extend(StoredEntry(m.seq or 0, m.id, stored_fingerprint(m)) for m in fresh)
@@ -256,7 +218,7 @@ class Proxy:
 
     async def prepare(
         self, ref: ThreadRef, raw: list[dict[str, Any]], model_name: str
-    ) -> tuple[list[dict[str, Any]], _Step]:
+    ) -> tuple[list[dict[str, Any]], Step]:
         """The messages to send upstream (the client's instructions and memory's context) for
         the client's ``raw`` messages, and the step to finish."""
         memory = await self.memory(model_name)
@@ -276,12 +238,13 @@ class Proxy:
             left_out = {e.id for e in aligned.tail}
             shown_context = [m for m in shown_context if m.id not in left_out]
         messages = for_strict_template([*instructions, *to_openai_chat(shown_context)])
-        step = _Step(
+        step = Step(
             ref=ref,
             after=aligned.after,
             taken_back=frozenset(aligned.taken),
             actor=aligned.actor,
             asked_again=aligned.tail if aligned.again else (),
+            step_from=aligned.step_from,
         )
         failing = failures_in(aligned.meta)
         if failing:
@@ -296,7 +259,7 @@ class Proxy:
         conversation: list[dict[str, Any]],
         prints: list[str],
         model_name: str,
-    ) -> _LinedUp:
+    ) -> LinedUp:
         """Line the client's messages up with the thread, take back what an edit replaced, and
         run the memory step with what is new (under the thread's lock)."""
         shown, meta = await self._shown(memory, ref.thread)
@@ -323,15 +286,12 @@ class Proxy:
             new.append(_with_id(message, mid))
             after = mid
         actor = self.actor(model_name)
-        context = await memory.context(
-            ref,
-            new,
-            actor_model=actor,
-            step_from=step_from(conversation, alignment),
-        )
-        return _LinedUp(context, after, taken, tail, again, actor, meta)
+        current = step_from(conversation, alignment)
+        context = await memory.context(ref, new, actor_model=actor, step_from=current)
+        current = step_start(context.stored_input) or current
+        return LinedUp(context, after, taken, tail, again, actor, meta, current)
 
-    async def finish(self, step: _Step, answer: Mapping[str, Any] | None) -> None:
+    async def finish(self, step: Step, answer: Mapping[str, Any] | None) -> None:
         """Store the upstream's answer (an OpenAI chat assistant message)."""
         if answer is None or self._memory is None:
             return
@@ -401,7 +361,16 @@ class Proxy:
         resource = self.config.keys.resource(api_key_of(headers))
         ref = ThreadRef(thread=f"{resource}:{thread}", resource=resource)
         model_name = body.get("model") if isinstance(body.get("model"), str) else "default"
-        step: _Step | None = None
+        step: Step | None = None
+
+        async def again(step: Step, upstream: httpx.Response) -> tuple[bytes, Step] | None:
+            """The request once more, after the upstream refused it as longer than its
+            context and memory compacted the thread (None: not that, or nothing to compact)."""
+            if not await self._compacted(step, upstream):
+                return None
+            sent, fresh = await self.prepare(ref, api.messages_of(body), cast(str, model_name))
+            return json.dumps(api.with_messages(body, sent)).encode(), fresh
+
         try:
             sent, step = await self.prepare(ref, api.messages_of(body), cast(str, model_name))
             payload = json.dumps(api.with_messages(body, sent)).encode()
@@ -412,16 +381,38 @@ class Proxy:
             log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, _cause(exc))
             payload, status, step = raw, f"failing; {_cause(exc)}", None
         if body.get("stream"):
-            return await self._stream(request, payload, status, step, api)
-        return await self._complete(request, payload, status, step, api)
+            return await self._stream(request, payload, status, step, api, again)
+        return await self._complete(request, payload, status, step, api, again)
+
+    async def _compacted(self, step: Step, upstream: httpx.Response) -> bool:
+        """Whether the upstream's answer refused the request as longer than the model's context
+        and memory then compacted the thread (once: the door says so in the log)."""
+        if self._memory is None or upstream.status_code not in (400, 413, 422, 500):
+            return False
+        refused = httpx.HTTPStatusError("refused", request=upstream.request, response=upstream)
+        overflow = context_overflow(refused)
+        if overflow is None:
+            return False
+        door = Door(self._memory, step.ref, actor_model=step.actor)
+        door.step_from = step.step_from
+        return await door.compact_after(overflow)
 
     async def _complete(
-        self, request: Request, payload: bytes, status: str, step: _Step | None, api: Api
+        self,
+        request: Request,
+        payload: bytes,
+        status: str,
+        step: Step | None,
+        api: Api,
+        again: Again,
     ) -> Response:
+        url, sent_headers = self._url(request.url.path), self._headers(request)
         try:
-            upstream = await self.client.post(
-                self._url(request.url.path), content=payload, headers=self._headers(request)
-            )
+            upstream = await self.client.post(url, content=payload, headers=sent_headers)
+            retry = await again(step, upstream) if step is not None else None
+            if retry is not None:
+                payload, step = retry
+                upstream = await self.client.post(url, content=payload, headers=sent_headers)
         except httpx.HTTPError as exc:
             return self._unreachable(exc, status)
         headers = self._response_headers(upstream, status)
@@ -438,13 +429,24 @@ class Proxy:
         return Response(upstream.content, status_code=upstream.status_code, headers=headers)
 
     async def _stream(
-        self, request: Request, payload: bytes, status: str, step: _Step | None, api: Api
+        self,
+        request: Request,
+        payload: bytes,
+        status: str,
+        step: Step | None,
+        api: Api,
+        again: Again,
     ) -> Response:
-        upstream_request = self.client.build_request(
-            "POST", self._url(request.url.path), content=payload, headers=self._headers(request)
-        )
+        url, sent_headers = self._url(request.url.path), self._headers(request)
         try:
-            upstream = await self.client.send(upstream_request, stream=True)
+            upstream = await self._open_stream(url, payload, sent_headers)
+            if upstream.status_code != 200 and step is not None:
+                await upstream.aread()
+                await upstream.aclose()
+                retry = await again(step, upstream)
+                if retry is not None:
+                    payload, step = retry
+                    upstream = await self._open_stream(url, payload, sent_headers)
         except httpx.HTTPError as exc:
             return self._unreachable(exc, status)
         headers = self._response_headers(upstream, status)
@@ -472,6 +474,12 @@ class Proxy:
                     )
 
         return StreamingResponse(relay(), status_code=200, headers=headers)
+
+    async def _open_stream(
+        self, url: str, payload: bytes, headers: Mapping[str, str]
+    ) -> httpx.Response:
+        built = self.client.build_request("POST", url, content=payload, headers=headers)
+        return await self.client.send(built, stream=True)
 
     def _response_headers(self, upstream: httpx.Response, status: str) -> dict[str, str]:
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
