@@ -274,3 +274,28 @@ async def test_a_read_only_postgres_store_never_writes(postgres_dsn: str) -> Non
             await reader.create_thread("t2", "ana")
     finally:
         await reader.aclose()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("proxy", "--upstream", "http://127.0.0.1:9/v1", "--port", "0"),
+        ("mcp", "--resource", "alice", "--transport", "http", "--port", "0"),
+    ],
+    ids=lambda c: c[0],
+)
+def test_the_servers_refuse_what_the_other_commands_refuse(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """``obsmem proxy`` and ``obsmem mcp`` refuse someone else's SQLite file, untouched, and a
+    model that cannot work, each in one line with exit 2, before they listen."""
+    other = _someone_elses(tmp_path / "other.db")
+    before = _digest(other)
+    refused = obsmem(*command, "--db", "other.db", cwd=tmp_path)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "other.db is a SQLite database but not an obsmem one" in _one_line(refused)
+    assert _digest(other) == before
+    unknown = obsmem(*command, "--db", "m.db", "--model", "foo/bar", cwd=tmp_path)
+    assert unknown.returncode == 2, unknown.stdout + unknown.stderr
+    assert "--model foo/bar: unknown provider 'foo'" in _one_line(unknown)
+    assert not (tmp_path / "m.db").exists()

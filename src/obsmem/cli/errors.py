@@ -15,6 +15,7 @@ __all__ = [
     "describe_error",
     "describe_failure",
     "first_line",
+    "refuse_unusable_model",
     "sentence",
 ]
 
@@ -43,6 +44,18 @@ async def check_model(model: str, *, in_doctor: bool = False) -> str | None:
     except ModelError as exc:
         return describe_failure(model, exc, in_doctor=in_doctor)
     return None
+
+
+def refuse_unusable_model(model: str | None) -> None:
+    """CannotStart naming what stops ``--model`` from working, found without a network call (an
+    unknown provider, a spec not understood, a missing key); nothing for no model or "auto"."""
+    from ..models.environment import credentials_problem
+
+    if model is None or model == "auto":
+        return
+    problem = credentials_problem(model)
+    if problem is not None:
+        raise CannotStart(f"--model {model}: {problem}")
 
 
 def describe_failure(model: str, exc: BaseException, *, in_doctor: bool = False) -> str:

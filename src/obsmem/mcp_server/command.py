@@ -128,6 +128,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
                 raise CannotStart(f"{flag} {value!r}: {exc.rule}") from None
     if not 0 <= args.port <= 65_535:
         raise CannotStart(f"--port {args.port}: give a port from 1 to 65535 (0 picks a free one)")
+    from ..cli.errors import refuse_unusable_model
+
+    refuse_unusable_model(args.model)
     if args.transport == "http" and args.host not in LOOPBACK and not args.token:
         raise CannotStart(
             f"obsmem mcp --host {args.host} would serve {args.resource!r}'s memory to whoever "

@@ -69,6 +69,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     import socket
 
     from ..cli.common import CannotStart, db_label, open_store
+    from ..cli.errors import refuse_unusable_model
 
     _check_extra()
     import uvicorn
@@ -86,6 +87,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         keys = KeyMap.load(args.keys) if args.keys else KeyMap()
     except ValueError as exc:
         raise CannotStart(str(exc)) from exc
+    refuse_unusable_model(args.model)
     memory_key = None
     if args.memory_key_env:
         memory_key = os.environ.get(args.memory_key_env)
