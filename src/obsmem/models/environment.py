@@ -111,8 +111,10 @@ def resolve_auto(
         if _has_key(env, name):
             return AutoModel(FAST_MODELS[name], f"the first provider key set ({name})")
     if local is not None:
-        return AutoModel("openai/local", f"the server at OPENAI_BASE_URL ({local})")
-    return AutoModel(DEFAULT_MODEL, "the built-in default (nothing configured)", configured=False)
+        return AutoModel("openai/local", f"the server at OPENAI_BASE_URL, {local}")
+    return AutoModel(
+        DEFAULT_MODEL, "the built-in default, as nothing is configured", configured=False
+    )
 
 
 def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
