@@ -275,3 +275,84 @@ async def test_a_failing_background_buffer_is_stored_and_seen_by_events_too(
     assert "scripted model failure" in status.failures[0].error
     assert any("scripted model failure" in w for w in _warnings(caplog))
     await memory.aclose()
+
+
+async def test_each_failing_log_is_said_once_in_the_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same cause on two threads (two logs): one WARNING each, however often it repeats."""
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    on = {"fail": True}
+    clock = Clock()
+    memory = _failing_memory(SQLiteStore(tmp_path / "m.db"), on, clock)
+    refs = [{"resource": "u1", "thread": t} for t in ("t1", "t2")]
+    conv = Conversation()
+    for _ in range(6):
+        clock.now += timedelta(minutes=20)
+        for ref in refs:
+            await memory.context(ref, [conv.user(200)], actor_model=None)
+            await memory.save(ref, [conv.assistant(200)], actor_model=None)
+        assert memory.om is not None
+        await memory.om.settle()
+    failing = [w for w in _warnings(caplog) if "failed" in w]
+    assert len(failing) == 2, failing
+    assert sum("thread:t1" in w for w in failing) == 1
+    assert sum("thread:t2" in w for w in failing) == 1
+    await memory.aclose()
+
+
+async def test_a_failing_reflector_is_stored_shown_and_heals(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Reflector fails while the Observer works: its failure state is stored with the log,
+    shown by ``status`` and ``inspect``, said once, and cleared once it answers again."""
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    on = {"fail": True}
+    clock = Clock()
+    store = SQLiteStore(tmp_path / "m.db")
+    memory = Memory(
+        store,
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(words=40),
+                "messageTokens": 400,
+                "bufferTokens": False,
+            },
+            "reflection": {
+                "model": scripted_reflector(fault=lambda n: "error" if on["fail"] else None),
+                "observationTokens": 500,
+            },
+        },
+        clock=clock,
+    )
+    ref = {"resource": "u1", "thread": "t1"}
+    conv = Conversation()
+    for _ in range(12):
+        clock.now += timedelta(minutes=20)
+        await memory.context(ref, [conv.user(200)], actor_model=None)
+        await memory.save(ref, [conv.assistant(200)], actor_model=None)
+        assert memory.om is not None
+        await memory.om.settle()
+    thread = await store.get_thread("t1")
+    assert thread is not None
+    stored = failures_in(thread.metadata)
+    assert "reflector" in stored, thread.metadata
+    assert "scripted model failure" in stored["reflector"].error
+    status = await memory.status(ref)
+    assert status.state == "failing"
+    assert "FAILING: Reflector" in await _inspect("--db", str(tmp_path / "m.db"))
+    failing = [w for w in _warnings(caplog) if "Reflector" in w and "failed" in w]
+    assert len(failing) == 1, failing
+
+    on["fail"] = False
+    for _ in range(3):
+        clock.now += timedelta(minutes=20)
+        await memory.context(ref, [conv.user(200)], actor_model=None)
+        await memory.save(ref, [conv.assistant(200)], actor_model=None)
+        await memory.om.settle()
+    thread = await store.get_thread("t1")
+    assert thread is not None
+    assert "reflector" not in failures_in(thread.metadata)
+    assert any("works again" in w for w in _warnings(caplog))
+    assert (await memory.status(ref)).generation >= 1
+    await memory.aclose()
