@@ -102,7 +102,7 @@ async def test_a_model_that_never_stops_costs_at_most_the_cap() -> None:
     output cap (the connection closed, so the server stops), and the Observer reports the two
     cut-off answers instead of waiting for ever."""
     async with strict_server(answer=rambling()) as server:
-        with pytest.raises(ObserverOutputError, match="cut off: past the output cap"):
+        with pytest.raises(ObserverOutputError, match="cut off by obsmem past the output cap"):
             await observe(
                 ObserverInput(messages=_messages()),
                 model=_model(server),  # type: ignore[arg-type]
