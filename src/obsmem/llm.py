@@ -33,8 +33,10 @@ from obsmem.models.settings import call_settings
 from obsmem.models.specs import ModelByInputTokens, ModelSpec
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import Span
     from pydantic_ai import messages as pa
     from pydantic_ai.models import Model
+    from pydantic_ai.settings import ModelSettings
     from pydantic_ai.usage import RequestUsage
 
 __all__ = [
@@ -235,31 +237,7 @@ class ModelCaller:
                 tell("end", error=exc)
                 raise
             tell("end")
-
-            model_name = response.model_name or model.model_name
-            usage = response.usage
-            cost = cost_usd(usage, model_name=model_name, provider=provider)
-            span.set_attributes(
-                {
-                    "gen_ai.response.model": model_name,
-                    "gen_ai.usage.input_tokens": usage.input_tokens,
-                    "gen_ai.usage.output_tokens": usage.output_tokens,
-                }
-            )
-            if cost is not None:
-                span.set_attribute("obsmem.cost_usd", cost)
-            result = LLMResult(
-                text=display_text(_text_of(response)) or "",
-                model_name=model_name,
-                provider=provider,
-                input_tokens=usage.input_tokens,
-                output_tokens=usage.output_tokens,
-                cost_usd=cost,
-                duration_ms=(time.perf_counter() - started) * 1000,
-                cut_off=cut_off,
-            )
-            if cut_off is not None:
-                span.set_attribute("obsmem.cut_off", cut_off)
+            result = _result_of(response, model, provider, cut_off, started=started, span=span)
             for listener in list(self._listeners):
                 listener(request, result)
             return result
@@ -320,49 +298,20 @@ class ModelCaller:
         model: Model,
         on_retry: Callable[[int, BaseException, float], None] | None = None,
     ) -> tuple[pa.ModelResponse, str | None]:
-        from pydantic_ai import messages as pa
-        from pydantic_ai.direct import model_request
-        from pydantic_ai.exceptions import UnexpectedModelBehavior
-        from pydantic_ai.settings import ModelSettings
-
         what = f"the {request.role} call to model {model.model_name!r}"
-        content = [_content(item) for item in request.user]
-        texts = [c for c in content if isinstance(c, str)]
-
-        def ask(user: str | list[pa.UserContent]) -> list[pa.ModelMessage]:
-            system = pa.SystemPromptPart(content=request.system)
-            return [pa.ModelRequest(parts=[system, pa.UserPromptPart(content=user)])]
-
-        # Text only: one string (strict servers' chat templates refuse a list). Attachments
-        # also stand in the text as placeholders, which is what is left when a server
-        # refuses them.
-        text_only = ask("\n\n".join(texts))
-        messages = text_only if len(texts) == len(content) else ask(content)
+        text_only, messages = _prompts(request)
         key = (model.model_name, str(getattr(model, "base_url", "")))
         wanted = call_settings(request.role, model, request.model_settings)
         if request.max_output_tokens is not None:
             wanted.setdefault("max_tokens", request.max_output_tokens)
-        settings = cast(ModelSettings, wanted) if wanted else None
+        settings = cast("ModelSettings", wanted) if wanted else None
         guard = _RunawayGuard(request.max_output_tokens)
-
-        async def send(sent: list[pa.ModelMessage]) -> tuple[pa.ModelResponse, str | None]:
-            if not _can_stream(model):
-                response = await model_request(model, sent, model_settings=settings)
-                return response, guard.check(_text_of(response))  # after the fact
-            try:
-                return await _stream(model, sent, settings, guard)
-            except UnexpectedModelBehavior as exc:
-                if "without content" not in str(exc):
-                    raise
-                # A stream that ended with nothing in it (small local models do this) is an
-                # empty answer, which the caller counts as a failed attempt and asks again.
-                return pa.ModelResponse(parts=[]), None
 
         async def attempt() -> tuple[pa.ModelResponse, str | None]:
             if messages is text_only or key in self._text_only:
-                return await send(text_only)
+                return await _send(model, text_only, settings, guard)
             try:
-                return await send(messages)
+                return await _send(model, messages, settings, guard)
             except Exception as exc:
                 if not _refuses_attachments(exc):
                     raise
@@ -374,7 +323,7 @@ class ModelCaller:
                     exc,
                 )
                 self._text_only.add(key)
-                return await send(text_only)
+                return await _send(model, text_only, settings, guard)
 
         deadline = asyncio.timeout(request.timeout)
         try:
@@ -389,17 +338,100 @@ class ModelCaller:
         except ObsmemError:
             raise
         except Exception as exc:
-            if isinstance(exc, TimeoutError) and deadline.expired():
-                last = last_error(exc)
-                met = f"; last error: {describe_exception(last)}" if last is not None else ""
-                raise ModelError(
-                    f"{what} timed out after {request.timeout:g} s (retries included){met}; "
-                    "raise the timeout, or use a faster model or smaller inputs"
-                ) from exc
-            raise ModelError(
-                f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
-                "the model name, its settings and the provider account"
-            ) from exc
+            timed_out = isinstance(exc, TimeoutError) and deadline.expired()
+            raise _call_error(exc, what, timeout=request.timeout, timed_out=timed_out) from exc
+
+
+def _prompts(request: LLMRequest) -> tuple[list[pa.ModelMessage], list[pa.ModelMessage]]:
+    """The request's messages as text only, and as sent (the same list when it is text only).
+
+    Text only: one string (strict servers' chat templates refuse a list). Attachments also
+    stand in the text as placeholders, which is what is left when a server refuses them."""
+    from pydantic_ai import messages as pa
+
+    content = [_content(item) for item in request.user]
+    texts = [c for c in content if isinstance(c, str)]
+
+    def ask(user: str | list[pa.UserContent]) -> list[pa.ModelMessage]:
+        system = pa.SystemPromptPart(content=request.system)
+        return [pa.ModelRequest(parts=[system, pa.UserPromptPart(content=user)])]
+
+    text_only = ask("\n\n".join(texts))
+    return text_only, text_only if len(texts) == len(content) else ask(content)
+
+
+async def _send(
+    model: Model, sent: list[pa.ModelMessage], settings: ModelSettings | None, guard: _RunawayGuard
+) -> tuple[pa.ModelResponse, str | None]:
+    """One attempt: the answer (streamed when the model can) and why it was cut off, if it was."""
+    from pydantic_ai import messages as pa
+    from pydantic_ai.direct import model_request
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
+    if not _can_stream(model):
+        response = await model_request(model, sent, model_settings=settings)
+        return response, guard.check(_text_of(response))  # after the fact
+    try:
+        return await _stream(model, sent, settings, guard)
+    except UnexpectedModelBehavior as exc:
+        if "without content" not in str(exc):
+            raise
+        # A stream that ended with nothing in it (small local models do this) is an
+        # empty answer, which the caller counts as a failed attempt and asks again.
+        return pa.ModelResponse(parts=[]), None
+
+
+def _call_error(exc: Exception, what: str, *, timeout: float | None, timed_out: bool) -> ModelError:
+    """The ``ModelError`` a failed call raises: a timeout (with the last error met), or an
+    error that is not retried."""
+    if timed_out:
+        last = last_error(exc)
+        met = f"; last error: {describe_exception(last)}" if last is not None else ""
+        return ModelError(
+            f"{what} timed out after {timeout:g} s (retries included){met}; "
+            "raise the timeout, or use a faster model or smaller inputs"
+        )
+    return ModelError(
+        f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
+        "the model name, its settings and the provider account"
+    )
+
+
+def _result_of(
+    response: pa.ModelResponse,
+    model: Model,
+    provider: str | None,
+    cut_off: str | None,
+    *,
+    started: float,
+    span: Span,
+) -> LLMResult:
+    """The call's result from the model's answer (its usage and cost), recorded on ``span``."""
+    model_name = response.model_name or model.model_name
+    usage = response.usage
+    cost = cost_usd(usage, model_name=model_name, provider=provider)
+    span.set_attributes(
+        {
+            "gen_ai.response.model": model_name,
+            "gen_ai.usage.input_tokens": usage.input_tokens,
+            "gen_ai.usage.output_tokens": usage.output_tokens,
+        }
+    )
+    if cost is not None:
+        span.set_attribute("obsmem.cost_usd", cost)
+    result = LLMResult(
+        text=display_text(_text_of(response)) or "",
+        model_name=model_name,
+        provider=provider,
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cost_usd=cost,
+        duration_ms=(time.perf_counter() - started) * 1000,
+        cut_off=cut_off,
+    )
+    if cut_off is not None:
+        span.set_attribute("obsmem.cut_off", cut_off)
+    return result
 
 
 def _refuses_attachments(exc: BaseException) -> bool:

@@ -194,37 +194,22 @@ def plan_observation(
     threshold = message_threshold(options, observation_tokens)
     observer_ready = may_retry(observer_backoff, now) and not catching_up
     if not options.async_buffering or obs.buffer_tokens is None:
-        due = observer_ready and pending_tokens >= threshold
-        backlog = due and pending_tokens - step_tokens > threshold + obs.message_tokens
-        return ObservationPlan(
-            threshold=threshold,
-            observe_sync=due and not backlog,
-            catch_up=backlog,
+        return _plan_without_buffering(
+            options, threshold, pending_tokens, step_tokens, observer_ready=observer_ready
         )
-
-    floor = obs.retention_floor or 0
     block_after = obs.block_after if obs.block_after is not None else threshold
-    trigger: ActivationTrigger | None = None
-    if chunk_message_tokens:
-        if pending_tokens >= threshold:
-            trigger = "threshold"
-        elif provider_changed:
-            trigger = "provider_change"
-        elif idle_expired:
-            trigger = "ttl"
     ready = chunk_message_tokens if activatable is None else chunk_message_tokens[:activatable]
-    count = 0
-    if trigger is not None:
-        count = activation_count(
-            ready,
-            pending_tokens=pending_tokens,
-            retention_floor=floor,
-            force_max=pending_tokens >= block_after,
-        )
-    removed = sum(chunk_message_tokens[:count])
-    remaining = pending_tokens - removed
-    buffered_left = sum(chunk_message_tokens[count:])
-    unbuffered = max(0, remaining - buffered_left)
+    trigger, count = _activation(
+        ready,
+        has_chunks=bool(chunk_message_tokens),
+        pending_tokens=pending_tokens,
+        threshold=threshold,
+        block_after=block_after,
+        retention_floor=obs.retention_floor or 0,
+        provider_changed=provider_changed,
+        idle_expired=idle_expired,
+    )
+    remaining = pending_tokens - sum(chunk_message_tokens[:count])
     if remaining >= block_after and observer_ready:
         if remaining - step_tokens > block_after + obs.message_tokens:
             # A catch-up (even beside a buffering cycle: whichever commits second finds its
@@ -238,22 +223,77 @@ def plan_observation(
             trigger=trigger or "threshold",
             observe_sync=True,
         )
-    past_threshold = remaining >= threshold
+    unbuffered = max(0, remaining - sum(chunk_message_tokens[count:]))
     start = (
         observer_ready
         and not buffering_in_flight
-        and (
-            (past_threshold and unbuffered > 0)
-            or buffer_due(
-                unbuffered_tokens=unbuffered,
-                pending_tokens=remaining,
-                threshold=threshold,
-                buffer_tokens=obs.buffer_tokens,
-            )
+        and _buffering_starts(
+            unbuffered, remaining=remaining, threshold=threshold, buffer_tokens=obs.buffer_tokens
         )
     )
     return ObservationPlan(
         threshold=threshold, activate=count, trigger=trigger, start_buffering=start
+    )
+
+
+def _plan_without_buffering(
+    options: ResolvedOptions,
+    threshold: int,
+    pending_tokens: int,
+    step_tokens: int,
+    *,
+    observer_ready: bool,
+) -> ObservationPlan:
+    """With buffering off: observe synchronously once pending reaches the threshold, or catch
+    up in the background when more than one Observer call is past it."""
+    due = observer_ready and pending_tokens >= threshold
+    backlog = due and pending_tokens - step_tokens > threshold + options.observation.message_tokens
+    return ObservationPlan(threshold=threshold, observe_sync=due and not backlog, catch_up=backlog)
+
+
+def _activation(
+    ready: Sequence[int],
+    *,
+    has_chunks: bool,
+    pending_tokens: int,
+    threshold: int,
+    block_after: int,
+    retention_floor: int,
+    provider_changed: bool,
+    idle_expired: bool,
+) -> tuple[ActivationTrigger | None, int]:
+    """Why buffered chunks activate at this step (None: they wait), and how many of the
+    ``ready`` ones: at the threshold, or when the prompt cache was lost anyway (a provider
+    change, the idle TTL); past ``block_after`` as many as may go."""
+    trigger: ActivationTrigger | None = None
+    if has_chunks:
+        if pending_tokens >= threshold:
+            trigger = "threshold"
+        elif provider_changed:
+            trigger = "provider_change"
+        elif idle_expired:
+            trigger = "ttl"
+    if trigger is None:
+        return None, 0
+    count = activation_count(
+        ready,
+        pending_tokens=pending_tokens,
+        retention_floor=retention_floor,
+        force_max=pending_tokens >= block_after,
+    )
+    return trigger, count
+
+
+def _buffering_starts(
+    unbuffered: int, *, remaining: int, threshold: int, buffer_tokens: int
+) -> bool:
+    """Whether the unbuffered rest is worth a background buffering cycle: past the threshold
+    (after activation) any of it is, below it once an interval's worth is due."""
+    return (remaining >= threshold and unbuffered > 0) or buffer_due(
+        unbuffered_tokens=unbuffered,
+        pending_tokens=remaining,
+        threshold=threshold,
+        buffer_tokens=buffer_tokens,
     )
 
 

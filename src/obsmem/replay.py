@@ -23,6 +23,7 @@ from .errors import ObsmemError
 from .events import BufferingEndEvent, Event, ObservationEndEvent
 from .llm import ActivityListener, LLMRequest, LLMResult
 from .messages import Message, TextPart, message_from_dict
+from .records import OMRecord
 from .tokens import HeuristicEstimator
 
 __all__ = ["ReplayError", "ReplayReport", "TurnPoint", "load_conversation", "replay", "turns_of"]
@@ -321,79 +322,22 @@ async def replay(
             "reflection_block_after": om.options.reflection.block_after,
         },
     )
-    costs: list[float] = []
-
-    def on_call(request: LLMRequest, result: LLMResult) -> None:
-        report.model_calls += 1
-        if result.input_tokens or result.output_tokens:
-            report.model_input_tokens += result.input_tokens
-            report.model_output_tokens += result.output_tokens
-        else:  # the server reported no usage (many local servers when streaming)
-            sent = [request.system, *(u for u in request.user if isinstance(u, str))]
-            report.model_input_tokens += sum(estimator.count_text(t) for t in sent)
-            report.model_output_tokens += estimator.count_text(result.text)
-            report.usage_estimated = True
-        if result.cost_usd is not None:
-            costs.append(result.cost_usd)
-
-    def on_event(event: Event) -> None:
-        if isinstance(event, ObservationEndEvent | BufferingEndEvent):
-            if isinstance(event, ObservationEndEvent):
-                tokens_in = event.tokens_observed
-            else:
-                tokens_in = event.tokens_buffered
-            tokens_out = estimator.count_text(event.observations or "")
-            report.cycles.append(
-                {
-                    "type": event.type.removeprefix("data-om-").removesuffix("-end"),
-                    "operation": event.operation_type,
-                    "cycle_id": event.cycle_id,
-                    "tokens_in": tokens_in,
-                    "tokens_out": tokens_out,
-                    "ratio": round(tokens_in / tokens_out, 1) if tokens_out else None,
-                }
-            )
-        elif event.type.endswith("-failed"):
-            report.failures.append(f"{event.type}: {getattr(event, 'error', '')}")
-        mark = _MARKS.get(event.type)
-        if mark == "observed" and getattr(event, "operation_type", "") == "reflection":
-            mark = "reflected"
-        if mark is not None:
-            marks.add(mark)
-
-    marks: set[str] = set()
-    remove_listener = om.caller.add_listener(on_call)
+    watcher = _Watcher(report=report, estimator=estimator)
+    remove_listener = om.caller.add_listener(watcher.on_call)
     remove_activity = om.caller.add_activity_listener(activity) if activity else None
-    unsubscribe = om.subscribe(on_event)
+    unsubscribe = om.subscribe(watcher.on_event)
     turns = list(turns_of(messages))
     if progress is not None:
         progress(0, len(turns))
     try:
         for n, (inputs, replies) in enumerate(turns, 1):
-            marks.clear()
+            watcher.marks.clear()
             prepared = await om.prepare(thread_id, resource_id, inputs)
-            raw = [
-                m
-                for m in prepared.messages
-                if not (m.metadata.get("obsmem") or {}).get("synthetic")
-            ]
-            report.points.append(
-                TurnPoint(
-                    turn=n,
-                    context_tokens=estimator.count_messages(prepared.messages),
-                    raw_tokens=estimator.count_messages(raw),
-                    log_tokens=prepared.record.observation_tokens,
-                    left_out=sum(
-                        int((m.metadata.get("obsmem") or {}).get("count") or 0)
-                        for m in prepared.messages
-                        if (m.metadata.get("obsmem") or {}).get("synthetic") == "left_out"
-                    ),
-                )
-            )
+            report.points.append(_point(n, prepared.messages, prepared.record, estimator))
             if replies:
                 await om.record(thread_id, resource_id, replies)
             await om.settle()
-            report.points[-1] = replace(report.points[-1], marks=tuple(sorted(marks)))
+            report.points[-1] = replace(report.points[-1], marks=tuple(sorted(watcher.marks)))
             report.turns = n
             if progress is not None:
                 progress(n, len(turns))
@@ -407,5 +351,74 @@ async def replay(
     report.healthy = health.state in ("healthy", "off")
     report.final_log = await om.observations(thread_id, resource_id)
     report.generations = len(await om.history(thread_id, resource_id))
+    costs = watcher.costs
     report.cost_usd = round(sum(costs), 6) if costs else None
     return report
+
+
+def _point(
+    turn: int, context: Sequence[Message], record: OMRecord, estimator: HeuristicEstimator
+) -> TurnPoint:
+    """What the actor is sent at ``turn`` (before the turn's marks are known)."""
+    raw = [m for m in context if not (m.metadata.get("obsmem") or {}).get("synthetic")]
+    return TurnPoint(
+        turn=turn,
+        context_tokens=estimator.count_messages(context),
+        raw_tokens=estimator.count_messages(raw),
+        log_tokens=record.observation_tokens,
+        left_out=sum(
+            int((m.metadata.get("obsmem") or {}).get("count") or 0)
+            for m in context
+            if (m.metadata.get("obsmem") or {}).get("synthetic") == "left_out"
+        ),
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class _Watcher:
+    """What a replay hears while it runs: each model call's tokens and cost, each cycle's end
+    and failure (into ``report``), and what memory did during the current turn (``marks``)."""
+
+    report: ReplayReport
+    estimator: HeuristicEstimator
+    costs: list[float] = field(default_factory=list[float])
+    marks: set[str] = field(default_factory=set[str])
+
+    def on_call(self, request: LLMRequest, result: LLMResult) -> None:
+        report, estimator = self.report, self.estimator
+        report.model_calls += 1
+        if result.input_tokens or result.output_tokens:
+            report.model_input_tokens += result.input_tokens
+            report.model_output_tokens += result.output_tokens
+        else:  # the server reported no usage (many local servers when streaming)
+            sent = [request.system, *(u for u in request.user if isinstance(u, str))]
+            report.model_input_tokens += sum(estimator.count_text(t) for t in sent)
+            report.model_output_tokens += estimator.count_text(result.text)
+            report.usage_estimated = True
+        if result.cost_usd is not None:
+            self.costs.append(result.cost_usd)
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, ObservationEndEvent | BufferingEndEvent):
+            if isinstance(event, ObservationEndEvent):
+                tokens_in = event.tokens_observed
+            else:
+                tokens_in = event.tokens_buffered
+            tokens_out = self.estimator.count_text(event.observations or "")
+            self.report.cycles.append(
+                {
+                    "type": event.type.removeprefix("data-om-").removesuffix("-end"),
+                    "operation": event.operation_type,
+                    "cycle_id": event.cycle_id,
+                    "tokens_in": tokens_in,
+                    "tokens_out": tokens_out,
+                    "ratio": round(tokens_in / tokens_out, 1) if tokens_out else None,
+                }
+            )
+        elif event.type.endswith("-failed"):
+            self.report.failures.append(f"{event.type}: {getattr(event, 'error', '')}")
+        mark = _MARKS.get(event.type)
+        if mark == "observed" and getattr(event, "operation_type", "") == "reflection":
+            mark = "reflected"
+        if mark is not None:
+            self.marks.add(mark)

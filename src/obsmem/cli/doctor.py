@@ -14,9 +14,14 @@ import asyncio
 import os
 import time
 from datetime import UTC, datetime, timedelta
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from .common import check_model, describe_failure, pick_model
+
+if TYPE_CHECKING:
+    from ..answers import ParsedOutput
+    from ..llm import LLMRequest, LLMResult
+    from ..messages import Message
 
 __all__ = ["add"]
 
@@ -63,8 +68,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYNC109
     from ..errors import ModelError, ObserverOutputError
-    from ..llm import REPEATING, LLMRequest, LLMResult, ModelCaller
-    from ..messages import Message
+    from ..llm import ModelCaller
     from ..observer import ObserverInput, observe
     from ..tokens import HeuristicEstimator
 
@@ -81,11 +85,7 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
     caller = ModelCaller()
     calls: list[tuple[LLMRequest, LLMResult]] = []
     caller.add_listener(lambda request, result: calls.append((request, result)))
-    t0 = datetime(2026, 4, 20, 9, 0, tzinfo=UTC)
-    messages = [
-        Message(role=role, parts=Message.user(text).parts, created_at=t0 + timedelta(minutes=i))  # type: ignore[arg-type]
-        for i, (role, text) in enumerate(SAMPLE)
-    ]
+    messages = _sample_messages()
     started = time.monotonic()
     advice: list[str] = []
     try:
@@ -98,10 +98,7 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
         )
     except ObserverOutputError as exc:
         parsed = None
-        cut = [(request.max_output_tokens, result.cut_off) for request, result in calls]
-        repeating = any(why == REPEATING for _, why in cut) or "degenerate" in str(exc)
-        caps = [cap for cap, why in cut if why is not None and why != REPEATING]
-        advice.append(_output_advice(repeating=repeating, cap=caps[0] if caps else None))
+        advice.append(_unusable_advice(calls, exc))
     except ModelError as exc:
         print(f"  requests       refused: {describe_failure(model, exc, in_doctor=True)}", file=out)
         print("verdict: not ready.", file=out)
@@ -111,6 +108,41 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
         "  requests       accepted (one system message, string content, streamed, capped)",
         file=out,
     )
+    _print_calls(calls, out)
+    ready = parsed is not None
+    if parsed is not None:
+        ready = _observation_step(parsed, took, advice, out)
+    for line in [*context_advice, *advice]:
+        print(f"  advice         {line}", file=out)
+    print("verdict: ready for memory work." if ready else "verdict: not ready.", file=out)
+    return 0 if ready else 1
+
+
+def _sample_messages() -> list[Message]:
+    """:data:`SAMPLE` as messages, a minute apart from a fixed morning."""
+    from ..messages import Message
+
+    t0 = datetime(2026, 4, 20, 9, 0, tzinfo=UTC)
+    return [
+        Message(role=role, parts=Message.user(text).parts, created_at=t0 + timedelta(minutes=i))  # type: ignore[arg-type]
+        for i, (role, text) in enumerate(SAMPLE)
+    ]
+
+
+def _unusable_advice(calls: list[tuple[LLMRequest, LLMResult]], exc: Exception) -> str:
+    """The advice when the Observer's answers could not be used, from how its calls ended."""
+    from ..llm import REPEATING
+
+    cut = [(request.max_output_tokens, result.cut_off) for request, result in calls]
+    repeating = any(why == REPEATING for _, why in cut) or "degenerate" in str(exc)
+    caps = [cap for cap, why in cut if why is not None and why != REPEATING]
+    return _output_advice(repeating=repeating, cap=caps[0] if caps else None)
+
+
+def _print_calls(calls: list[tuple[LLMRequest, LLMResult]], out: TextIO) -> None:
+    """One line per Observer call: how long it took, its tokens (or their estimate) and cap."""
+    from ..tokens import HeuristicEstimator
+
     count = HeuristicEstimator().count_text
     for request, result in calls:
         cut = f", cut off: {result.cut_off}" if result.cut_off else ""
@@ -123,30 +155,29 @@ async def _doctor(model: str, timeout: float, out: TextIO) -> int:  # noqa: ASYN
             f"(cap {request.max_output_tokens}){cut}",
             file=out,
         )
-    ready = parsed is not None
-    if parsed is not None:
-        lines = [line for line in parsed.observations.splitlines() if line.lstrip().startswith("*")]
-        print(f"  observation    {len(lines)} lines in {took:.1f} s", file=out)
-        ready = bool(lines)
-        if not lines:
-            advice.append(
-                "The answer has no observation lines: the model does not follow the format. "
-                "Use a stronger Observer model."
-            )
-        if parsed.current_task is None:
-            advice.append(
-                "No <current-task> in the answer: continuation hints will be missing. Memory "
-                "works without them; a stronger model writes them."
-            )
-        if took > 60:
-            advice.append(
-                f"Observing five short messages took {took:.0f} s: a 30,000-token batch will "
-                "take far longer. Use a faster model, or lower observation.message_tokens."
-            )
-    for line in [*context_advice, *advice]:
-        print(f"  advice         {line}", file=out)
-    print("verdict: ready for memory work." if ready else "verdict: not ready.", file=out)
-    return 0 if ready else 1
+
+
+def _observation_step(parsed: ParsedOutput, took: float, advice: list[str], out: TextIO) -> bool:
+    """Report the sample's observation (adding to ``advice`` what to change); whether it has
+    observation lines."""
+    lines = [line for line in parsed.observations.splitlines() if line.lstrip().startswith("*")]
+    print(f"  observation    {len(lines)} lines in {took:.1f} s", file=out)
+    if not lines:
+        advice.append(
+            "The answer has no observation lines: the model does not follow the format. "
+            "Use a stronger Observer model."
+        )
+    if parsed.current_task is None:
+        advice.append(
+            "No <current-task> in the answer: continuation hints will be missing. Memory "
+            "works without them; a stronger model writes them."
+        )
+    if took > 60:
+        advice.append(
+            f"Observing five short messages took {took:.0f} s: a 30,000-token batch will "
+            "take far longer. Use a faster model, or lower observation.message_tokens."
+        )
+    return bool(lines)
 
 
 async def _context_step(model: str, out: TextIO) -> list[str]:

@@ -6,11 +6,12 @@ import argparse
 import asyncio
 import json
 import sys
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
-from ..messages import message_to_dict, utcnow
-from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, record_key
+from ..messages import Message, message_to_dict, utcnow
+from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread, record_key
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
 if TYPE_CHECKING:
@@ -208,42 +209,76 @@ async def _thread(
     if args.as_actor and head is not None:
         shown = build_context(ContextInput(observations=log, now=utcnow(), tz=utcnow().tzinfo))  # type: ignore[arg-type]
         log = "\n\n".join(m.text for m in shown if m.role == "system")
+    shown_thread = _ShownThread(thread=thread, history=history, log=log, messages=messages)
     if args.json:
-        data = {
-            "thread": {
-                "id": thread.id,
-                "resource": thread.resource_id,
-                "title": thread.title,
-                "messages": thread.message_count,
-                "metadata": dict(thread.metadata),
-            },
-            "failures": _failures(thread.metadata)
-            + _failures(await store.get_resource(thread.resource_id)),
-            "log": log,
-            "generations": [
-                {
-                    "generation": r.generation,
-                    "origin": r.origin,
-                    "log_tokens": r.observation_tokens,
-                    "cursor": dict(r.cursor),
-                    "created_at": r.created_at.isoformat(),
-                }
-                for r in history
-            ],
-            "chunks": [
-                {
-                    "id": c.id,
-                    "message_tokens": c.message_tokens,
-                    "observation_tokens": c.token_count,
-                    "ranges": [[g.first_seq, g.last_seq] for g in c.ranges],
-                    "observations": c.observations,
-                }
-                for c in (head.chunks if head else ())
-            ],
-            "messages": [message_to_dict(m) for m in messages],
-        }
-        print(json.dumps(data, indent=2, default=str), file=out)
-        return 0
+        await _thread_json(store, shown_thread, out)
+    else:
+        await _thread_text(store, shown_thread, out, span=span, as_actor=args.as_actor)
+    return 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ShownThread:
+    """What ``obsmem inspect --thread`` shows of a thread: its log's generations (newest
+    first), the log as shown, and the messages asked for."""
+
+    thread: Thread
+    history: list[OMRecord]
+    log: str
+    messages: list[Message]
+
+    @property
+    def head(self) -> OMRecord | None:
+        return self.history[0] if self.history else None
+
+
+async def _thread_json(store: SQLStore, shown: _ShownThread, out: TextIO) -> None:
+    thread, head = shown.thread, shown.head
+    data = {
+        "thread": {
+            "id": thread.id,
+            "resource": thread.resource_id,
+            "title": thread.title,
+            "messages": thread.message_count,
+            "metadata": dict(thread.metadata),
+        },
+        "failures": _failures(thread.metadata)
+        + _failures(await store.get_resource(thread.resource_id)),
+        "log": shown.log,
+        "generations": [
+            {
+                "generation": r.generation,
+                "origin": r.origin,
+                "log_tokens": r.observation_tokens,
+                "cursor": dict(r.cursor),
+                "created_at": r.created_at.isoformat(),
+            }
+            for r in shown.history
+        ],
+        "chunks": [
+            {
+                "id": c.id,
+                "message_tokens": c.message_tokens,
+                "observation_tokens": c.token_count,
+                "ranges": [[g.first_seq, g.last_seq] for g in c.ranges],
+                "observations": c.observations,
+            }
+            for c in (head.chunks if head else ())
+        ],
+        "messages": [message_to_dict(m) for m in shown.messages],
+    }
+    print(json.dumps(data, indent=2, default=str), file=out)
+
+
+async def _thread_text(
+    store: SQLStore,
+    shown: _ShownThread,
+    out: TextIO,
+    *,
+    span: tuple[int, int] | None,
+    as_actor: bool,
+) -> None:
+    thread, head, history, messages = shown.thread, shown.head, shown.history, shown.messages
     title = f' "{thread.title}"' if thread.title else ""
     print(f"thread {thread.id}{title} of resource {thread.resource_id}", file=out)
     for line in _failures(thread.metadata) + _failures(
@@ -251,13 +286,13 @@ async def _thread(
     ):
         print(f"FAILING: {line}", file=out)
     if head is not None:
-        how = "as the agent sees it" if args.as_actor else "as stored"
+        how = "as the agent sees it" if as_actor else "as stored"
         print(
             f"observation log ({how}; generation {head.generation}, {len(history)} "
             f"generations, {head.observation_tokens} tokens):",
             file=out,
         )
-        print(log or "  (empty)", file=out)
+        print(shown.log or "  (empty)", file=out)
         for r in history[1:]:
             print(
                 f"  generation {r.generation} ({r.origin}): {r.observation_tokens} tokens", file=out
@@ -280,7 +315,6 @@ async def _thread(
         kinds = ",".join(sorted({p.kind for p in message.parts} - {"text"}))
         extra = f" [{kinds}]" if kinds else ""
         print(f"  #{message.seq} {message.role}{extra}: {text}", file=out)
-    return 0
 
 
 async def _cycles(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:

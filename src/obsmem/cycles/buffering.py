@@ -17,6 +17,7 @@ from ..snapshot import Snapshot
 from ..stores import ActivateChunks, AddChunk, ThreadPatch
 from .common import (
     Deps,
+    ObserverRun,
     Write,
     commit,
     join_log,
@@ -25,7 +26,7 @@ from .common import (
     report_titles,
     run_observer,
 )
-from .extraction import extract, observation_plan, value_patches
+from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .retrieval import group_for, index_groups, label, retrieval_on
 
@@ -148,11 +149,9 @@ def _report(
 async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome | Failure:
     """Observe ``batch`` (messages right after what is covered) into a new buffered chunk."""
     subject = snapshot.subject
-    record = snapshot.record
-    thread_id = batch.thread_id
     messages = batch.messages
     covered = MessageRange(
-        thread_id=thread_id, first_seq=messages[0].seq or 0, last_seq=messages[-1].seq or 0
+        thread_id=batch.thread_id, first_seq=messages[0].seq or 0, last_seq=messages[-1].seq or 0
     )
     cycle = Cycle(
         cycle_id=new_cycle_id("buffer-obs"),
@@ -160,100 +159,129 @@ async def buffer_chunk(deps: Deps, snapshot: Snapshot, batch: Batch) -> Outcome 
         operation="observation",
         trigger="async-buffer",
         subject=subject,
-        record_id=record.id,
+        record_id=snapshot.record.id,
         tokens=batch.tokens,
-        thread_ids=(thread_id,),
+        thread_ids=(batch.thread_id,),
         ranges=(covered,),
     )
+    return await run_cycle(deps, cycle, lambda: _buffer(deps, snapshot, batch, cycle, covered))
 
-    async def work() -> Outcome:
-        plan = observation_plan(deps, snapshot, thread_id)
-        run = await run_observer(
+
+async def _buffer(
+    deps: Deps, snapshot: Snapshot, batch: Batch, cycle: Cycle, covered: MessageRange
+) -> Outcome:
+    """The work of a buffering cycle: observe, extract, make the chunk and commit it."""
+    subject = snapshot.subject
+    thread_id = batch.thread_id
+    plan = observation_plan(deps, snapshot, thread_id)
+    run, extracted = await _observe_batch(deps, snapshot, batch, plan, cycle_id=cycle.cycle_id)
+    text = "" if run is None else run.parsed.observations
+    groups: list[ObservationGroup] = []
+    if retrieval_on(deps) and text.strip():
+        group = group_for(
             deps,
-            snapshot,
+            subject.key,
+            cycle_id=cycle.cycle_id,
+            resource_id=subject.resource_id,
             thread_id=thread_id,
-            messages=messages,
-            previous=previous_for_observer(record),
-            cycle_id=cycle.cycle_id,
-            operation="buffering",
-            budget=deps.background_timeout,
-            sections=plan.inline_sections,
-            prior_values=plan.prompt_values,
-        )
-        extracted = (
-            ExtractionResult()
-            if run is None
-            else await extract(
-                deps,
-                plan,
-                parsed=run.parsed,
-                exchange=run.exchange,
-                thread_id=thread_id,
-                resource_id=subject.resource_id,
-                operation_type="observation",
-                cycle_id=cycle.cycle_id,
-                deadline=time.monotonic() + deps.background_timeout,
-            )
-        )
-        text = "" if run is None else run.parsed.observations
-        groups: list[ObservationGroup] = []
-        if retrieval_on(deps) and text.strip():
-            group = group_for(
-                deps,
-                subject.key,
-                cycle_id=cycle.cycle_id,
-                resource_id=subject.resource_id,
-                thread_id=thread_id,
-                messages=messages,
-                observations=text,
-            )
-            groups = [group]
-            text = label(text, group)
-        chunk = BufferedChunk(
-            id=f"ombuf-{uuid.uuid4().hex}",
-            cycle_id=cycle.cycle_id,
+            messages=batch.messages,
             observations=text,
-            token_count=deps.estimator.count_text(text),
-            message_tokens=batch.tokens,
-            ranges=(covered,),
-            message_ids=tuple(m.id for m in messages),
-            last_message_at=messages[-1].created_at,
-            created_at=deps.now(),
-            current_task=extracted.values.get("current-task"),
-            suggested_response=extracted.values.get("suggested-response"),
-            thread_title=extracted.values.get("thread-title"),
-            extracted_values=extracted.public_values,
-            extraction_failures=extracted.failures,
         )
-        # The title, working memory and extracted values are stored now; the continuation hints
-        # wait in the chunk until it activates.
-        thread_patch, resource_patch = value_patches(
-            deps, snapshot, thread_id, plan, extracted, hints=False
-        )
-        first = chunk.ranges[0].first_seq
+        groups = [group]
+        text = label(text, group)
+    chunk = _chunk_of(deps, batch, covered, text, extracted, cycle_id=cycle.cycle_id)
+    # The title, working memory and extracted values are stored now; the continuation hints
+    # wait in the chunk until it activates.
+    thread_patch, resource_patch = value_patches(
+        deps, snapshot, thread_id, plan, extracted, hints=False
+    )
+    first = chunk.ranges[0].first_seq
 
-        def decide(head: OMRecord) -> Write | None:
-            if head.covered_through(thread_id) + 1 != first:
-                return None  # covered meanwhile (activation, a sync observation, another worker)
-            return Write(
-                change=AddChunk(chunk=chunk),
-                groups=groups,
-                threads=[thread_patch],
-                resource=resource_patch,
-            )
-
-        result = await commit(
-            deps, subject, record, decide, cycle_id=cycle.cycle_id, ranges=chunk.ranges
-        )
-        if result is not None:
-            await index_groups(deps, groups)
-            report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
-        return Outcome.after(
-            result,
-            observations=chunk.observations,
-            output_tokens=chunk.token_count,
-            extracted=extracted,
-            buffered_tokens=sum(c.token_count for c in result.record.chunks) if result else 0,
+    def decide(head: OMRecord) -> Write | None:
+        if head.covered_through(thread_id) + 1 != first:
+            return None  # covered meanwhile (activation, a sync observation, another worker)
+        return Write(
+            change=AddChunk(chunk=chunk),
+            groups=groups,
+            threads=[thread_patch],
+            resource=resource_patch,
         )
 
-    return await run_cycle(deps, cycle, work)
+    result = await commit(
+        deps, subject, snapshot.record, decide, cycle_id=cycle.cycle_id, ranges=chunk.ranges
+    )
+    if result is not None:
+        await index_groups(deps, groups)
+        report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
+    return Outcome.after(
+        result,
+        observations=chunk.observations,
+        output_tokens=chunk.token_count,
+        extracted=extracted,
+        buffered_tokens=sum(c.token_count for c in result.record.chunks) if result else 0,
+    )
+
+
+async def _observe_batch(
+    deps: Deps, snapshot: Snapshot, batch: Batch, plan: ExtractionPlan, *, cycle_id: str
+) -> tuple[ObserverRun | None, ExtractionResult]:
+    """The Observer's answer for ``batch`` (None when it had nothing) and the values the
+    extractors took from it, each within ``background_timeout``."""
+    thread_id = batch.thread_id
+    run = await run_observer(
+        deps,
+        snapshot,
+        thread_id=thread_id,
+        messages=batch.messages,
+        previous=previous_for_observer(snapshot.record),
+        cycle_id=cycle_id,
+        operation="buffering",
+        budget=deps.background_timeout,
+        sections=plan.inline_sections,
+        prior_values=plan.prompt_values,
+    )
+    extracted = (
+        ExtractionResult()
+        if run is None
+        else await extract(
+            deps,
+            plan,
+            parsed=run.parsed,
+            exchange=run.exchange,
+            thread_id=thread_id,
+            resource_id=snapshot.subject.resource_id,
+            operation_type="observation",
+            cycle_id=cycle_id,
+            deadline=time.monotonic() + deps.background_timeout,
+        )
+    )
+    return run, extracted
+
+
+def _chunk_of(
+    deps: Deps,
+    batch: Batch,
+    covered: MessageRange,
+    text: str,
+    extracted: ExtractionResult,
+    *,
+    cycle_id: str,
+) -> BufferedChunk:
+    """The buffered chunk of ``batch``'s observations ``text``, with the values extracted."""
+    messages = batch.messages
+    return BufferedChunk(
+        id=f"ombuf-{uuid.uuid4().hex}",
+        cycle_id=cycle_id,
+        observations=text,
+        token_count=deps.estimator.count_text(text),
+        message_tokens=batch.tokens,
+        ranges=(covered,),
+        message_ids=tuple(m.id for m in messages),
+        last_message_at=messages[-1].created_at,
+        created_at=deps.now(),
+        current_task=extracted.values.get("current-task"),
+        suggested_response=extracted.values.get("suggested-response"),
+        thread_title=extracted.values.get("thread-title"),
+        extracted_values=extracted.public_values,
+        extraction_failures=extracted.failures,
+    )

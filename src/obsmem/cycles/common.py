@@ -45,7 +45,7 @@ from ..stores import (
 )
 from ..tokens import TokenEstimator
 from ..tokens.estimator import for_actor
-from ..window import CachedMessages
+from ..window import CachedMessages, ThreadWindow, windows_of
 from ..working_memory import WorkingMemory, strip_tool_traffic
 from .ledger import Ledger
 
@@ -395,6 +395,25 @@ def window_estimator(deps: Deps, snapshot: Snapshot) -> TokenEstimator:
     """The estimator for ``snapshot``'s windows: the actor model the thread last saw."""
     label = snapshot.thread_metadata.get(META_LAST_MODEL)
     return estimator_for(deps, label if isinstance(label, str) else None)
+
+
+def windows(
+    deps: Deps, snapshot: Snapshot, actor_label: str | None = None
+) -> tuple[ThreadWindow, ...]:
+    """The windows of ``snapshot``'s threads, counted by the estimator for the actor model
+    ``actor_label`` (a turn's model), else the one the thread last saw (OpenAI's rules when
+    neither is known); reading the deps' cached messages."""
+    estimator = (
+        estimator_for(deps, actor_label)
+        if actor_label is not None
+        else window_estimator(deps, snapshot)
+    )
+    return windows_of(snapshot, estimator, deps.cached)
+
+
+def main_window(deps: Deps, snapshot: Snapshot) -> ThreadWindow:
+    """The window of the subject's own thread (the snapshot's first)."""
+    return windows(deps, replace(snapshot, threads=snapshot.threads[:1]))[0]
 
 
 def wants_title(state: ThreadState | None, generation: int) -> bool:

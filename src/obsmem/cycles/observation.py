@@ -8,6 +8,7 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..answers import ParsedOutput, match_thread_blocks
 from ..errors import ModelError, ObserverOutputError
@@ -129,23 +130,30 @@ async def observe_sync(
                 advanced.append(batch.thread_id)
         if stuck and deps.options.scope == "thread":
             return ended(f"no observations for thread(s) {', '.join(stuck)}")
-        # Resource scope: a thread the Observer left out even when asked alone backs off on
-        # its own; the loop goes on with the others.
-        for thread_id in stuck:
-            error = (
-                f"the Observer's answers had no observations for thread {thread_id!r}, also "
-                "when it was asked alone; its messages stay unobserved"
-            )
-            thread_errors[thread_id] = error
-            deps.thread_backoff[thread_id] = backoff_after(
-                deps.thread_backoff.get(thread_id), now=now, error=error, spread=random.random()
-            )
-        while len(deps.thread_backoff) > MAX_THREAD_BACKOFFS:
-            deps.thread_backoff.pop(next(iter(deps.thread_backoff)))
+        _back_off_stuck(deps, stuck, thread_errors, now=now)
 
 
 MAX_THREAD_BACKOFFS = 10_000
 """Most threads one engine keeps a back-off of their own for (the oldest go first)."""
+
+
+def _back_off_stuck(
+    deps: Deps, stuck: Sequence[str], thread_errors: dict[str, str], *, now: datetime
+) -> None:
+    """Resource scope: a thread the Observer left out even when asked alone backs off on its
+    own (its error in ``thread_errors``); the loop goes on with the others. At most
+    ``MAX_THREAD_BACKOFFS`` threads keep one."""
+    for thread_id in stuck:
+        error = (
+            f"the Observer's answers had no observations for thread {thread_id!r}, also "
+            "when it was asked alone; its messages stay unobserved"
+        )
+        thread_errors[thread_id] = error
+        deps.thread_backoff[thread_id] = backoff_after(
+            deps.thread_backoff.get(thread_id), now=now, error=error, spread=random.random()
+        )
+    while len(deps.thread_backoff) > MAX_THREAD_BACKOFFS:
+        deps.thread_backoff.pop(next(iter(deps.thread_backoff)))
 
 
 async def catch_up(
@@ -177,111 +185,141 @@ async def observe_batches(
 ) -> Outcome | Failure:
     """One synchronous observation cycle over ``batches`` (one per thread)."""
     subject = snapshot.subject
-    head = snapshot.record
-    main_thread = subject.thread_id
     cycle = Cycle(
         cycle_id=new_cycle_id("obs"),
         background=False,
         operation="observation",
         trigger=trigger,
         subject=subject,
-        record_id=head.id,
+        record_id=snapshot.record.id,
         tokens=sum(b.tokens for b in batches),
         thread_ids=tuple(b.thread_id for b in batches),
         ranges=tuple(_range_of(b) for b in batches),
     )
+    return await run_cycle(deps, cycle, lambda: _observe(deps, snapshot, batches, cycle, budget))
 
-    async def work() -> Outcome:
-        deadline = time.monotonic() + budget
-        plan = observation_plan(deps, snapshot, main_thread)
-        async with asyncio.timeout(budget):
-            text, per_thread, main_run = await _observe_texts(
-                deps, snapshot, batches, plan=plan, cycle_id=cycle.cycle_id, budget=budget
-            )
-        missing = [b for b in batches if b.thread_id not in per_thread]
-        if len(missing) == len(batches):
-            raise ObserverOutputError(
-                "the Observer's answer had no observations for any of the threads it was shown "
-                f"({', '.join(b.thread_id for b in batches)}); they stay unobserved"
-            )
-        for batch in missing:  # visible, and not advanced: the next cycle observes them again
-            emit_thread_failure(
-                deps,
-                cycle,
-                batch.thread_id,
-                tokens=batch.tokens,
-                error=f"the Observer's answer had no block for thread {batch.thread_id!r}; its "
-                "messages stay unobserved and are observed again in the next cycle",
-            )
-        found = [b for b in batches if b.thread_id in per_thread]
-        expected = {b.thread_id: head.cursor.get(b.thread_id, 0) for b in found}
-        cursor = {b.thread_id: b.messages[-1].seq or 0 for b in found}
-        groups: list[ObservationGroup] = []
-        if retrieval_on(deps):
-            text, groups = _with_groups(deps, snapshot, cycle.cycle_id, batches, per_thread, text)
-        main = ExtractionResult()
-        threads: list[ThreadPatch] = []
-        resource: ResourcePatch | None = None
-        for thread_id, parsed in per_thread.items():
-            # The cycle's own thread runs every extractor; other threads of a resource-scope
-            # batch get their built-in hints.
-            is_main = thread_id == main_thread
-            t_plan = plan if is_main else plan.builtins_only()
-            result = await extract(
-                deps,
-                t_plan,
-                parsed=parsed,
-                exchange=main_run.exchange if is_main and main_run is not None else None,
-                thread_id=thread_id,
-                resource_id=subject.resource_id,
-                operation_type="observation",
-                cycle_id=cycle.cycle_id,
-                deadline=deadline,
-            )
-            thread_patch, resource_patch = value_patches(deps, snapshot, thread_id, t_plan, result)
-            threads.append(thread_patch)
-            resource = resource_patch or resource
-            if is_main:
-                main = result
-        last_at = max(b.messages[-1].created_at for b in found)
-        observed = sum(b.tokens for b in found)
 
-        def decide(current: OMRecord) -> Write | None:
-            if any(current.cursor.get(t, 0) != s for t, s in expected.items()):
-                return None  # another worker observed these messages first
-            new_log = join_log(current.observations, text, at=last_at)
-            return Write(
-                change=CommitObservation(
-                    observations=new_log,
-                    observation_tokens=deps.estimator.count_text(new_log),
-                    cursor=tuple(cursor.items()),
-                    expected_cursor=tuple(expected.items()),
-                    observed_tokens=observed,
-                ),
-                groups=groups,
-                threads=threads,
-                resource=resource,
-            )
+async def _observe(
+    deps: Deps, snapshot: Snapshot, batches: Sequence[Batch], cycle: Cycle, budget: float
+) -> Outcome:
+    """The work of a synchronous observation cycle: observe, extract, commit the log."""
+    subject = snapshot.subject
+    head = snapshot.record
+    deadline = time.monotonic() + budget
+    plan = observation_plan(deps, snapshot, subject.thread_id)
+    async with asyncio.timeout(budget):
+        text, per_thread, main_run = await _observe_texts(
+            deps, snapshot, batches, plan=plan, cycle_id=cycle.cycle_id, budget=budget
+        )
+    found = _found(deps, cycle, batches, per_thread)
+    expected = {b.thread_id: head.cursor.get(b.thread_id, 0) for b in found}
+    cursor = {b.thread_id: b.messages[-1].seq or 0 for b in found}
+    groups: list[ObservationGroup] = []
+    if retrieval_on(deps):
+        text, groups = _with_groups(deps, snapshot, cycle.cycle_id, batches, per_thread, text)
+    main, threads, resource = await _extract_all(
+        deps, snapshot, plan, per_thread, main_run, cycle_id=cycle.cycle_id, deadline=deadline
+    )
+    last_at = max(b.messages[-1].created_at for b in found)
+    observed = sum(b.tokens for b in found)
 
-        committed = await commit(
+    def decide(current: OMRecord) -> Write | None:
+        if any(current.cursor.get(t, 0) != s for t, s in expected.items()):
+            return None  # another worker observed these messages first
+        new_log = join_log(current.observations, text, at=last_at)
+        return Write(
+            change=CommitObservation(
+                observations=new_log,
+                observation_tokens=deps.estimator.count_text(new_log),
+                cursor=tuple(cursor.items()),
+                expected_cursor=tuple(expected.items()),
+                observed_tokens=observed,
+            ),
+            groups=groups,
+            threads=threads,
+            resource=resource,
+        )
+
+    committed = await commit(
+        deps,
+        subject,
+        head,
+        decide,
+        cycle_id=cycle.cycle_id,
+        ranges=tuple(_range_of(b) for b in found),
+    )
+    if committed is not None:
+        await index_groups(deps, groups)
+        report_titles(deps, committed.threads, cycle_id=cycle.cycle_id)
+    return Outcome.after(
+        committed,
+        observations=text,
+        output_tokens=deps.estimator.count_text(text),
+        extracted=main,
+    )
+
+
+def _found(
+    deps: Deps, cycle: Cycle, batches: Sequence[Batch], per_thread: Mapping[str, ParsedOutput]
+) -> list[Batch]:
+    """The batches whose thread the answer covered. A thread it missed gets a failure event
+    (visible, and not advanced: the next cycle observes it again); missing them all fails."""
+    missing = [b for b in batches if b.thread_id not in per_thread]
+    if len(missing) == len(batches):
+        raise ObserverOutputError(
+            "the Observer's answer had no observations for any of the threads it was shown "
+            f"({', '.join(b.thread_id for b in batches)}); they stay unobserved"
+        )
+    for batch in missing:  # visible, and not advanced: the next cycle observes them again
+        emit_thread_failure(
             deps,
-            subject,
-            head,
-            decide,
-            cycle_id=cycle.cycle_id,
-            ranges=tuple(_range_of(b) for b in found),
+            cycle,
+            batch.thread_id,
+            tokens=batch.tokens,
+            error=f"the Observer's answer had no block for thread {batch.thread_id!r}; its "
+            "messages stay unobserved and are observed again in the next cycle",
         )
-        if committed is not None:
-            await index_groups(deps, groups)
-            report_titles(deps, committed.threads, cycle_id=cycle.cycle_id)
-        return Outcome.after(
-            committed,
-            observations=text,
-            output_tokens=deps.estimator.count_text(text),
-            extracted=main,
-        )
+    return [b for b in batches if b.thread_id in per_thread]
 
-    return await run_cycle(deps, cycle, work)
+
+async def _extract_all(
+    deps: Deps,
+    snapshot: Snapshot,
+    plan: ExtractionPlan,
+    per_thread: Mapping[str, ParsedOutput],
+    main_run: ObserverRun | None,
+    *,
+    cycle_id: str,
+    deadline: float,
+) -> tuple[ExtractionResult, list[ThreadPatch], ResourcePatch | None]:
+    """Run the extractors over each observed thread's answer: the values of the cycle's own
+    thread, and the metadata patches of every thread (and of the resource)."""
+    subject = snapshot.subject
+    main = ExtractionResult()
+    threads: list[ThreadPatch] = []
+    resource: ResourcePatch | None = None
+    for thread_id, parsed in per_thread.items():
+        # The cycle's own thread runs every extractor; other threads of a resource-scope
+        # batch get their built-in hints.
+        is_main = thread_id == subject.thread_id
+        t_plan = plan if is_main else plan.builtins_only()
+        result = await extract(
+            deps,
+            t_plan,
+            parsed=parsed,
+            exchange=main_run.exchange if is_main and main_run is not None else None,
+            thread_id=thread_id,
+            resource_id=subject.resource_id,
+            operation_type="observation",
+            cycle_id=cycle_id,
+            deadline=deadline,
+        )
+        thread_patch, resource_patch = value_patches(deps, snapshot, thread_id, t_plan, result)
+        threads.append(thread_patch)
+        resource = resource_patch or resource
+        if is_main:
+            main = result
+    return main, threads, resource
 
 
 def _range_of(batch: Batch) -> MessageRange:
@@ -308,8 +346,6 @@ async def _observe_texts(
     is absent: it is not advanced), and the call that saw the subject's thread (its
     extractors' follow-ups look at it); only that call is asked for the extractors' inline
     sections."""
-    main_thread = snapshot.subject.thread_id
-    previous = snapshot.record.observations
     if deps.options.scope == "thread":
         [batch] = batches
         run = await run_observer(
@@ -317,7 +353,7 @@ async def _observe_texts(
             snapshot,
             thread_id=batch.thread_id,
             messages=batch.messages,
-            previous=previous,
+            previous=snapshot.record.observations,
             cycle_id=cycle_id,
             operation="observation",
             budget=budget,
@@ -327,7 +363,18 @@ async def _observe_texts(
         if run is None:
             return "", {}, None
         return run.parsed.observations, {batch.thread_id: run.parsed}, run
-    groups: list[list[tuple[str, Sequence[Message]]]] = [[]]
+    return await _GroupObserver(
+        deps=deps, snapshot=snapshot, plan=plan, cycle_id=cycle_id, budget=budget
+    ).observe_all(_grouped(deps, batches))
+
+
+_Group = list[tuple[str, Sequence[Message]]]
+"""Threads observed in one Observer call: (thread id, its messages) each."""
+
+
+def _grouped(deps: Deps, batches: Sequence[Batch]) -> list[_Group]:
+    """The batches in groups of at most ``max_tokens_per_batch`` (a larger batch alone)."""
+    groups: list[_Group] = [[]]
     size = 0
     for batch in batches:
         if groups[-1] and size + batch.tokens > deps.options.observation.max_tokens_per_batch:
@@ -335,58 +382,75 @@ async def _observe_texts(
             size = 0
         groups[-1].append((batch.thread_id, batch.messages))
         size += batch.tokens
-    mains = [any(t == main_thread for t, _ in group) for group in groups]
+    return groups
 
-    async def observe(
-        group: list[tuple[str, Sequence[Message]]], is_main: bool
-    ) -> ObserverRun | None:
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _GroupObserver:
+    """Resource scope: the Observer over groups of threads, in parallel, for one cycle."""
+
+    deps: Deps
+    snapshot: Snapshot
+    plan: ExtractionPlan
+    cycle_id: str
+    budget: float
+
+    async def observe(self, group: _Group, is_main: bool) -> ObserverRun | None:
+        plan = self.plan
         return await run_observer(
-            deps,
-            snapshot,
+            self.deps,
+            self.snapshot,
             thread_id=group[0][0],
             threads=group,
-            previous=previous,
-            cycle_id=cycle_id,
+            previous=self.snapshot.record.observations,
+            cycle_id=self.cycle_id,
             operation="observation",
-            budget=budget,
+            budget=self.budget,
             sections=plan.inline_sections if is_main else (),
             prior_values=plan.prompt_values if is_main else None,
         )
 
-    async def asked_alone(
-        group: list[tuple[str, Sequence[Message]]], is_main: bool
-    ) -> ObserverRun | None:
+    async def asked_alone(self, group: _Group, is_main: bool) -> ObserverRun | None:
         try:
-            return await observe(group, is_main)
+            return await self.observe(group, is_main)
         except ModelError:  # this thread alone stays unobserved; the others go on
             return None
 
-    results = await asyncio.gather(
-        *[observe(group, is_main) for group, is_main in zip(groups, mains, strict=True)]
-    )
-    sections: list[str] = []
-    per_thread: dict[str, ParsedOutput] = {}
-    main_run: ObserverRun | None = None
-    # A thread missing from a several-thread answer (a model that writes no thread tags, or
-    # skips one) is asked again alone, in this cycle: a one-thread call needs no tags.
-    retries: list[tuple[list[tuple[str, Sequence[Message]]], bool]] = []
-    for group, run, is_main in zip(groups, results, mains, strict=True):
-        if run is None:
-            continue
-        if is_main:
-            main_run = run
-        found = _read_group(group, run, is_main, sections, per_thread)
-        if len(group) > 1:
-            retries += [
-                ([(t, m)], is_main and t == main_thread) for t, m in group if t not in found
-            ]
-    if retries:
-        alone = await asyncio.gather(*[asked_alone(group, is_main) for group, is_main in retries])
-        for (group, is_main), run in zip(retries, alone, strict=True):
-            if run is not None:
-                main_run = run if is_main else main_run
-                _read_group(group, run, is_main, sections, per_thread)
-    return "\n".join(sections), per_thread, main_run
+    async def observe_all(
+        self, groups: list[_Group]
+    ) -> tuple[str, dict[str, ParsedOutput], ObserverRun | None]:
+        """Observe every group at once; then each thread a several-thread answer missed, alone.
+        Returns what :func:`_observe_texts` does."""
+        main_thread = self.snapshot.subject.thread_id
+        mains = [any(t == main_thread for t, _ in group) for group in groups]
+        results = await asyncio.gather(
+            *[self.observe(group, is_main) for group, is_main in zip(groups, mains, strict=True)]
+        )
+        sections: list[str] = []
+        per_thread: dict[str, ParsedOutput] = {}
+        main_run: ObserverRun | None = None
+        # A thread missing from a several-thread answer (a model that writes no thread tags, or
+        # skips one) is asked again alone, in this cycle: a one-thread call needs no tags.
+        retries: list[tuple[_Group, bool]] = []
+        for group, run, is_main in zip(groups, results, mains, strict=True):
+            if run is None:
+                continue
+            if is_main:
+                main_run = run
+            found = _read_group(group, run, is_main, sections, per_thread)
+            if len(group) > 1:
+                retries += [
+                    ([(t, m)], is_main and t == main_thread) for t, m in group if t not in found
+                ]
+        if retries:
+            alone = await asyncio.gather(
+                *[self.asked_alone(group, is_main) for group, is_main in retries]
+            )
+            for (group, is_main), run in zip(retries, alone, strict=True):
+                if run is not None:
+                    main_run = run if is_main else main_run
+                    _read_group(group, run, is_main, sections, per_thread)
+        return "\n".join(sections), per_thread, main_run
 
 
 def _read_group(

@@ -13,8 +13,8 @@ import asyncio
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
 from ..events import Event
@@ -28,6 +28,10 @@ from ..tokens import HeuristicEstimator
 from .data import Question
 from .judge import judge
 from .report import QuestionResult
+
+if TYPE_CHECKING:
+    from ..agent import GenerateResult
+    from ..engine import ObservationalMemory
 
 __all__ = [
     "READER_INSTRUCTIONS",
@@ -174,30 +178,11 @@ async def run_question(
     unsubscribe = memory.subscribe(on_event)
     try:
         started = time.perf_counter()
-        turns = 0
-        for inputs, replies in turns_of(messages):
-            now[0] = (inputs or replies)[0].created_at
-            await om.prepare(THREAD, RESOURCE, inputs)
-            if replies:
-                now[0] = replies[-1].created_at
-                await om.record(THREAD, RESOURCE, replies)
-            await om.settle()
-            turns += 1
-            if on_turn is not None:
-                on_turn()
+        turns = await _replay(om, messages, now, on_turn)
         replay_seconds = time.perf_counter() - started
 
         now[0] = question.asked_at
-        ask = Message.user(
-            f"Current date: {question.question_date}\nQuestion: {question.question}",
-            created_at=question.asked_at,
-        )
-        from ..agent import Agent  # the reader runs through pydantic-ai: load it only now
-
-        agent = Agent("longmemeval-reader", config.instructions, config.reader, memory=memory)
-        started = time.perf_counter()
-        answer = await agent.generate(ask, memory=ThreadRef(thread=THREAD, resource=RESOURCE))
-        latency_ms = (time.perf_counter() - started) * 1000
+        answer, latency_ms = await _ask(question, config, memory)
         log = await om.observations(THREAD, RESOURCE)
         generations = len(await om.history(THREAD, RESOURCE))
     finally:
@@ -236,6 +221,44 @@ async def run_question(
         generations=generations,
         memory_failures=failures,
     )
+
+
+async def _replay(
+    om: ObservationalMemory,
+    messages: Sequence[Message],
+    now: list[datetime],
+    on_turn: Callable[[], None] | None,
+) -> int:
+    """Replay the haystack turn by turn, the clock (``now[0]``) at each message's date; the
+    number of turns."""
+    turns = 0
+    for inputs, replies in turns_of(messages):
+        now[0] = (inputs or replies)[0].created_at
+        await om.prepare(THREAD, RESOURCE, inputs)
+        if replies:
+            now[0] = replies[-1].created_at
+            await om.record(THREAD, RESOURCE, replies)
+        await om.settle()
+        turns += 1
+        if on_turn is not None:
+            on_turn()
+    return turns
+
+
+async def _ask(
+    question: Question, config: RunConfig, memory: Memory
+) -> tuple[GenerateResult, float]:
+    """Ask the question through the reader agent; its answer and how long it took (ms)."""
+    ask = Message.user(
+        f"Current date: {question.question_date}\nQuestion: {question.question}",
+        created_at=question.asked_at,
+    )
+    from ..agent import Agent  # the reader runs through pydantic-ai: load it only now
+
+    agent = Agent("longmemeval-reader", config.instructions, config.reader, memory=memory)
+    started = time.perf_counter()
+    answer = await agent.generate(ask, memory=ThreadRef(thread=THREAD, resource=RESOURCE))
+    return answer, (time.perf_counter() - started) * 1000
 
 
 # -- a run ---------------------------------------------------------------------------------------

@@ -1,0 +1,99 @@
+"""An engine's background work: asyncio tasks named by kind and log (``obs:<key>``,
+``catch-up:<key>``, ``refl:<key>``; one of each at a time), and what they run: buffering
+chunks while the planner says another is due, a catch-up (a few at a time per engine), and a
+background reflection. Each reports its outcome (:class:`~obsmem.outcomes.Outcomes`); a task
+ends after its cycle and is forgotten when done.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from . import cycles, planner
+from .cycles import Deps, Failure, Outcome
+from .cycles.common import main_window, reload
+from .outcomes import Outcomes
+from .snapshot import Snapshot
+
+__all__ = ["Background"]
+
+log = logging.getLogger("obsmem")
+
+
+class Background:
+    """The engine's background tasks by name, and the loops they run."""
+
+    def __init__(self, deps: Deps, outcomes: Outcomes, *, catch_up_concurrency: int) -> None:
+        self._deps = deps
+        self._outcomes = outcomes
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.closed = False
+        """Set when the engine closes: no task starts after it, and a buffering loop stops."""
+        self._catch_up_slots = asyncio.Semaphore(catch_up_concurrency)
+
+    def running(self, name: str) -> bool:
+        task = self.tasks.get(name)
+        return task is not None and not task.done()
+
+    def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
+        if self.running(name) or self.closed:
+            work.close()
+            return
+        task = asyncio.get_running_loop().create_task(work, name=f"obsmem {name}")
+        self.tasks[name] = task
+
+        def done(t: asyncio.Task[None]) -> None:
+            if self.tasks.get(name) is t:
+                del self.tasks[name]
+            if not t.cancelled() and t.exception() is not None:
+                log.error("obsmem background task %s failed", name, exc_info=t.exception())
+
+        task.add_done_callback(done)
+
+    async def buffer_loop(self, snapshot: Snapshot, *, idle: bool = False) -> None:
+        """Buffer chunks while the planner says another is due, starting from ``snapshot``."""
+        deps = self._deps
+        while not self.closed:
+            batch = planner.chunk_slice(
+                deps.options,
+                main_window(deps, snapshot),
+                observation_tokens=snapshot.record.observation_tokens,
+                idle=idle,
+            )
+            if batch is None:
+                return
+            outcome = await cycles.buffer_chunk(deps, snapshot, batch)
+            after = outcome.snapshot if isinstance(outcome, Outcome) else None
+            await self._outcomes.observer(
+                after or snapshot, outcome.error if isinstance(outcome, Failure) else None
+            )
+            if isinstance(outcome, Failure) or outcome.snapshot is None:
+                return
+            snapshot = outcome.snapshot
+            idle = False
+            if not planner.buffering_due(
+                deps.options,
+                main_window(deps, snapshot),
+                observation_tokens=snapshot.record.observation_tokens,
+            ):
+                return
+
+    async def catch_up(self, snapshot: Snapshot, step_from: dict[str, int]) -> None:
+        """A background catch-up (see :func:`obsmem.cycles.catch_up`), at most
+        ``CATCH_UP_CONCURRENCY`` at a time per engine so a fleet of old threads waking up at once
+        does not flood the Observer."""
+        async with self._catch_up_slots:
+            snapshot = await reload(self._deps, snapshot.subject)
+            result = await cycles.catch_up(self._deps, snapshot, step_from=step_from)
+        await self._outcomes.observer(result.snapshot, result.error)
+        await self._outcomes.threads(result)
+
+    async def reflection_task(self, snapshot: Snapshot) -> None:
+        outcome = await cycles.buffer_reflection(self._deps, snapshot)
+        if outcome is not None:
+            error = outcome.error if isinstance(outcome, Failure) else None
+            after = outcome.snapshot if isinstance(outcome, Outcome) else None
+            await self._outcomes.reflector(after or snapshot, error)

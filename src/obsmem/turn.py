@@ -1,0 +1,242 @@
+"""A turn's steps, between the engine's load and the context it returns: the input checked and
+counted, the current step found, the planner asked what observation is due and its plan carried
+out (activation, a synchronous observation, buffering or a catch-up started), then the same for
+reflection, and the actor's context and status event assembled from the latest snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from . import cycles, planner, views
+from .background import Background
+from .cycles import Activation, Deps, Failure, Outcome
+from .cycles.common import reload, windows
+from .errors import ConfigError
+from .events import StatusEvent
+from .messages import Message, check_json
+from .models import ModelSpec
+from .outcomes import Outcomes
+from .snapshot import Snapshot
+from .window import ThreadWindow
+from .working_memory import WorkingMemory
+
+__all__ = ["Turns", "step_start"]
+
+
+def step_start(stored: Sequence[Message], step_from: int | None) -> int | None:
+    """The current step's first seq: the step being answered runs from the last new user
+    message on (a whole history passed in at once is mostly backlog), or over all the new
+    messages (a step of tool traffic); ``step_from``, when the front door stored the step
+    before, starts it earlier."""
+    users = [m for m in stored if m.role == "user"]
+    first = (users[-1] if users else stored[0]).seq if stored else None
+    step = [s for s in (step_from, first) if s]
+    return min(step) if step else None
+
+
+class Turns:
+    """The steps of a turn for one engine (its deps, background tasks and outcomes)."""
+
+    def __init__(self, deps: Deps, background: Background, outcomes: Outcomes) -> None:
+        self._deps = deps
+        self._background = background
+        self._outcomes = outcomes
+
+    # -- the input -------------------------------------------------------------------------------
+
+    def windows(
+        self, snapshot: Snapshot, actor_model: ModelSpec | None = None
+    ) -> tuple[ThreadWindow, ...]:
+        """The snapshot's windows: image and PDF costs by the actor's provider (this call's
+        model, else the one the thread last saw; OpenAI's rules when neither is known)."""
+        label = views.model_label(actor_model) if actor_model is not None else None
+        return windows(self._deps, snapshot, label)
+
+    def counted(
+        self, messages: Sequence[Any], actor_model: ModelSpec | None = None
+    ) -> Sequence[Message]:
+        """``messages`` with their token estimates cached in their parts, so every later read
+        of the window (from any store, in any process) reuses them instead of re-counting."""
+        estimator = cycles.estimator_for(
+            self._deps, views.model_label(actor_model) if actor_model is not None else None
+        )
+        if isinstance(messages, str | Message):
+            raise ConfigError(
+                "messages", type(messages).__name__, "pass a list of Message (Message.user(...))"
+            )
+        for index, message in enumerate(messages):
+            if not isinstance(message, Message):
+                raise ConfigError(
+                    f"messages[{index}]",
+                    type(message).__name__,
+                    "must be an obsmem Message (Message.user(...), Message.assistant(...))",
+                )
+            check_json(message)
+            estimator.count_message(message)
+        return messages
+
+    # -- observation -----------------------------------------------------------------------------
+
+    async def observation_step(
+        self,
+        snapshot: Snapshot,
+        windows: Sequence[ThreadWindow],
+        signals: views.CacheSignals,
+        *,
+        step_from: int | None,
+    ) -> tuple[Snapshot, StatusEvent]:
+        """Ask the planner what observation is due, emit the status event, and carry the plan
+        out: activate chunks, observe synchronously, start buffering or a catch-up; the
+        snapshot after it, and the status event."""
+        deps = self._deps
+        subject = snapshot.subject
+        thread_id = subject.thread_id
+        steps = {thread_id: step_from} if step_from else {}
+        plan = self._observation_plan(snapshot, windows, signals, steps, step_from)
+        status = self.status(snapshot, windows, plan.threshold)
+        deps.bus.emit(status)
+
+        if plan.activate and plan.trigger is not None and not plan.observe_sync:
+            why = Activation(
+                trigger=plan.trigger,
+                previous_model=signals.previous_model,
+                current_model=signals.current_model,
+                last_activity_at=signals.last_activity_at,
+            )
+            activated = await cycles.activate_chunks(deps, snapshot, count=plan.activate, why=why)
+            snapshot = activated or await reload(deps, subject)
+        if plan.observe_sync:
+            result = await cycles.observe_sync(
+                deps,
+                snapshot,
+                keep_tokens=deps.options.observation.retention_floor or 0,
+                step_from=steps,
+                trigger="turn-sync",
+            )
+            snapshot = result.snapshot
+            await self._outcomes.observer(snapshot, result.error)
+            await self._outcomes.threads(result)
+        if plan.start_buffering:
+            self._background.spawn(f"obs:{subject.key}", self._background.buffer_loop(snapshot))
+        if plan.catch_up:
+            newest = snapshot.main.unobserved[-1].seq if snapshot.main.unobserved else None
+            after = steps or {thread_id: (newest or 0) + 1}  # the catch-up leaves these alone
+            self._background.spawn(
+                f"catch-up:{subject.key}", self._background.catch_up(snapshot, after)
+            )
+        return snapshot, status
+
+    def _observation_plan(
+        self,
+        snapshot: Snapshot,
+        windows: Sequence[ThreadWindow],
+        signals: views.CacheSignals,
+        steps: dict[str, int],
+        step_from: int | None,
+    ) -> planner.ObservationPlan:
+        key = snapshot.subject.key
+        record = snapshot.record
+        running = self._background.running
+        return planner.plan_observation(
+            self._deps.options,
+            pending_tokens=sum(w.total for w in windows),
+            chunk_message_tokens=[c.message_tokens for c in record.chunks],
+            observation_tokens=record.observation_tokens,
+            buffering_in_flight=running(f"obs:{key}") or running(f"catch-up:{key}"),
+            catching_up=running(f"catch-up:{key}"),
+            step_tokens=windows[0].tokens_from(step_from),
+            idle_expired=signals.observation_idle,
+            provider_changed=signals.provider_changed,
+            observer_backoff=self._outcomes.state(key).observer,
+            now=self._deps.now(),
+            activatable=planner.activatable_chunks(record.chunks, steps),
+        )
+
+    # -- reflection ------------------------------------------------------------------------------
+
+    async def reflection_step(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
+        """Activate, run or start a reflection when the planner says so; the snapshot after."""
+        deps = self._deps
+        record = snapshot.record
+        key = snapshot.subject.key
+        br = record.buffered_reflection
+        tail_tokens = 0
+        if br is not None:
+            tail = "\n".join(record.observations.split("\n")[br.line_count :])
+            tail_tokens = deps.estimator.count_text(tail)
+        state = self._outcomes.state(key)
+        plan = planner.plan_reflection(
+            deps.options,
+            observation_tokens=record.observation_tokens,
+            has_buffered_reflection=br is not None,
+            buffered_reflection_tokens=br.token_count if br else 0,
+            unreflected_tail_tokens=tail_tokens,
+            reflection_in_flight=self._background.running(f"refl:{key}"),
+            idle_expired=signals.reflection_idle,
+            provider_changed=signals.reflection_provider_changed,
+            reflector_backoff=state.reflector,
+            now=deps.now(),
+            suppressed_at=state.suppressed_reflection_at,
+        )
+        if plan.activate_buffered and plan.trigger is not None:
+            activated = await cycles.activate_reflection(deps, snapshot, trigger=plan.trigger)
+            snapshot = activated or await reload(deps, snapshot.subject)
+        elif plan.reflect_sync:
+            outcome = await cycles.reflect_now(deps, snapshot, trigger="turn-sync")
+            after: int | None = None
+            if isinstance(outcome, Outcome) and outcome.snapshot is not None:
+                snapshot = outcome.snapshot
+                after = snapshot.record.observation_tokens
+            await self._outcomes.reflector(
+                snapshot, outcome.error if isinstance(outcome, Failure) else None
+            )
+            self._outcomes.update(
+                key,
+                suppressed_reflection_at=planner.suppression_after(
+                    record.observation_tokens, after, threshold=plan.threshold
+                ),
+            )
+        if plan.start_buffering:
+            self._background.spawn(f"refl:{key}", self._background.reflection_task(snapshot))
+        return snapshot
+
+    # -- context and status ----------------------------------------------------------------------
+
+    def context(
+        self,
+        snapshot: Snapshot,
+        *,
+        working_memory: WorkingMemory | None,
+        recall: bool,
+        step_from: int | None = None,
+        window: ThreadWindow | None = None,
+    ) -> list[Message]:
+        main = window or self.windows(snapshot)[0]
+        return views.actor_context(
+            snapshot,
+            self._deps.options,
+            now=self._deps.now(),
+            tz=self._deps.tz,
+            working_memory=working_memory,
+            recall=recall,
+            window=main,
+            step_from=step_from,
+        )
+
+    def status(
+        self, snapshot: Snapshot, windows: Sequence[ThreadWindow], threshold: int
+    ) -> StatusEvent:
+        key = snapshot.subject.key
+        return views.status_event(
+            snapshot,
+            windows,
+            self._deps.options,
+            threshold=threshold,
+            buffering=self._background.running(f"obs:{key}"),
+            reflecting=self._background.running(f"refl:{key}"),
+        )
+
+    def signals(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> views.CacheSignals:
+        return views.cache_signals(snapshot, self._deps.options, actor_model, now=self._deps.now())
