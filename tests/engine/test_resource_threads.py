@@ -171,6 +171,47 @@ async def test_a_thread_left_out_backs_off_alone_and_heals(store: Store) -> None
     await om.aclose()
 
 
+async def test_while_one_thread_backs_off_the_others_keep_being_observed(store: Store) -> None:
+    """The thread the Observer answers nothing for, even alone, is its own problem: in the
+    cycles after it, asked alone again (an empty answer, twice), it backs off alone again; the
+    log stores no failure and the other threads are observed by the turns as they go."""
+
+    def drop_gamma(text: str) -> str:
+        text = re.sub(r'<thread id="thread-gamma">.*?</thread>\n?', "", text, flags=re.DOTALL)
+        return text if "factamma" not in text else "<observations></observations>"
+
+    model, _ = _rewriting(drop_gamma)
+    om, _, _ = await _three_threads(store, model)
+    conv = Conversation()
+
+    async def turns(rounds: int, words: int, tag: str) -> None:
+        for i in range(rounds):
+            for t in THREADS:
+                message = conv.user(words)
+                message = message.with_parts([pa_text(f"{tag}{t[-4:]}{i} {message.text}")])
+                await om.prepare(t, "u1", [message])
+                await om.record(t, "u1", [conv.assistant(150)])
+            await om.settle()
+
+    await om.observe("thread-alpha", "u1")
+    await turns(4, 20, "late")
+    await om.observe("thread-alpha", "u1")  # gamma's messages alone again: nothing for them
+    first = await store.get_record("resource:u1")
+    assert first is not None
+    assert not failures_in(await store.get_resource("u1")), "gamma's failure is gamma's"
+    await turns(10, 40, "more")  # turns only: what is due is observed by them, synchronously
+    record = await store.get_record("resource:u1")
+    assert record is not None
+    for t in THREADS[:2]:
+        assert record.cursor.get(t, 0) > first.cursor.get(t, 0) + 10, (t, record.cursor)
+    assert record.cursor.get("thread-gamma", 0) == 0
+    assert not failures_in(await store.get_resource("u1")), "the log itself is fine"
+    gamma = await store.get_thread("thread-gamma")
+    assert gamma is not None
+    assert failures_in(gamma.metadata)
+    await om.aclose()
+
+
 async def test_turns_go_on_for_every_thread_with_an_observer_that_never_tags(
     store: Store,
 ) -> None:

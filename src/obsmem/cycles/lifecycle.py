@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..errors import ObserverOutputError
 from ..events import (
     BufferingEndEvent,
     BufferingFailedEvent,
@@ -96,6 +97,10 @@ class Outcome:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Failure:
     error: str
+    unusable_answer: bool = False
+    """The model answered, but nothing in it could be used (empty, cut off, looping): a
+    problem of the messages it was shown as much as of the model (in resource scope, of those
+    threads), unlike a call that failed."""
 
 
 async def run_cycle(
@@ -161,7 +166,7 @@ async def _run(
             deps.ledger.queue(row)  # stored with the failure state
         _emit_failed(deps, cycle, error, ms_since(started))
         await notify(end_hook, _with(ctx, error=error))
-        return Failure(error=error)
+        return Failure(error=error, unusable_answer=isinstance(exc, ObserverOutputError))
     _emit_end(deps, cycle, outcome, ms_since(started))
     await notify(end_hook, _with(ctx, observations=outcome.observations))
     return outcome

@@ -114,6 +114,11 @@ async def observe_sync(
             return ended("out of time (sync_timeout)")
         outcome = await observe_batches(deps, snapshot, batches, trigger=trigger, budget=remaining)
         if isinstance(outcome, Failure):
+            if deps.options.scope == "resource" and outcome.unusable_answer:
+                # Nothing usable for these threads' messages: they back off alone, and the
+                # resource's other threads go on (the log itself is fine).
+                _back_off_stuck(deps, [b.thread_id for b in batches], thread_errors, now=now)
+                continue
             return ended(outcome.error)
         before = snapshot.record.cursor
         snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
@@ -424,15 +429,28 @@ class _GroupObserver:
         main_thread = self.snapshot.subject.thread_id
         mains = [any(t == main_thread for t, _ in group) for group in groups]
         results = await asyncio.gather(
-            *[self.observe(group, is_main) for group, is_main in zip(groups, mains, strict=True)]
+            *[self.observe(group, is_main) for group, is_main in zip(groups, mains, strict=True)],
+            return_exceptions=True,
         )
+        failed = [r for r in results if isinstance(r, BaseException)]
+        for error in failed:
+            if not isinstance(error, ModelError):
+                raise error  # a bug or a cancellation, not the model's answer
+        if failed and len(failed) == len(results):
+            raise failed[0]  # every call failed: the log's failure
         sections: list[str] = []
         per_thread: dict[str, ParsedOutput] = {}
         main_run: ObserverRun | None = None
         # A thread missing from a several-thread answer (a model that writes no thread tags, or
-        # skips one) is asked again alone, in this cycle: a one-thread call needs no tags.
+        # skips one) is asked again alone, in this cycle: a one-thread call needs no tags. A
+        # call that failed fails its own threads only: a group's threads are asked alone, a
+        # thread asked alone already stays unobserved (and backs off alone); the others go on.
         retries: list[tuple[_Group, bool]] = []
         for group, run, is_main in zip(groups, results, mains, strict=True):
+            if isinstance(run, BaseException):
+                if len(group) > 1:
+                    retries += [([(t, m)], is_main and t == main_thread) for t, m in group]
+                continue
             if run is None:
                 continue
             if is_main:
