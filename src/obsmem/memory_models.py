@@ -9,6 +9,7 @@ import logging
 from dataclasses import replace
 
 from .cycles import Deps
+from .failures import advice
 from .models import ModelSpec
 from .models.environment import AutoModel, credentials_problem, resolve_auto
 from .models.specs import AUTO
@@ -90,6 +91,5 @@ class MemoryModels:
         return (
             f"obsmem: observational memory cannot work{how}: {self.credentials}. Until then "
             "the conversation is kept raw (the oldest messages are left out past block_after). "
-            "Fix: set that key, or choose the model with OBSMEM_MODEL or "
-            "observational_memory={'model': ...}"
+            + advice(self.credentials or "")
         )

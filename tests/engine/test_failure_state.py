@@ -356,3 +356,19 @@ async def test_a_failing_reflector_is_stored_shown_and_heals(
     assert any("works again" in w for w in _warnings(caplog))
     assert (await memory.status(ref)).generation >= 1
     await memory.aclose()
+
+
+async def test_an_unknown_provider_is_told_its_own_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``OBSMEM_MODEL=foo/bar``: the warning says how to name a model, not to set a key."""
+    monkeypatch.setenv("OBSMEM_MODEL", "foo/bar")
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    memory = Memory(SQLiteStore(tmp_path / "m.db"), observational_memory=True)
+    ref = {"resource": "u1", "thread": "t1"}
+    await memory.context(ref, [Conversation().user(20)], actor_model=None)
+    [warning] = [w for w in _warnings(caplog) if "cannot work" in w]
+    assert "unknown provider 'foo'" in warning
+    assert "Fix: give the model as 'provider/model'" in warning
+    assert "set that key" not in warning
+    await memory.aclose()
