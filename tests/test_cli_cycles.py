@@ -138,3 +138,33 @@ def test_cycles_need_a_thread(tmp_path: Path) -> None:
     result = obsmem("inspect", "--thread", "t1", "--cycles", "--limit", "0", cwd=tmp_path)
     assert result.returncode == 2
     assert "--limit 0 must be at least 1" in _one_line(result)
+
+
+def test_inspect_says_what_auto_resolves_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``obsmem inspect`` names the model ``"auto"`` is here, in text and in JSON."""
+    import io
+
+    from obsmem.cli import main
+
+    async def make() -> None:
+        memory = Memory(SQLiteStore(tmp_path / "m.db"), observational_memory=False)
+        ref = {"resource": "u1", "thread": "t1"}
+        await memory.save(ref, [Conversation().user(5)], actor_model=None)
+        await memory.aclose()
+
+    asyncio.run(make())
+    monkeypatch.setenv("OBSMEM_MODEL", "anthropic/claude-haiku-4-5")
+    text, shown = io.StringIO(), io.StringIO()
+    assert main(["inspect", "--db", str(tmp_path / "m.db")], out=text) == 0
+    assert "memory model here: 'auto' is anthropic/claude-haiku-4-5 (OBSMEM_MODEL)" in (
+        text.getvalue()
+    )
+    assert main(["inspect", "--db", str(tmp_path / "m.db"), "--json"], out=shown) == 0
+    auto = json.loads(shown.getvalue())["auto_model"]
+    assert auto == {
+        "model": "anthropic/claude-haiku-4-5",
+        "why": "OBSMEM_MODEL",
+        "configured": True,
+    }

@@ -103,6 +103,7 @@ async def _overview(store: SQLStore, args: argparse.Namespace, out: TextIO) -> i
     data: dict[str, Any] = {
         "db": db_label(args.db),
         "schema_version": await store.schema_version(),
+        "auto_model": _auto_model(),
         "resources": [],
     }
     for resource in resources:
@@ -167,12 +168,17 @@ def _failures(metadata: Any) -> list[str]:
     return [f.summary() for f in failures_in(metadata).values()]
 
 
-def _auto_line() -> str:
-    """What ``model="auto"`` resolves to in this environment (without an actor)."""
+def _auto_model() -> dict[str, Any]:
+    """What ``model="auto"`` resolves to in this environment (without an actor), and why."""
     from ..models.environment import resolve_auto
 
     choice = resolve_auto()
-    return f"'auto' is {choice.model} ({choice.why})"
+    return {"model": choice.model, "why": choice.why, "configured": choice.configured}
+
+
+def _auto_line() -> str:
+    auto = _auto_model()
+    return f"'auto' is {auto['model']} ({auto['why']})"
 
 
 def _record_summary(record: OMRecord | None, thread_id: str | None) -> dict[str, Any] | None:
