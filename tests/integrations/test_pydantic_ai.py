@@ -438,3 +438,60 @@ async def test_the_approval_example_pauses_resumes_and_remembers() -> None:
     bo_stored = " ".join(str(m.parts) for m in await memory.messages("bo-dinner"))
     assert "vegetarian" not in bo_stored
     await memory.aclose()
+
+
+class _ProviderModel(FunctionModel):
+    """A scripted model that says which provider it is (as a real provider's model does)."""
+
+    def __init__(self, provider: str, name: str) -> None:
+        def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+            return pa.ModelResponse(parts=[pa.TextPart(content="Noted, and glad to help. " * 8)])
+
+        super().__init__(answer, model_name=name)
+        self._provider = provider
+
+    @property
+    def system(self) -> str:
+        return self._provider
+
+
+async def test_the_history_processor_notices_a_provider_change() -> None:
+    """Each run's answer is stored as the reply of the model that gave it, so when the next
+    run's model is another provider's, buffered chunks activate (``activateOnProviderChange``).
+    """
+    from obsmem import Memory
+    from obsmem.events import ActivationEvent, Event
+
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={
+            "observation": {
+                "model": scripted_observer(),
+                "messageTokens": 3_000,
+                "activateOnProviderChange": True,
+            },
+            "reflection": {"model": scripted_reflector(), "observationTokens": 20_000},
+        },
+    )
+    events: list[Event] = []
+    memory.subscribe(events.append)
+    processor = ProcessHistory(history_processor(memory, resource=RESOURCE, thread=THREAD))
+    history: list[pa.ModelMessage] = []
+    before = Agent(_ProviderModel("openai", "gpt-5-mini"), capabilities=[processor])
+    for i in range(4):
+        text = user_turn(i) + " " + "tell me more about the harbour. " * 40
+        history = (await before.run(text, message_history=history)).all_messages()
+        await memory.settle()
+    assert not [e for e in events if isinstance(e, ActivationEvent)]
+    record = await memory.store.get_record(f"thread:{THREAD}")
+    assert record is not None
+    assert record.chunks, "a chunk is buffered"
+    after = Agent(_ProviderModel("anthropic", "claude-haiku-4-5"), capabilities=[processor])
+    await after.run("And now?", message_history=history)
+    [activation, *_] = [e for e in events if isinstance(e, ActivationEvent)]
+    assert activation.triggered_by == "provider_change"
+    assert (activation.previous_model, activation.current_model) == (
+        "openai/gpt-5-mini",
+        "anthropic/claude-haiku-4-5",
+    )
+    await memory.aclose()

@@ -59,6 +59,7 @@ from obsmem.events import Event
 from obsmem.integrations.door import Door, concerns
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
+from obsmem.models import ModelSpec
 from obsmem.models.overflow import context_overflow
 from obsmem.window import mark_deferred
 
@@ -203,7 +204,7 @@ class _Thread(Door):
     async def save(
         self,
         messages: Sequence[pa.ModelMessage],
-        model: Model | None,
+        model: ModelSpec | None,
         deferred: frozenset[str] = frozenset(),
     ) -> None:
         """Store ``messages``; the calls in ``deferred`` wait on purpose (an approval, an
@@ -487,6 +488,11 @@ def history_processor(
         ctx: RunContext[Any], messages: list[pa.ModelMessage]
     ) -> list[pa.ModelMessage]:
         reply, new_input = state.new(messages)
+        if reply and new_input:
+            # The last run's answer, stored as the reply of the model that gave it, so the
+            # thread records that model (a provider change of this run is noticed).
+            await state.save(reply, state.actor_model)
+            reply = []
         if reply or new_input or not _has_context(messages, state.ref.thread):
             return await state.context(messages, [*reply, *new_input], _actor(ctx))
         return messages
