@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
@@ -101,7 +101,7 @@ class FailureState:
         line = f"{who} failed{where} {times} since {since}: {self.error.rstrip('. ')}"
         if self.left_out:
             many = "message" if self.left_out == 1 else "messages"
-            line += f"; {self.left_out} {many} left out of the context"
+            line += f"; {self.left_out} {many} left out of the context at the last failure"
         return f"{line}. {advice(self.error, self.model)}"
 
 
@@ -234,7 +234,8 @@ class MemoryStatus:
         ]
         if self.credentials:
             out.append(f"cannot call the models: {self.credentials}")
-        out += [f.summary() for f in self.failures]
+        # The live count follows: a stored one is as of the last failure.
+        out += [replace(f, left_out=0).summary() for f in self.failures]
         if self.left_out:
             out.append(
                 f"{self.left_out} of the oldest messages are left out of the actor's context "
