@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 __all__ = [
@@ -45,6 +46,18 @@ class MissingExtraError(ObsmemError, ImportError):
         self.install = f'pip install "obsmem[{extra}]"'
         what = f" (the {package} package)" if package else ""
         super().__init__(f"{feature} needs an optional dependency{what}: run {self.install}")
+
+
+def require_modules(feature: str, extra: str, modules: Sequence[str]) -> None:
+    """MissingExtraError naming ``pip install "obsmem[extra]"`` when one of ``modules`` does
+    not import (the first missing one is named)."""
+    import importlib
+
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise MissingExtraError(feature, extra, package=module) from exc
 
 
 class StoreError(ObsmemError):

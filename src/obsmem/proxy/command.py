@@ -7,7 +7,7 @@ import os
 import sys
 from typing import Any, TextIO
 
-from ..errors import MissingExtraError
+from ..errors import require_modules
 
 __all__ = ["DEFAULT_PORT", "add"]
 
@@ -56,13 +56,7 @@ def add(sub: Any) -> None:
 
 
 def _check_extra() -> None:
-    import importlib
-
-    for module in ("starlette", "uvicorn", "httpx"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise MissingExtraError("obsmem proxy", "proxy", package=module) from exc
+    require_modules("obsmem proxy", "proxy", ("starlette", "uvicorn", "httpx"))
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

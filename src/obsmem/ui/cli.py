@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any, TextIO
 
-from ..errors import MissingExtraError
+from ..errors import require_modules
 
 __all__ = ["DEFAULT_PORT", "add"]
 
@@ -55,14 +55,8 @@ def add(sub: Any) -> None:
 
 
 def check_extra() -> None:
-    """MissingExtraError naming ``pip install 'obsmem[ui]'`` when a library is missing."""
-    import importlib
-
-    for module in ("starlette", "uvicorn", "jinja2"):
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:
-            raise MissingExtraError("obsmem ui", "ui", package=module) from exc
+    """MissingExtraError naming ``pip install "obsmem[ui]"`` when a library is missing."""
+    require_modules("obsmem ui", "ui", ("starlette", "uvicorn", "jinja2"))
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
