@@ -21,6 +21,9 @@ protocol (``get_items``, ``add_items``, ``pop_item``, ``clear_session``) on a Me
   WARNING on the ``obsmem`` logger (once per session). The SDK gives a session no say in a
   step's input (the Runner reads ``get_items()`` once, at the start of a run), so the filter
   cannot be put in for you.
+* ``session.compacting(model)`` wraps the agent's SDK ``Model``: a step the model refuses as
+  longer than its context is compacted once and sent again with the smaller context
+  (:mod:`.compacting`); the Runner never sees the refusal when the retry fits.
 * ``get_items(limit=n)`` is the raw tail: the newest ``n`` stored items, without those taken
   back. The SDK reads it to check its own writes (a run resumed after an approval does).
 * ``pop_item()`` takes back the newest item and returns it (``Memory.retract_last``): storage

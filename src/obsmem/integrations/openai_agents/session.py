@@ -30,6 +30,7 @@ from obsmem.integrations.openai_agents.models import actor_model_of
 from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
+from obsmem.models.overflow import context_overflow
 from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
 from obsmem.window import RETRACTED_THROUGH_KEY, is_retracted
 
@@ -37,9 +38,12 @@ if TYPE_CHECKING:
     from agents import FunctionTool, Tool
     from agents.items import TResponseInputItem
     from agents.memory.session_settings import SessionSettings
+    from agents.models.interface import Model
     from agents.result import RunResultStreaming
     from agents.run_config import CallModelData, ModelInputData
     from agents.stream_events import StreamEvent
+
+    from .compacting import CompactingModel
 
 __all__ = ["InnerSession", "ObservationalSession"]
 
@@ -229,6 +233,31 @@ class ObservationalSession:
         )
         self._shown = list(items)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
+
+    # -- a request the model refused as too long --------------------------------------------------
+
+    def compacting(self, model: Model) -> CompactingModel:
+        """``model`` (an SDK ``Model``) for ``Agent(model=...)``: when the model refuses a step's
+        request as longer than its context, memory compacts the thread once and the step is
+        sent again with the smaller context (see :mod:`.compacting`)."""
+        from .compacting import CompactingModel
+
+        return CompactingModel(model, self)
+
+    async def after_overflow(
+        self, error: BaseException, tools: Sequence[Any]
+    ) -> list[TResponseInputItem] | None:
+        """The current step's input again, after ``error`` refused it as too long and memory
+        compacted the thread; None when ``error`` is something else or nothing could be
+        compacted (the caller raises it)."""
+        overflow = context_overflow(error)
+        if overflow is None or not await self._on_memory(self._door.compact_after(overflow)):
+            return None
+        items = await self._on_memory(
+            self._context(recall=offers_recall(tools), keep_raw_from=self._door.step_from)
+        )
+        self._shown = list(items)
+        return items
 
     # -- tools -----------------------------------------------------------------------------------
 

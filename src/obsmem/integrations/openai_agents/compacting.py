@@ -1,0 +1,68 @@
+"""A model that compacts memory and asks again when its request is refused as too long.
+
+The Agents SDK's Runner calls the agent's model itself, and ``call_model_input_filter`` only
+shapes the input, so no session hook sees the model refuse a request as longer than its context.
+:meth:`ObservationalSession.compacting` wraps the agent's model: when a call fails with a
+context-length refusal (OpenAI's ``context_length_exceeded``, Anthropic's prompt-too-long,
+llama.cpp's and vLLM's context-size errors), memory compacts the thread once (everything before
+the current step observed down to the retention floor) and the same step is sent again with the
+smaller context, as ``Agent`` and the other front doors do. A second refusal, or a compaction
+that cannot shrink the context, raises the model's error. Runs with ``Runner.run`` (and
+``run_sync``) get this; a streamed run's calls go to the inner model unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from agents.models.interface import Model
+
+if TYPE_CHECKING:
+    from agents.items import ModelResponse
+
+    from .session import ObservationalSession
+
+__all__ = ["CompactingModel"]
+
+
+class CompactingModel(Model):
+    """``inner`` with one compaction and retry on a context-length refusal (see the module).
+    ``model`` is the inner model's name, so memory names the actor as it would the inner one."""
+
+    def __init__(self, inner: Model, session: ObservationalSession) -> None:
+        self.inner = inner
+        self.session = session
+        self.model: Any = getattr(inner, "model", None)
+
+    def __repr__(self) -> str:
+        return f"CompactingModel({self.inner!r})"
+
+    async def get_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> ModelResponse:
+        try:
+            return await self.inner.get_response(system_instructions, input, *args, **kwargs)
+        except Exception as error:
+            smaller = await self.session.after_overflow(error, _tools(args, kwargs))
+            if smaller is None:
+                raise
+            return await self.inner.get_response(system_instructions, smaller, *args, **kwargs)
+
+    def stream_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """Streamed runs (``Runner.run_streamed``) go to the inner model as they are: a refusal
+        there reaches the caller (compact with ``memory.compact`` and run again)."""
+        return self.inner.stream_response(system_instructions, input, *args, **kwargs)
+
+    async def close(self) -> None:
+        close: Any = getattr(self.inner, "close", None)
+        if close is not None:
+            await close()
+
+
+def _tools(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Any]:
+    """The ``tools`` argument of a model call (after the input and the model settings)."""
+    tools = kwargs.get("tools", args[1] if len(args) > 1 else [])
+    return list(tools or [])
