@@ -537,3 +537,49 @@ async def test_the_create_agent_middleware_compacts_once_and_retries(
         await asyncio.to_thread(mem.close)
     else:
         await mem.aclose()
+
+
+# -- LangGraph: a hand-built graph's model node ---------------------------------------------------
+
+
+@pytest.mark.parametrize("sync", [False, True], ids=["ainvoke", "invoke"])
+async def test_the_langgraph_model_node_compacts_once_and_retries(
+    sync: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    import asyncio
+
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    actor = SmallActor()
+    mem = memory()
+    lg = LangGraphMemory(mem, resource="u1")
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", lg.model_node(_small_chat_model(actor)))
+    builder.add_edge(START, "model")
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    graph = builder.compile(checkpointer=InMemorySaver())
+    config = {"configurable": {"thread_id": "t1"}}
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    for turn in range(12):
+        state = {"messages": [("user", words(40, turn))]}
+        if sync:
+            result = await asyncio.to_thread(graph.invoke, state, config)
+        else:
+            result = await graph.ainvoke(state, config)
+        assert result["messages"][-1].content == "Noted."
+        await asyncio.to_thread(mem.run_sync, mem.settle()) if sync else await mem.settle()
+    assert actor.refused >= 1
+    refused_at = [i for i, size in enumerate(actor.sizes) if size > LIMIT]
+    assert all(actor.sizes[i + 1] <= LIMIT for i in refused_at)
+    compacted = [r for r in caplog.records if "compacted thread t1" in r.getMessage()]
+    assert len(compacted) == actor.refused
+    stored = await mem.store.list_messages("t1") if not sync else None
+    if stored is not None:
+        assert len(stored) == 24  # every question and answer once, the answers at once
+    if sync:
+        await asyncio.to_thread(mem.close)
+    else:
+        await mem.aclose()

@@ -115,6 +115,23 @@ def _langgraph_node(memory: Memory, thread: str) -> Turn:
     return _graph_turn(graph, thread)
 
 
+def _langgraph_model_node(memory: Memory, thread: str) -> Turn:
+    """``LangGraphMemory.model_node``: the whole model node in one call."""
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import END, START, MessagesState, StateGraph
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    graph = (
+        StateGraph(MessagesState)
+        .add_node("model", LangGraphMemory(memory).model_node(_chat_model()))
+        .add_edge(START, "model")
+        .add_edge("model", END)
+        .compile(checkpointer=InMemorySaver())
+    )
+    return _graph_turn(graph, thread)
+
+
 def _langgraph_hooks(memory: Memory, thread: str) -> Turn:
     import warnings
 
@@ -165,6 +182,7 @@ DOORS = [
     DoorCase("capability", _capability),
     DoorCase("history_processor", _history_processor, stores_reply_next_turn=True),
     DoorCase("langgraph_node", _langgraph_node),
+    DoorCase("langgraph_model_node", _langgraph_model_node),
     DoorCase("langgraph_hooks", _langgraph_hooks),
     DoorCase("create_agent_middleware", _middleware),
 ]

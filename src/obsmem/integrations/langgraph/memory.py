@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
-from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.tools import BaseTool
 
 from obsmem.convert.langchain import stored_id, to_langchain
@@ -271,6 +271,17 @@ class LangGraphMemory:
         """:meth:`save` for an async node."""
         with self.bind(config, context, model=model) as call:
             return await self.store_new(call.door, messages)
+
+    def model_node(
+        self, model: Any, *, recall: bool | None = None
+    ) -> Runnable[Any, dict[str, Any]]:
+        """A whole model node calling ``model`` (``graph.add_node("model", lg.model_node(llm))``):
+        memory's context in, the answer stored at once and returned as the state update, and a
+        request the model refused as too long compacted once and sent again (see
+        :mod:`.node`). Sync and async."""
+        from .node import model_node
+
+        return model_node(self, model, recall=recall)
 
     # -- waiting calls and recall ----------------------------------------------------------------
 
