@@ -52,8 +52,14 @@ class LoopbackServer:
     (:mod:`tests.strict_server`: string content, one leading system message, alternating roles,
     streaming) answering like the tiny model above, on its own thread."""
 
-    def __init__(self, *, reject_params: frozenset[str] = frozenset()) -> None:
-        self._kwargs: dict[str, Any] = {"answer": answer, "reject_params": reject_params}
+    def __init__(
+        self, *, reject_params: frozenset[str] = frozenset(), model_id: str = "local"
+    ) -> None:
+        self._kwargs: dict[str, Any] = {
+            "answer": answer,
+            "reject_params": reject_params,
+            "model_id": model_id,
+        }
         self._context: contextlib.AbstractContextManager[StrictServer] | None = None
         self.server: StrictServer | None = None
 

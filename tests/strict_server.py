@@ -100,6 +100,8 @@ class StrictServer:
     context_size: int | None = None
     """The model's context window in tokens (None: unlimited)."""
     serves: str = "llama.cpp"
+    model_id: str = "local"
+    """The model ``/v1/models`` lists (vLLM and Ollama serve named models)."""
     """Whose answers to give about the context: ``"llama.cpp"``, ``"vllm"`` or ``"ollama"``."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
@@ -198,7 +200,7 @@ class StrictServer:
         return {"error": {**error, "n_prompt_tokens": size, "n_ctx": self.context_size}}
 
     def _model_card(self) -> dict[str, Any]:
-        card: dict[str, Any] = {"id": "local", "object": "model", "owned_by": self.serves}
+        card: dict[str, Any] = {"id": self.model_id, "object": "model", "owned_by": self.serves}
         if self.context_size is not None and self.serves == "vllm":
             card["max_model_len"] = self.context_size
         elif self.context_size is not None:

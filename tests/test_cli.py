@@ -372,3 +372,24 @@ def test_demo_estimates_the_tokens_a_server_does_not_report(tmp_path: Path) -> N
     summary = next(line for line in result.stdout.splitlines() if " model calls, " in line)
     assert "(estimated: the server reported no usage)" in summary
     assert " 0 in / 0 out" not in summary
+
+
+def test_with_only_openai_base_url_the_served_model_is_used(tmp_path: Path) -> None:
+    """No OBSMEM_MODEL, only OPENAI_BASE_URL at a server that serves a named model (as vLLM and
+    Ollama do, refusing any other name): the command asks the server and uses that model."""
+    with LoopbackServer(model_id="qwen2.5:0.5b") as named:
+        env = {**_env(None), "OPENAI_BASE_URL": named.base_url}
+        result = subprocess.run(
+            [sys.executable, "-m", "obsmem", "demo"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
+        models = {r.get("model") for r in named.stats.requests}
+    assert result.returncode == 0, result.stderr
+    assert "obsmem: using openai/qwen2.5:0.5b, the model the server at OPENAI_BASE_URL serves" in (
+        result.stderr
+    )
+    assert models == {"qwen2.5:0.5b"}

@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 from ..llm import CallActivity
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
+from ..models.environment import LOCAL_PLACEHOLDER, served_model
 from .errors import CannotStart, check_model, describe_error, describe_failure
 from .stores import db_label, is_postgres_dsn, open_store
 
@@ -135,9 +136,20 @@ def memory_options(args: argparse.Namespace, model: str) -> dict[str, Any]:
 def pick_model(args: argparse.Namespace, option: str = "model") -> str | None:
     """The model from ``--model`` (or the ``option`` given) or the environment; None (after
     saying how to configure one) when there is none."""
-    model = getattr(args, option, None) or model_from_environment()
+    given = getattr(args, option, None)
+    model = given or model_from_environment()
     if model is None:
         print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
+    elif not given and model == LOCAL_PLACEHOLDER:
+        # Only OPENAI_BASE_URL: the model the server serves (vLLM and Ollama refuse another).
+        served = served_model()
+        if served is not None and f"openai/{served}" != model:
+            model = f"openai/{served}"
+            print(
+                f"obsmem: using {model}, the model the server at OPENAI_BASE_URL serves "
+                "(OBSMEM_MODEL chooses another)",
+                file=sys.stderr,
+            )
     return model
 
 

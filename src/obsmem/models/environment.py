@@ -16,7 +16,7 @@ import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from obsmem.models.describe import model_id_of, provider_of
 from obsmem.models.specs import AUTO, DEFAULT_MODEL, split_spec
@@ -111,10 +111,39 @@ def resolve_auto(
         if _has_key(env, name):
             return AutoModel(FAST_MODELS[name], f"the first provider key set ({name})")
     if local is not None:
-        return AutoModel("openai/local", f"the server at OPENAI_BASE_URL, {local}")
+        return AutoModel(LOCAL_PLACEHOLDER, f"the server at OPENAI_BASE_URL, {local}")
     return AutoModel(
         DEFAULT_MODEL, "the built-in default, as nothing is configured", configured=False
     )
+
+
+LOCAL_PLACEHOLDER = "openai/local"
+"""What ``"auto"`` names with only ``OPENAI_BASE_URL`` and no actor: llama.cpp's server answers
+whatever the name; :func:`served_model` asks the server which one it serves."""
+
+
+def served_model(environ: Mapping[str, str] | None = None, *, timeout: float = 3.0) -> str | None:
+    """The first model the server at ``OPENAI_BASE_URL`` lists (``GET /models``, with the
+    ``OPENAI_API_KEY`` when one is set), or None when there is no such server or it does not
+    say. One network call: for the command line, before it starts (never from a turn)."""
+    import httpx
+
+    env = os.environ if environ is None else environ
+    base = _local_server(env)
+    if base is None:
+        return None
+    key = env.get("OPENAI_API_KEY", "").strip()
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        reply = httpx.get(f"{base.rstrip('/')}/models", headers=headers, timeout=timeout)
+        data = reply.json().get("data") if reply.status_code == 200 else None
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    if not isinstance(data, list) or not data:
+        return None
+    first = cast(list[Any], data)[0]
+    name = first.get("id") if isinstance(first, dict) else None
+    return name if isinstance(name, str) and name.strip() else None
 
 
 def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
