@@ -484,3 +484,24 @@ def test_the_readme_configuration_starts_the_server_it_describes() -> None:
     assert server["command"] == "obsmem"
     args = _parser().parse_args(server["args"])
     assert (args.command, args.resource, args.transport) == ("mcp", "me", "stdio")
+
+
+async def test_with_only_openai_base_url_the_served_model_observes(tmp_path: Path) -> None:
+    """No OBSMEM_MODEL and no --model, only OPENAI_BASE_URL at a server serving a named model
+    (as vLLM and Ollama do): the server's memory calls go to that model."""
+    with LoopbackServer(model_id="qwen2.5:0.5b") as model:
+        params = StdioServerParameters(
+            command=sys.executable,
+            args=_command(str(tmp_path / "m.db"), "--resource", "alice", "--message-tokens", "300"),
+            env={"PYTHONPATH": str(SRC), "OPENAI_BASE_URL": model.base_url},
+            cwd=tempfile.gettempdir(),
+        )
+        async with Client(params, read_timeout_seconds=120) as client:
+            for turn in range(6):
+                messages = chat(f"{FILLER} ({turn})", "Sure.")
+                await ok(client, "remember", {"messages": messages})
+            status = data(await ok(client, "memory_status"))
+        calls = memory_calls(model)
+    assert status["observer_model"] == "openai/qwen2.5:0.5b"
+    assert calls
+    assert {r["model"] for r in calls} == {"qwen2.5:0.5b"}
