@@ -514,7 +514,7 @@ def test_the_observer_prompt_explains_every_kind_of_line_it_is_shown() -> None:
     """Every line form the transcript can hold, and every bookkeeping line the previous
     observations can hold, is explained to the Observer (models copy what they do not
     understand)."""
-    from obsmem.cycles.common import previous_for_observer
+    from obsmem.cycles.observer_run import previous_for_observer
     from obsmem.observations import boundary_line, truncate_observations
     from obsmem.prompts import CONTROL_LINES, INPUT_FORMAT, observer_system_prompt
 

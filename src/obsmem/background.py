@@ -14,7 +14,8 @@ from typing import Any
 
 from . import cycles, planner
 from .cycles import Deps, Failure, Outcome
-from .cycles.common import main_window, reload
+from .cycles.common import main_window
+from .cycles.writes import reload
 from .outcomes import Outcomes
 from .snapshot import Snapshot
 

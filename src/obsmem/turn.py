@@ -12,7 +12,8 @@ from typing import Any
 from . import cycles, planner, views
 from .background import Background
 from .cycles import Activation, Deps, Failure, Outcome
-from .cycles.common import reload, windows
+from .cycles.common import windows
+from .cycles.writes import reload
 from .errors import ConfigError
 from .events import StatusEvent
 from .messages import Message, check_json

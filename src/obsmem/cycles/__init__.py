@@ -10,18 +10,13 @@ memory as the source of truth.
 """
 
 from .buffering import Activation, activate_chunks, buffer_chunk
-from .common import (
-    Deps,
-    attachment_filter,
-    estimator_for,
-    flush_ledger,
-    join_log,
-    load,
-)
+from .common import Deps, estimator_for, join_log
 from .ledger import Ledger
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .observation import SyncObservation, catch_up, observe_sync
+from .observer_run import attachment_filter
 from .reflection import activate_reflection, buffer_reflection, reflect_now
+from .writes import flush_ledger, load
 
 __all__ = [
     "Activation",

@@ -15,20 +15,12 @@ from ..planner import ActivationTrigger, Batch
 from ..records import BufferedChunk, MessageRange, ObservationGroup, OMRecord
 from ..snapshot import Snapshot
 from ..stores import ActivateChunks, AddChunk, ThreadPatch
-from .common import (
-    Deps,
-    ObserverRun,
-    Write,
-    commit,
-    join_log,
-    new_cycle_id,
-    previous_for_observer,
-    report_titles,
-    run_observer,
-)
+from .common import Deps, join_log, new_cycle_id, report_titles
 from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
+from .observer_run import ObserverRun, previous_for_observer, run_observer
 from .retrieval import group_for, index_groups, label, retrieval_on
+from .writes import Write, commit
 
 __all__ = ["Activation", "activate_chunks", "buffer_chunk"]
 

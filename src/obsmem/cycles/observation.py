@@ -28,21 +28,12 @@ from ..snapshot import Snapshot
 from ..stores import CommitObservation, ResourcePatch, ThreadPatch
 from ..window import windows_of
 from .buffering import Activation, activate_chunks
-from .common import (
-    Deps,
-    ObserverRun,
-    Write,
-    commit,
-    join_log,
-    new_cycle_id,
-    reload,
-    report_titles,
-    run_observer,
-    window_estimator,
-)
+from .common import Deps, join_log, new_cycle_id, report_titles, window_estimator
 from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, emit_thread_failure, run_cycle
+from .observer_run import ObserverRun, run_observer
 from .retrieval import group_for, index_groups, label, retrieval_on
+from .writes import Write, commit, reload
 
 __all__ = ["SyncObservation", "catch_up", "observe_sync"]
 

@@ -20,10 +20,12 @@ from ..records import BufferedReflection, ObservationGroup, OMRecord
 from ..reflector import ReflectorInput, reflect, reflector_user_message
 from ..snapshot import Snapshot
 from ..stores import ResourcePatch, SetBufferedReflection, StartGeneration, ThreadPatch
-from .common import Deps, Write, call_transform, commit, new_cycle_id, report_titles
+from .common import Deps, new_cycle_id, report_titles
 from .extraction import extract, reflection_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
+from .observer_run import call_transform
 from .retrieval import index_groups, label, reflection_group, retrieval_on
+from .writes import Write, commit
 
 __all__ = ["activate_reflection", "buffer_reflection", "reflect_now"]
 
