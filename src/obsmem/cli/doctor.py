@@ -59,10 +59,16 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if model is None:
         return 2
     if not args.model:
-        from ..models.environment import resolve_auto
+        from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto
 
         choice = resolve_auto()
         print(f"model 'auto' (what memory uses here): {choice.model}, {choice.why}", file=out)
+        if choice.model == LOCAL_PLACEHOLDER and model != LOCAL_PLACEHOLDER:
+            print(
+                f"  a Memory in your code, with no actor model, names {LOCAL_PLACEHOLDER}; this "
+                f"server serves {model}: set OBSMEM_MODEL={model} to use it there too",
+                file=out,
+            )
     return asyncio.run(_doctor(model, args.timeout, out))
 
 
