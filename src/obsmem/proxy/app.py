@@ -288,6 +288,7 @@ class Proxy:
         actor = self.actor(model_name)
         current = step_from(conversation, alignment)
         context = await memory.context(ref, new, actor_model=actor, step_from=current)
+        self._saw(ref.thread, context.stored_input)
         current = step_start(context.stored_input) or current
         return LinedUp(context, after, taken, tail, again, actor, meta, current)
 
@@ -311,7 +312,23 @@ class Proxy:
         (message,) = from_openai_chat(
             [reply], thread_id=step.ref.thread, resource_id=step.ref.resource
         )
-        await self._memory.save(step.ref, [_with_id(message, mid)], actor_model=step.actor)
+        stored = await self._memory.save(step.ref, [_with_id(message, mid)], actor_model=step.actor)
+        self._saw(step.ref.thread, stored)
+
+    def _saw(self, thread_id: str, stored: Sequence[Message]) -> None:
+        """What this process just stored, added to what it knows of the thread when it follows
+        on from it (so the next request needs no read of it); a gap means another writer came
+        between, and the next request reads what it missed."""
+        seen = self._seen.get(thread_id)
+        if seen is None:
+            return
+        for message in sorted(stored, key=lambda m: m.seq or 0):
+            seq = message.seq or 0
+            if seq == seen.count + 1:
+                seen.entries.append(StoredEntry(seq, message.id, stored_fingerprint(message)))
+                seen.count = seq
+            elif seq > seen.count + 1:
+                return
 
     @staticmethod
     async def _take_back(memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
