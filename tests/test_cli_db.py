@@ -4,6 +4,7 @@ obsmem's tables; inspect never writes."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import sqlite3
@@ -299,3 +300,41 @@ def test_the_servers_refuse_what_the_other_commands_refuse(
     assert unknown.returncode == 2, unknown.stdout + unknown.stderr
     assert "--model foo/bar: unknown provider 'foo'" in _one_line(unknown)
     assert not (tmp_path / "m.db").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("proxy", "--upstream", "http://127.0.0.1:9/v1"),
+        ("mcp", "--resource", "alice", "--transport", "http"),
+        ("ui",),
+    ],
+    ids=lambda c: c[0],
+)
+def test_the_servers_refuse_a_port_they_cannot_listen_on(
+    command: tuple[str, ...], tmp_path: Path
+) -> None:
+    """A port out of range, or one another server holds: one line naming the fix, exit 2."""
+    import socket
+
+    db = tmp_path / "m.db"
+
+    async def make() -> None:  # an obsmem database, empty
+        store = SQLiteStore(db)
+        await store.list_resources()
+        await store.aclose()
+
+    asyncio.run(make())
+    wrong = obsmem(*command, "--db", str(db), "--port", "99999", cwd=tmp_path)
+    assert wrong.returncode == 2, wrong.stdout + wrong.stderr
+    assert (
+        _one_line(wrong) == "obsmem: --port 99999: give a port from 1 to 65535 (0 picks a free one)"
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        busy = obsmem(*command, "--db", str(db), "--port", port, cwd=tmp_path)
+    assert busy.returncode == 2, busy.stdout + busy.stderr
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in _one_line(busy)
+    assert "Traceback" not in busy.stderr

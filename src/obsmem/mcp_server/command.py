@@ -7,7 +7,6 @@ import asyncio
 import hmac
 import logging
 import os
-import socket
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -211,20 +210,9 @@ async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, 
     app: Any = server.streamable_http_app(host=args.host)
     if args.token:
         app = BearerToken(app, args.token)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-    except OSError as exc:
-        sock.close()
-        from ..cli.common import CannotStart
+    from ..cli.common import listening_socket
 
-        raise CannotStart(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; pick another "
-            "--port (0 picks a free one)"
-        ) from exc
-    sock.listen(128)
+    sock = listening_socket(args.host, args.port, backlog=128)
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     config = uvicorn.Config(app, log_config=None, access_log=False, log_level="warning")

@@ -60,9 +60,7 @@ def _check_extra() -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    import socket
-
-    from ..cli.common import CannotStart, db_label, open_store
+    from ..cli.common import CannotStart, db_label, listening_socket, open_store
     from ..cli.errors import refuse_unusable_model
 
     _check_extra()
@@ -107,20 +105,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         memory_key=memory_key,
         keys=keys,
     )
-    # IPPROTO_TCP named: asyncio sets TCP_NODELAY only on sockets that say they are TCP
-    # (without it each response waits ~40 ms on the client's delayed ACK).
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((args.host, args.port))
-        sock.listen(2048)  # connections wait in the backlog until the server takes them
-    except OSError as exc:
-        sock.close()
-        raise CannotStart(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}; give another "
-            "--port (0 picks a free one)"
-        ) from exc
+    sock = listening_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     print(
         f"obsmem proxy: http://{host}:{port}/v1 -> {upstream}; store {db_label(args.db)}; "

@@ -72,40 +72,24 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     check_extra()
     import uvicorn
 
-    from ..cli.common import db_label, open_store
+    from ..cli.common import db_label, listening_socket, open_store
     from .app import UIConfig, create_app
     from .queries import Thresholds
 
     store = open_store(args.db, read_only=True)  # CannotStart names the fix (exit 2)
+    sock = listening_socket(args.host, args.port, backlog=128)
     config = UIConfig(
         label=db_label(args.db),
         token=args.token,
         thresholds=Thresholds(args.message_tokens, args.observation_tokens),
     )
     app = create_app(store, config)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
-    )
-    _announce(server, args, out)
-    server.run()
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    # The socket listens already: a browser opening the URL now waits in its backlog.
+    port = sock.getsockname()[1]
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    query = f"/?token={args.token}" if args.token else "/"
+    print(f"obsmem ui: http://{host}:{port}{query}  (read-only; Ctrl-C stops)", file=out)
+    out.flush()
+    server.run(sockets=[sock])
     return 0
-
-
-def _announce(server: Any, args: argparse.Namespace, out: TextIO) -> None:
-    """Print the URL once the server listens (with ``?token=`` when there is one)."""
-    startup = server.startup
-
-    async def announced(sockets: Any = None) -> None:
-        await startup(sockets=sockets)
-        if not server.started:
-            return
-        port = args.port
-        for listener in getattr(server, "servers", []):
-            for sock in listener.sockets:
-                port = sock.getsockname()[1]
-        host = f"[{args.host}]" if ":" in args.host else args.host
-        query = f"/?token={args.token}" if args.token else "/"
-        print(f"obsmem ui: http://{host}:{port}{query}  (read-only; Ctrl-C stops)", file=out)
-        out.flush()
-
-    server.startup = announced
