@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..llm import CallActivity
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
-from ..models.environment import LOCAL_PLACEHOLDER, served_model
+from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_model
 from .errors import CannotStart, check_model, describe_error, describe_failure
 from .stores import db_label, is_postgres_dsn, open_store
 
@@ -163,17 +163,26 @@ def pick_model(args: argparse.Namespace, option: str = "model") -> str | None:
     model = given or model_from_environment()
     if model is None:
         print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
-    elif not given and model == LOCAL_PLACEHOLDER:
-        # Only OPENAI_BASE_URL: the model the server serves (vLLM and Ollama refuse another).
-        served = served_model()
-        if served is not None and f"openai/{served}" != model:
-            model = f"openai/{served}"
-            print(
-                f"obsmem: using {model}, the model the server at OPENAI_BASE_URL serves "
-                "(OBSMEM_MODEL chooses another)",
-                file=sys.stderr,
-            )
+    elif not given:
+        model = served_in_place_of_auto("obsmem") or model
     return model
+
+
+def served_in_place_of_auto(command: str) -> str | None:
+    """With only ``OPENAI_BASE_URL`` (``"auto"`` would name the placeholder ``openai/local``,
+    which vLLM and Ollama refuse), the model that server serves, said on stderr; None
+    otherwise. One request to the server, before a command starts."""
+    if resolve_auto(None).model != LOCAL_PLACEHOLDER:
+        return None
+    served = served_model()
+    if served is None or f"openai/{served}" == LOCAL_PLACEHOLDER:
+        return None
+    print(
+        f"{command}: using openai/{served}, the model the server at OPENAI_BASE_URL serves "
+        "(OBSMEM_MODEL chooses another)",
+        file=sys.stderr,
+    )
+    return f"openai/{served}"
 
 
 class Progress:

@@ -150,24 +150,10 @@ def _log_to_stderr() -> None:
         root.setLevel(logging.WARNING)
 
 
-def _served_or_auto() -> str:
-    """``"auto"``, or with only ``OPENAI_BASE_URL`` the model that server serves (vLLM and
-    Ollama refuse the placeholder ``"auto"`` would name there)."""
-    from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_model
-
-    if resolve_auto(None).model != LOCAL_PLACEHOLDER:
-        return "auto"
-    served = served_model()
-    if served is None or served == "local":
-        return "auto"
-    print(f"obsmem mcp: using openai/{served}, the model OPENAI_BASE_URL serves", file=sys.stderr)
-    return f"openai/{served}"
-
-
 def _options(args: argparse.Namespace) -> dict[str, Any]:
-    from ..cli.common import memory_options
+    from ..cli.common import memory_options, served_in_place_of_auto
 
-    options = memory_options(args, args.model or _served_or_auto())
+    options = memory_options(args, args.model or served_in_place_of_auto("obsmem mcp") or "auto")
     options["scope"] = args.scope
     # Serving one conversation: recall stays in it too.
     retrieval: dict[str, Any] = {"scope": "thread" if args.thread is not None else "resource"}
