@@ -53,12 +53,17 @@ class LoopbackServer:
     streaming) answering like the tiny model above, on its own thread."""
 
     def __init__(
-        self, *, reject_params: frozenset[str] = frozenset(), model_id: str = "local"
+        self,
+        *,
+        reject_params: frozenset[str] = frozenset(),
+        model_id: str = "local",
+        named_model_only: bool = False,
     ) -> None:
         self._kwargs: dict[str, Any] = {
             "answer": answer,
             "reject_params": reject_params,
             "model_id": model_id,
+            "named_model_only": named_model_only,
         }
         self._context: contextlib.AbstractContextManager[StrictServer] | None = None
         self.server: StrictServer | None = None

@@ -15,7 +15,9 @@ rule the way those servers do:
   400 with llama.cpp's ``exceed_context_size_error`` (or vLLM's wording, ``serves="vllm"``), and
   the window is told where those servers tell it: llama.cpp's ``GET /props``
   (``default_generation_settings.n_ctx``) and ``/v1/models`` (``meta.n_ctx_train``), vLLM's
-  ``/v1/models`` (``max_model_len``), Ollama's ``POST /api/show`` (``serves="ollama"``).
+  ``/v1/models`` (``max_model_len``), Ollama's ``POST /api/show`` (``serves="ollama"``);
+- with ``named_model_only``, a request for another model than ``model_id`` is a 404, as vLLM
+  answers it (``The model `local` does not exist.``).
 
 ``answer(request)`` gives the reply text, or an iterator of pieces to stream (it may never end: the
 server stops when the client hangs up, and counts what it sent). Every request is kept in
@@ -102,6 +104,8 @@ class StrictServer:
     serves: str = "llama.cpp"
     model_id: str = "local"
     """The model ``/v1/models`` lists (vLLM and Ollama serve named models)."""
+    named_model_only: bool = False
+    """Refuse a request for any other model than ``model_id`` with a 404, as vLLM does."""
     """Whose answers to give about the context: ``"llama.cpp"``, ``"vllm"`` or ``"ollama"``."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
@@ -143,6 +147,8 @@ class StrictServer:
 
     def check(self, body: dict[str, Any]) -> tuple[int, str] | None:
         """The status and message a strict server answers ``body`` with, or None to accept."""
+        if self.named_model_only and body.get("model") != self.model_id:
+            return 404, f"The model `{body.get('model')}` does not exist."
         for name in sorted(self.reject_params & set(body)):
             return 400, (f"Unsupported parameter: '{name}' is not supported with this model.")
         messages = body.get("messages") or []

@@ -395,9 +395,9 @@ def test_with_only_openai_base_url_the_served_model_is_used(tmp_path: Path) -> N
     assert models == {"qwen2.5:0.5b"}
 
 
-def test_doctor_says_which_model_to_name_for_the_library(tmp_path: Path) -> None:
+def test_doctor_says_which_model_memory_uses_on_a_local_server(tmp_path: Path) -> None:
     """``obsmem doctor`` with only OPENAI_BASE_URL: it checks the model the server serves, and
-    says the OBSMEM_MODEL a Memory in the user's code needs to use it too."""
+    says that is what ``"auto"`` uses (a Memory in the user's code asks the server too)."""
     with LoopbackServer(model_id="qwen2.5:0.5b") as named:
         env = {**_env(None), "OPENAI_BASE_URL": named.base_url}
         result = subprocess.run(
@@ -409,4 +409,7 @@ def test_doctor_says_which_model_to_name_for_the_library(tmp_path: Path) -> None
             timeout=300,
         )
     assert "obsmem doctor: openai/qwen2.5:0.5b" in result.stdout, result.stdout + result.stderr
-    assert "set OBSMEM_MODEL=openai/qwen2.5:0.5b to use it there too" in result.stdout
+    assert (
+        "model 'auto' (what memory uses here): openai/qwen2.5:0.5b, the model the server at "
+        "OPENAI_BASE_URL serves"
+    ) in result.stdout

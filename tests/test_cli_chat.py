@@ -386,3 +386,42 @@ def test_the_progress_line_redraws_with_the_reason_while_a_call_waits(
     drawn = screen.getvalue().rsplit("\r", 1)[-1].removesuffix("\x1b[K")
     assert len(drawn) < 40
     assert drawn.endswith("…")
+
+
+async def test_the_progress_line_redraws_on_its_own_while_a_call_waits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No activity comes while a call hangs: ``ticking`` still redraws the line, its spinner
+    turning and the reason kept, so a wait never looks like a hang."""
+    from obsmem.llm import CallActivity, LLMRequest
+
+    class CountingScreen(Screen):
+        def __init__(self) -> None:
+            super().__init__()
+            self.redrawn = asyncio.Event()
+            self.draws = 0
+
+        def write(self, s: str) -> int:
+            if s.startswith("\r") and "waiting" in s:
+                self.draws += 1
+                if self.draws >= 4:
+                    self.redrawn.set()
+            return super().write(s)
+
+    monkeypatch.setenv("COLUMNS", "300")
+    monkeypatch.setattr(Progress, "TICK", 0.01)
+    screen = CountingScreen()
+    progress = Progress("demo", screen)
+    progress(1, 5)
+    request = LLMRequest(role="observer", model="openai/m", system="s", user=["u"])
+    progress.activity(CallActivity(kind="start", request=request, call_id=1, model_name="m"))
+    assert screen.draws == 1
+    async with progress.ticking():
+        async with asyncio.timeout(10):
+            await screen.redrawn.wait()
+    drawn = [x for x in screen.getvalue().split("\r") if "waiting" in x]
+    assert len(drawn) >= 4
+    assert all("1/5 turns" in x and "on Observer call to m" in x for x in drawn)
+    spinners = {x.split("waiting")[0].rstrip()[-1] for x in drawn}
+    assert len(spinners) >= 3, drawn
+    assert screen.getvalue().endswith("\n")  # left on a fresh line when the block ends

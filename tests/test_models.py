@@ -647,3 +647,46 @@ async def test_bad_retry_settings_are_refused() -> None:
     call, _ = failing([])
     with pytest.raises(ValueError, match="jitter"):
         await call_with_retry(call, jitter=1.5)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "named"),
+    [
+        (200, {"data": [{"id": "qwen2.5:0.5b"}, {"id": "llama3.2"}]}, "qwen2.5:0.5b"),
+        (200, {"data": [{"id": "qwen2.5:0.5b"}, {"id": "local"}]}, "local"),
+        (200, {"data": [{"object": "model"}, {"id": " "}, {"id": "b"}]}, "b"),
+        (200, {"data": []}, None),
+        (200, {"models": "?"}, None),
+        (200, ["not", "a", "listing"], None),
+        (401, {"data": [{"id": "a"}]}, None),
+    ],
+)
+def test_the_model_a_local_server_serves_is_read_from_its_listing(
+    status: int, body: Any, named: str | None
+) -> None:
+    """``GET /models``: the first model listed, the placeholder's own name when listed (then it
+    is a model the server serves), nothing from an answer that does not say."""
+    from obsmem.models.environment import _served_name  # pyright: ignore[reportPrivateUsage]
+
+    assert _served_name(status, body) == named
+
+
+def test_the_served_model_is_asked_again_while_the_server_does_not_say() -> None:
+    """A server that is down at the first memory call: the call names the placeholder, and the
+    next one asks again (nothing is remembered from a failed ask)."""
+    from obsmem.llm import ModelCaller
+
+    from .strict_server import strict_server_thread
+
+    async def ask(caller: ModelCaller) -> str:
+        return await caller._in_place_of_placeholder()  # pyright: ignore[reportPrivateUsage]
+
+    caller = ModelCaller()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        assert asyncio.run(ask(caller)) == "openai/local"
+        assert caller.served_in_place_of_placeholder is None
+        with strict_server_thread(model_id="qwen2.5:0.5b") as server:
+            patch.setenv("OPENAI_BASE_URL", server.base_url)
+            assert asyncio.run(ask(caller)) == "openai/qwen2.5:0.5b"
+    assert caller.served_in_place_of_placeholder == "openai/qwen2.5:0.5b"

@@ -96,3 +96,53 @@ def test_the_quick_start_with_nothing_configured_says_so_in_the_log(tmp_path: Pa
     assert len(warnings) == 1, result.stderr
     assert "GOOGLE_API_KEY" in warnings[0]
     assert "OBSMEM_MODEL" in warnings[0]
+
+
+def test_with_only_openai_base_url_memory_asks_the_server_for_its_model(tmp_path: Path) -> None:
+    """Only OPENAI_BASE_URL, at a server that serves one named model and refuses any other (as
+    vLLM and Ollama do), and an actor that names no provider: ``"auto"`` names the placeholder
+    ``openai/local`` in the turn (no network call there), and the first memory model call asks
+    the server which model it serves and calls that one; status shows it."""
+    script = (
+        "import asyncio, logging\n"
+        "logging.basicConfig(level=logging.INFO)\n"
+        "from obsmem import Agent, Memory\n"
+        "async def main():\n"
+        "    memory = Memory(observational_memory=True)\n"
+        "    agent = Agent(id='a', instructions='Be brief.', model='test', memory=memory)\n"
+        "    opts = {'resource': 'u', 'thread': 't'}\n"
+        "    await agent.generate('Remember that my favorite color is blue.', memory=opts)\n"
+        "    assert memory.om is not None\n"
+        "    print('BEFORE:', (await memory.status(opts)).observer_model)\n"
+        "    await memory.om.observe('t', 'u')\n"
+        "    print('LOG:', await memory.om.observations('t', 'u'))\n"
+        "    status = await memory.status(opts)\n"
+        "    print('STATE:', status.state, status.observer_model)\n"
+        "    await memory.aclose()\n"
+        "asyncio.run(main())\n"
+    )
+    with LoopbackServer(model_id="qwen2.5:0.5b", named_model_only=True) as server:
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.endswith("_API_KEY") and k != "OBSMEM_MODEL"
+        }
+        env["OPENAI_BASE_URL"] = server.base_url
+        result = subprocess.run(
+            [sys.executable, "-c", script],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+        )
+        models = {r.get("model") for r in server.stats.requests}
+        refusals = list(server.stats.refusals)
+    assert result.returncode == 0, result.stderr
+    assert "BEFORE: openai/local" in result.stdout
+    assert "favorite color is blue" in result.stdout
+    assert "STATE: healthy openai/qwen2.5:0.5b" in result.stdout
+    assert "memory models use openai/qwen2.5:0.5b, the model the server" in result.stderr
+    assert "WARNING" not in result.stderr, result.stderr
+    assert models == {"qwen2.5:0.5b"}, models
+    assert refusals == []

@@ -21,12 +21,13 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from obsmem.errors import ModelError, ObsmemError
 from obsmem.messages import FilePart, ImagePart, display_text
 from obsmem.models.describe import provider_of
+from obsmem.models.environment import LOCAL_PLACEHOLDER, served_model_async
 from obsmem.models.providers import resolve_model
 from obsmem.models.retry import call_with_retry, describe_exception, last_error
 from obsmem.models.settings import call_settings
@@ -168,7 +169,15 @@ class ModelCaller:
     ``sleep`` waits between retries (tests pass one that records the delays and returns at once).
     """
 
-    __slots__ = ("_activity", "_calls", "_listeners", "_resolved", "_sleep", "_text_only")
+    __slots__ = (
+        "_activity",
+        "_calls",
+        "_listeners",
+        "_resolved",
+        "_sleep",
+        "_text_only",
+        "served_in_place_of_placeholder",
+    )
 
     def __init__(self, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self._sleep = sleep
@@ -180,6 +189,10 @@ class ModelCaller:
         """Models resolved from strings, kept so each spec builds its SDK client once."""
         self._text_only: set[tuple[str, str]] = set()
         """Models (name, base URL) whose server refused attachments: sent text only since."""
+        self.served_in_place_of_placeholder: str | None = None
+        """The model the server at ``OPENAI_BASE_URL`` said it serves, called in place of
+        ``"auto"``'s placeholder ``openai/local`` (None until a call named it and the server
+        said)."""
 
     async def call(self, request: LLMRequest) -> LLMResult:
         """Send ``request`` to its model and return the answer.
@@ -191,6 +204,8 @@ class ModelCaller:
         from opentelemetry import trace
 
         started = time.perf_counter()
+        if request.model == LOCAL_PLACEHOLDER:
+            request = replace(request, model=await self._in_place_of_placeholder())
         tracer = trace.get_tracer("obsmem")
         with tracer.start_as_current_span(f"obsmem.{request.role}") as span:
             span.set_attributes(
@@ -241,6 +256,21 @@ class ModelCaller:
             for listener in list(self._listeners):
                 listener(request, result)
             return result
+
+    async def _in_place_of_placeholder(self) -> str:
+        """The model to call for the placeholder ``openai/local``: the one the server at
+        ``OPENAI_BASE_URL`` serves, asked once (again at the next call while it does not say)."""
+        if self.served_in_place_of_placeholder is None:
+            name = await served_model_async()
+            if name is not None:
+                self.served_in_place_of_placeholder = served = f"openai/{name}"
+                if served != LOCAL_PLACEHOLDER:
+                    log.info(
+                        "obsmem: memory models use %s, the model the server at OPENAI_BASE_URL "
+                        "serves (OBSMEM_MODEL chooses another)",
+                        served,
+                    )
+        return self.served_in_place_of_placeholder or LOCAL_PLACEHOLDER
 
     def add_listener(self, listener: CallListener) -> Callable[[], None]:
         """Be told about every successful call made through this caller (the CLI's reports use

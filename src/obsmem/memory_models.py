@@ -11,7 +11,7 @@ from dataclasses import replace
 from .cycles import Deps
 from .failures import advice
 from .models import ModelSpec
-from .models.environment import AutoModel, credentials_problem, resolve_auto
+from .models.environment import LOCAL_PLACEHOLDER, AutoModel, credentials_problem, resolve_auto
 from .models.specs import AUTO
 from .outcomes import Outcomes
 
@@ -47,7 +47,10 @@ class MemoryModels:
         and look for missing credentials without a network call: a WARNING (or, with
         ``failure_policy="raise"``, the turn's error) names the key to set."""
         deps = self._deps
-        if not self._final and (choice := resolve_auto(actor_model)) != self.choice:
+        choice = self.choice if self._final else resolve_auto(actor_model)
+        if choice is not None and choice.model == LOCAL_PLACEHOLDER:
+            choice = self._served(choice)
+        if choice is not None and choice != self.choice:
             obs, ref = deps.options.observation, deps.options.reflection
             chosen = replace(
                 deps.options,
@@ -80,6 +83,14 @@ class MemoryModels:
         elif was is not None:
             self._outcomes.warned.pop(("*", "credentials"), None)
             log.warning("obsmem: the memory models' credentials are there now")
+
+    def _served(self, choice: AutoModel) -> AutoModel:
+        """``choice`` naming the model the server serves in place of the placeholder, once the
+        caller has asked it (at the first memory model call)."""
+        served = getattr(self._deps.caller, "served_in_place_of_placeholder", None)
+        if not isinstance(served, str) or served == LOCAL_PLACEHOLDER:
+            return choice
+        return AutoModel(served, f"the model the server at OPENAI_BASE_URL serves ({choice.why})")
 
     def message(self) -> str:
         """What the missing credentials stop, and how to fix it."""

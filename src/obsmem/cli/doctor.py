@@ -62,13 +62,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto
 
         choice = resolve_auto()
-        print(f"model 'auto' (what memory uses here): {choice.model}, {choice.why}", file=out)
-        if choice.model == LOCAL_PLACEHOLDER and model != LOCAL_PLACEHOLDER:
-            print(
-                f"  a Memory in your code, with no actor model, names {LOCAL_PLACEHOLDER}; this "
-                f"server serves {model}: set OBSMEM_MODEL={model} to use it there too",
-                file=out,
-            )
+        named, why = choice.model, choice.why
+        if named == LOCAL_PLACEHOLDER and model != LOCAL_PLACEHOLDER:
+            # A Memory in the user's code asks the server the same way at its first call.
+            named, why = model, "the model the server at OPENAI_BASE_URL serves"
+        print(f"model 'auto' (what memory uses here): {named}, {why}", file=out)
     return asyncio.run(_doctor(model, args.timeout, out))
 
 

@@ -28,11 +28,14 @@ __all__ = [
     "AUTO",
     "FAST_MODELS",
     "HOW_TO_PROVIDE_A_MODEL",
+    "LOCAL_PLACEHOLDER",
     "MODEL_ENV",
     "AutoModel",
     "credentials_problem",
     "model_from_environment",
     "resolve_auto",
+    "served_model",
+    "served_model_async",
 ]
 
 MODEL_ENV = "OBSMEM_MODEL"
@@ -118,32 +121,71 @@ def resolve_auto(
 
 
 LOCAL_PLACEHOLDER = "openai/local"
-"""What ``"auto"`` names with only ``OPENAI_BASE_URL`` and no actor: llama.cpp's server answers
-whatever the name; :func:`served_model` asks the server which one it serves."""
+"""What ``"auto"`` names with only ``OPENAI_BASE_URL`` and no actor, without a network call. The
+command line asks the server which model it serves before it starts (:func:`served_model`), and
+the ``ModelCaller`` asks before the first memory model call that names it
+(:func:`served_model_async`): llama.cpp's server answers whatever the name, vLLM and Ollama
+refuse a name they do not serve."""
 
 
-def served_model(environ: Mapping[str, str] | None = None, *, timeout: float = 3.0) -> str | None:
-    """The first model the server at ``OPENAI_BASE_URL`` lists (``GET /models``, with the
-    ``OPENAI_API_KEY`` when one is set), or None when there is no such server or it does not
-    say. One network call: for the command line, before it starts (never from a turn)."""
-    import httpx
-
-    env = os.environ if environ is None else environ
+def _models_request(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
+    """The URL and headers of ``GET /models`` on the server at ``OPENAI_BASE_URL`` (with the
+    ``OPENAI_API_KEY`` when one is set), or None when there is no such server."""
     base = _local_server(env)
     if base is None:
         return None
     key = env.get("OPENAI_API_KEY", "").strip()
-    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return f"{base.rstrip('/')}/models", ({"Authorization": f"Bearer {key}"} if key else {})
+
+
+def _served_name(status: int, body: Any) -> str | None:
+    """The model a ``GET /models`` answer names: the placeholder's name when the server lists it
+    (then the placeholder is a model it serves), otherwise the first it lists; None when it
+    does not say."""
+    data = body.get("data") if status == 200 and isinstance(body, dict) else None
+    if not isinstance(data, list):
+        return None
+    names = [
+        name
+        for item in cast(list[Any], data)
+        if isinstance(item, dict)
+        and isinstance(name := cast(dict[str, Any], item).get("id"), str)
+        and name.strip()
+    ]
+    placeholder = LOCAL_PLACEHOLDER.removeprefix("openai/")
+    return placeholder if placeholder in names else next(iter(names), None)
+
+
+def served_model(environ: Mapping[str, str] | None = None, *, timeout: float = 3.0) -> str | None:
+    """The model the server at ``OPENAI_BASE_URL`` serves (``GET /models``), or None when there
+    is no such server or it does not say. One network call: for the command line, before it
+    starts (a memory model call uses :func:`served_model_async`)."""
+    import httpx
+
+    request = _models_request(os.environ if environ is None else environ)
+    if request is None:
+        return None
     try:
-        reply = httpx.get(f"{base.rstrip('/')}/models", headers=headers, timeout=timeout)
-        data = reply.json().get("data") if reply.status_code == 200 else None
-    except (httpx.HTTPError, ValueError, AttributeError):
+        reply = httpx.get(request[0], headers=request[1], timeout=timeout)
+        return _served_name(reply.status_code, reply.json())
+    except (httpx.HTTPError, ValueError):
         return None
-    if not isinstance(data, list) or not data:
+
+
+async def served_model_async(environ: Mapping[str, str] | None = None) -> str | None:
+    """:func:`served_model` for a memory model call that is about to name the placeholder (the
+    call makes a network request anyway; a turn never does), waiting at most 3 s."""
+    import httpx
+
+    request = _models_request(os.environ if environ is None else environ)
+    if request is None:
         return None
-    first = cast(list[Any], data)[0]
-    name = first.get("id") if isinstance(first, dict) else None
-    return name if isinstance(name, str) and name.strip() else None
+    try:
+        async with httpx.AsyncClient(timeout=3.0) as client:
+            reply = await client.get(request[0], headers=request[1])
+        return _served_name(reply.status_code, reply.json())
+    except (httpx.HTTPError, ValueError):
+        return None
 
 
 def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
