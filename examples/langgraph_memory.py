@@ -62,7 +62,7 @@ def build_graph(model: Any, memory: Memory) -> Any:
     with warnings.catch_warnings():  # create_react_agent is deprecated in LangGraph 1.x
         warnings.filterwarnings("ignore", message="create_react_agent has been moved")
         return create_react_agent(
-            model,
+            hooks.compacting(model),  # one system message with the prompt; retries an overflow
             [],
             prompt="You are a helpful assistant.",
             pre_model_hook=hooks.pre_model_hook,

@@ -503,6 +503,35 @@ def _small_chat_model(actor: SmallActor) -> Any:
     return SmallChat()
 
 
+async def _twelve_turns(
+    graph: Any,
+    config: Any,
+    mem: Memory,
+    actor: SmallActor,
+    *,
+    sync: bool,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Twelve turns through ``graph`` (sync from a thread, or async): every answer given, each
+    refused request compacted once (a WARNING says so) and the next one fitting."""
+    import asyncio
+
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    for turn in range(12):
+        state = {"messages": [("user", words(40, turn))]}
+        if sync:
+            result = await asyncio.to_thread(graph.invoke, state, config)
+        else:
+            result = await graph.ainvoke(state, config)
+        assert result["messages"][-1].content == "Noted."
+        await asyncio.to_thread(mem.run_sync, mem.settle()) if sync else await mem.settle()
+    assert actor.refused >= 1
+    refused_at = [i for i, size in enumerate(actor.sizes) if size > LIMIT]
+    assert all(actor.sizes[i + 1] <= LIMIT for i in refused_at)
+    compacted = [r for r in caplog.records if "compacted thread t1" in r.getMessage()]
+    assert len(compacted) == actor.refused
+
+
 @pytest.mark.parametrize("sync", [False, True], ids=["ainvoke", "invoke"])
 async def test_the_create_agent_middleware_compacts_once_and_retries(
     sync: bool, caplog: pytest.LogCaptureFixture
@@ -519,20 +548,7 @@ async def test_the_create_agent_middleware_compacts_once_and_retries(
         _small_chat_model(actor), [], middleware=[ObservationalMemoryMiddleware(mem)]
     )
     config = {"configurable": {"thread_id": "t1", "resource_id": "u1"}}
-    caplog.set_level(logging.WARNING, logger="obsmem")
-    for turn in range(12):
-        state = {"messages": [("user", words(40, turn))]}
-        if sync:
-            result = await asyncio.to_thread(agent.invoke, state, config)
-        else:
-            result = await agent.ainvoke(state, config)
-        assert result["messages"][-1].content == "Noted."
-        await asyncio.to_thread(mem.run_sync, mem.settle()) if sync else await mem.settle()
-    assert actor.refused >= 1
-    refused_at = [i for i, size in enumerate(actor.sizes) if size > LIMIT]
-    assert all(actor.sizes[i + 1] <= LIMIT for i in refused_at)
-    compacted = [r for r in caplog.records if "compacted thread t1" in r.getMessage()]
-    assert len(compacted) == actor.refused
+    await _twelve_turns(agent, config, mem, actor, sync=sync, caplog=caplog)
     if sync:
         await asyncio.to_thread(mem.close)
     else:
@@ -562,20 +578,7 @@ async def test_the_langgraph_model_node_compacts_once_and_retries(
 
     graph = builder.compile(checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "t1"}}
-    caplog.set_level(logging.WARNING, logger="obsmem")
-    for turn in range(12):
-        state = {"messages": [("user", words(40, turn))]}
-        if sync:
-            result = await asyncio.to_thread(graph.invoke, state, config)
-        else:
-            result = await graph.ainvoke(state, config)
-        assert result["messages"][-1].content == "Noted."
-        await asyncio.to_thread(mem.run_sync, mem.settle()) if sync else await mem.settle()
-    assert actor.refused >= 1
-    refused_at = [i for i, size in enumerate(actor.sizes) if size > LIMIT]
-    assert all(actor.sizes[i + 1] <= LIMIT for i in refused_at)
-    compacted = [r for r in caplog.records if "compacted thread t1" in r.getMessage()]
-    assert len(compacted) == actor.refused
+    await _twelve_turns(graph, config, mem, actor, sync=sync, caplog=caplog)
     stored = await mem.store.list_messages("t1") if not sync else None
     if stored is not None:
         assert len(stored) == 24  # every question and answer once, the answers at once
@@ -583,3 +586,76 @@ async def test_the_langgraph_model_node_compacts_once_and_retries(
         await asyncio.to_thread(mem.close)
     else:
         await mem.aclose()
+
+
+# -- LangGraph: create_react_agent's model, wrapped ---------------------------------------------
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")
+@pytest.mark.parametrize("sync", [False, True], ids=["ainvoke", "invoke"])
+async def test_create_react_agents_compacting_model_compacts_once_and_retries(
+    sync: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``create_react_agent(lg.compacting(llm), ..., pre_model_hook=lg.pre_model_hook)``: the
+    hooks cannot retry, the wrapped model does, with the agent's prompt kept in front."""
+    import asyncio
+
+    from langchain_core.messages import SystemMessage
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    actor = SmallActor()
+    prompts: list[bool] = []
+    chat = _small_chat_model(actor)
+    generate = chat._generate  # pyright: ignore[reportPrivateUsage]
+
+    def noting(messages: list[Any], *args: Any, **kwargs: Any) -> Any:
+        systems = [m for m in messages if isinstance(m, SystemMessage)]
+        prompts.append(systems == messages[:1] and str(messages[0].content).startswith("Be brief."))
+        return generate(messages, *args, **kwargs)
+
+    object.__setattr__(chat, "_generate", noting)
+    mem = memory()
+    lg = LangGraphMemory(mem, resource="u1")
+    agent = create_react_agent(
+        lg.compacting(chat),
+        [],
+        prompt="Be brief.",
+        pre_model_hook=lg.pre_model_hook,
+        post_model_hook=lg.post_model_hook,
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t1"}}
+    await _twelve_turns(agent, config, mem, actor, sync=sync, caplog=caplog)
+    assert all(prompts), "one system message, the agent's prompt first, the retry included"
+    assert "<observations>" in str(agent.get_state(config).values["llm_input_messages"][0].content)
+    if sync:
+        stored = await asyncio.to_thread(mem.run_sync, mem.store.list_messages("t1"))
+        await asyncio.to_thread(mem.close)
+    else:
+        stored = await mem.store.list_messages("t1")
+        await mem.aclose()
+    assert len(stored) == 24  # every question and answer once
+
+
+async def test_the_compacting_model_raises_what_is_not_an_overflow_of_its_hooks_input() -> None:
+    """Another error, or an overflow on an input the pre-model hook did not make (the model
+    called on its own), is the model's error as it is: no compaction, no retry."""
+    from langchain_core.messages import HumanMessage
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    actor = SmallActor(limit=5)
+    mem = memory()
+    lg = LangGraphMemory(mem, resource="u1", thread="t1")
+    model = lg.compacting(_small_chat_model(actor))
+    with pytest.raises(Exception, match="maximum context length"):
+        await model.ainvoke([HumanMessage(words(40, 0))])
+    unbound = LangGraphMemory(mem).compacting(_small_chat_model(actor))  # no conversation
+    with pytest.raises(Exception, match="maximum context length"):
+        await unbound.ainvoke([HumanMessage(words(40, 0))])
+    assert actor.refused == 2
+    assert await mem.store.list_messages("t1") == []
+    await mem.aclose()

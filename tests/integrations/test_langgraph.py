@@ -324,3 +324,70 @@ async def test_the_context_mentions_recall_only_when_the_hooks_gave_the_tool() -
     await graph.ainvoke(FIRST, config)
     assert_recalled(recalling, await graph.ainvoke(SECOND, config))
     await memory.aclose()
+
+
+async def test_create_react_agent_on_a_small_strict_server_with_the_compacting_model() -> None:
+    """``create_react_agent(lg.compacting(ChatOpenAI(...)), tools, prompt=..., hooks)`` against
+    a strict llama.cpp-like server with a small context: tool loops, the agent's prompt and
+    memory's observations in one system message (a second one is refused), and each request
+    refused as too long compacted and sent again inside the run."""
+    from langchain_openai import ChatOpenAI
+
+    from obsmem.stores import InMemoryStore
+    from obsmem.testing import scripted_observer, scripted_reflector
+
+    from ..strict_server import ToolCalls, strict_server
+
+    left = 0
+
+    def actor(body: dict[str, Any]) -> str | ToolCalls:
+        nonlocal left
+        if body["messages"][-1]["role"] == "user":  # a new turn: two measurements, then answer
+            left = 2
+        if left:
+            left -= 1
+            asked = sum(m["role"] == "user" for m in body["messages"])
+            return ToolCalls(("measure", {"room": f"room {asked}.{left} upstairs"}))
+        return "Noted."
+
+    @tool
+    def measure(room: str) -> str:
+        """Measure a room."""
+        return f"The {room} is 4 by 5 metres, with a window facing north."
+
+    async with strict_server(answer=actor, context_size=1_800) as server:
+        memory = Memory(
+            InMemoryStore(),
+            observational_memory={
+                "observation": {"model": scripted_observer()},
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        lg = LangGraphMemory(memory, resource=RESOURCE)
+        llm = ChatOpenAI(model="local", base_url=server.base_url, api_key="x", max_retries=0)  # type: ignore[arg-type]
+        agent = create_react_agent(
+            lg.compacting(llm),
+            [measure],
+            prompt="Be brief.",
+            pre_model_hook=lg.pre_model_hook,
+            post_model_hook=lg.post_model_hook,
+            checkpointer=InMemorySaver(),
+        )
+        config: Any = {"configurable": {"thread_id": THREAD}}
+        for turn in range(6):
+            text = " ".join(f"fact{turn}-{i} about the garden" for i in range(40))
+            result = await agent.ainvoke({"messages": [("user", text)]}, config)
+            assert result["messages"][-1].content == "Noted."
+            await memory.settle()
+        stored = await memory.messages(THREAD)
+        await memory.aclose()
+    too_long = [r for r in server.refusals if "exceed" in r or "context" in r]
+    assert too_long, "the small context was exceeded at least once"
+    assert [r for r in server.refusals if r not in too_long] == []
+    last = server.requests[-1]["messages"]
+    assert [m["role"] for m in last].count("system") == 1
+    assert last[0]["content"].startswith("Be brief.")
+    assert "<observations>" in last[0]["content"]
+    assert lg.actor_model == "openai/local"
+    assert sum(p.kind == "tool-result" for m in stored for p in m.parts) == 6 * 2
+    assert len(stored) == 6 * 6  # each question, two calls, two results and the answer, once

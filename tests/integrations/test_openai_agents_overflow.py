@@ -1,10 +1,11 @@
 """The Agents SDK session's ``compacting(model)``: a step the model refuses as longer than its
-context is compacted once and sent again, inside the Runner's own run."""
+context is compacted once and sent again, inside the Runner's own run, streamed or not."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -31,6 +32,7 @@ class SmallModel(Model):
     def __init__(self) -> None:
         self.model = "gpt-5-mini"
         self.sizes: list[int] = []
+        self.streamed = 0
 
     def _check(self, input: Any) -> None:
         size = len(json.dumps(input, default=str)) // 4
@@ -59,16 +61,40 @@ class SmallModel(Model):
         )
         return ModelResponse(output=[message], usage=Usage(), response_id=None)
 
-    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
-        raise NotImplementedError("this test runs without streaming")
+    async def stream_response(
+        self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
+    ) -> AsyncIterator[Any]:
+        """The answer as the Responses API streams it (the refusal comes before any event)."""
+        from openai.types.responses import Response, ResponseCompletedEvent
+
+        self._check(input)
+        self.streamed += 1
+        text = ResponseOutputText(type="output_text", text="Noted.", annotations=[])
+        message = ResponseOutputMessage(
+            type="message", id="msg", role="assistant", status="completed", content=[text]
+        )
+        response = Response(
+            id="resp",
+            created_at=0,
+            model=self.model,
+            object="response",
+            output=[message],
+            parallel_tool_calls=False,
+            tool_choice="auto",
+            tools=[],
+        )
+        yield ResponseCompletedEvent(
+            type="response.completed", response=response, sequence_number=0
+        )
 
 
 def words(turn: int) -> str:
     return " ".join(f"fact{turn}-{i} about the garden" for i in range(40))
 
 
+@pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 async def test_a_refused_step_is_compacted_and_sent_again(
-    caplog: pytest.LogCaptureFixture,
+    streamed: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     memory = Memory(
         InMemoryStore(),
@@ -85,14 +111,21 @@ async def test_a_refused_step_is_compacted_and_sent_again(
     )
     caplog.set_level(logging.WARNING, logger="obsmem")
     for turn in range(14):
-        result = await Runner.run(agent, words(turn), session=session, run_config=config)
-        assert result.final_output == "Noted."
+        if streamed:
+            run = Runner.run_streamed(agent, words(turn), session=session, run_config=config)
+            async for _ in run.stream_events():
+                pass
+            assert run.final_output == "Noted."
+        else:
+            result = await Runner.run(agent, words(turn), session=session, run_config=config)
+            assert result.final_output == "Noted."
         await memory.settle()
     refused_at = [i for i, size in enumerate(small.sizes) if size > LIMIT]
     assert refused_at, "the conversation outgrew the model's context"
     assert all(small.sizes[i + 1] <= LIMIT for i in refused_at)  # one retry that fitted
     compacted = [r for r in caplog.records if "compacted thread" in r.getMessage()]
     assert len(compacted) == len(refused_at)
+    assert small.streamed == (14 if streamed else 0)
     await memory.aclose()
 
 

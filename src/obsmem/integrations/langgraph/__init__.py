@@ -8,8 +8,12 @@ For ``langchain.agents.create_agent`` use the middleware in :mod:`obsmem.integra
   assembled; call the model with ``sent.messages``; ``lg.save([reply], config)`` stores the answer
   at once. Each has an async twin (``amodel_input``, ``asave``).
 * ``langgraph.prebuilt.create_react_agent`` (deprecated upstream in favour of ``create_agent``):
-  ``pre_model_hook=pre_model_hook(memory)`` and ``post_model_hook=post_model_hook(memory)``. Both
-  are runnables, so ``invoke``/``stream`` and ``ainvoke``/``astream`` work.
+  ``lg = LangGraphMemory(memory)``, then ``create_react_agent(lg.compacting(llm), tools,
+  pre_model_hook=lg.pre_model_hook, post_model_hook=lg.post_model_hook)``. The hooks are
+  runnables, so ``invoke``/``stream`` and ``ainvoke``/``astream`` work; the wrapped model sends
+  the agent's ``prompt`` and memory's system message as one and retries once after an overflow
+  (:mod:`.compacting`). ``pre_model_hook(memory)``/``post_model_hook(memory)`` make the hooks
+  alone.
 
 Before every model call, what is new in the graph state (the turn's input, then each step's tool
 calls and results) is stored and memory assembles the context: observations as one system
@@ -57,7 +61,8 @@ Every call takes its step through :class:`~obsmem.integrations.door.Door`. The p
 :mod:`.memory` (:class:`LangGraphMemory`), :mod:`.model_input` (what a model call is sent, the
 graph state read), :mod:`.call_context` (the conversation from the config and runtime context,
 the custom stream, the sync bridge), :mod:`.hooks` (``create_react_agent``'s hooks, waiting
-calls, ``recall``) and :mod:`.models` (the actor's model and its cache breakpoint). The message
+calls, ``recall``), :mod:`.compacting` (``create_react_agent``'s model, wrapped) and
+:mod:`.models` (the actor's model and its cache breakpoint). The message
 conversion is :mod:`obsmem.convert.langchain`.
 """
 

@@ -40,11 +40,15 @@ from .model_input import (
 )
 from .models import ActorModel, actor_model_of, with_cache_breakpoint
 
-__all__ = ["KNOWN_THREADS", "LangGraphMemory"]
+__all__ = ["KEPT_INPUTS", "KNOWN_THREADS", "LangGraphMemory"]
 
 KNOWN_THREADS = 1_000
 """How many threads' stored LangChain ids a :class:`LangGraphMemory` remembers (the rest are
 looked up in the store at their next call)."""
+
+KEPT_INPUTS = 64
+"""With :meth:`LangGraphMemory.compacting`: how many threads' last model input are kept, for a
+retry after an overflow (a thread whose input was let go raises the model's error instead)."""
 
 
 class LangGraphMemory:
@@ -86,6 +90,10 @@ class LangGraphMemory:
         the context never mentions recall."""
         self.trim_checkpoint = trim_checkpoint
         self._known: OrderedDict[str, dict[str, int | None]] = OrderedDict()
+        self._inputs: OrderedDict[str, tuple[list[Any], list[BaseMessage]]] = OrderedDict()
+        """Per thread, the graph state and the model input :meth:`prepare` made last (kept
+        only for :meth:`compacting`)."""
+        self._keep_inputs = False
         self._lock = threading.Lock()
         self.pre_model_hook = hooks.pre_hook(self)
         """``create_react_agent(pre_model_hook=...)``: stores what is new and returns
@@ -197,11 +205,35 @@ class LangGraphMemory:
             observed = observed_ids(
                 ref.thread, messages, known, context.stored_input, context.observed_through
             )
-        return ModelInput(
+        made = ModelInput(
             system=with_cache_breakpoint(system, door.actor_model),
             conversation=sent[lead:],
             observed=observed,
         )
+        if self._keep_inputs:
+            self._keep_input(ref.thread, messages, made.messages)
+        return made
+
+    def _keep_input(self, thread: str, state: Sequence[Any], sent: list[BaseMessage]) -> None:
+        with self._lock:
+            self._inputs[thread] = (list(state), sent)
+            self._inputs.move_to_end(thread)
+            while len(self._inputs) > KEPT_INPUTS:
+                self._inputs.popitem(last=False)
+
+    def last_input(
+        self, thread: str, sent: Sequence[Any]
+    ) -> tuple[list[Any], list[BaseMessage]] | None:
+        """The graph state and the model input :meth:`prepare` made last for ``thread``, when
+        ``sent`` (a model's whole input) ends with that input; None otherwise."""
+        with self._lock:
+            made = self._inputs.get(thread)
+        if made is None or len(sent) < len(made[1]):
+            return None
+        tail = sent[len(sent) - len(made[1]) :]
+        if any(a is not b and a != b for a, b in zip(tail, made[1], strict=True)):
+            return None
+        return made
 
     async def store_new(
         self, door: Door, messages: Sequence[Any], *, waiting: Sequence[str] = ()
@@ -282,6 +314,18 @@ class LangGraphMemory:
         from .node import model_node
 
         return model_node(self, model, recall=recall)
+
+    def compacting(self, model: Any) -> Runnable[Any, BaseMessage]:
+        """``model`` (a chat model) for ``create_react_agent(lg.compacting(llm), tools,
+        pre_model_hook=lg.pre_model_hook, ...)``: a request it refuses as too long is compacted
+        once and sent again (see :mod:`.compacting`), and memory knows the actor's model (when
+        :attr:`actor_model` was not given). It binds tools as ``model`` does."""
+        from .compacting import CompactingChatModel
+
+        if self.actor_model is None:
+            self.actor_model = actor_model_of(model)
+        self._keep_inputs = True
+        return CompactingChatModel(self, model)
 
     # -- waiting calls and recall ----------------------------------------------------------------
 

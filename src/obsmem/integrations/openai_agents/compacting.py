@@ -7,8 +7,8 @@ context-length refusal (OpenAI's ``context_length_exceeded``, Anthropic's prompt
 llama.cpp's and vLLM's context-size errors), memory compacts the thread once (everything before
 the current step observed down to the retention floor) and the same step is sent again with the
 smaller context, as ``Agent`` and the other front doors do. A second refusal, or a compaction
-that cannot shrink the context, raises the model's error. Runs with ``Runner.run`` (and
-``run_sync``) get this; a streamed run's calls go to the inner model unchanged.
+that cannot shrink the context, raises the model's error. ``Runner.run``, ``run_sync`` and
+``run_streamed`` all get this (a streamed step is refused before its first event).
 """
 
 from __future__ import annotations
@@ -49,12 +49,31 @@ class CompactingModel(Model):
                 raise
             return await self.inner.get_response(system_instructions, smaller, *args, **kwargs)
 
-    def stream_response(
+    async def stream_response(
         self, system_instructions: Any, input: Any, *args: Any, **kwargs: Any
     ) -> AsyncIterator[Any]:
-        """Streamed runs (``Runner.run_streamed``) go to the inner model as they are: a refusal
-        there reaches the caller (compact with ``memory.compact`` and run again)."""
-        return self.inner.stream_response(system_instructions, input, *args, **kwargs)
+        """Streamed runs (``Runner.run_streamed``) too: a refusal comes before the first event
+        (the request is refused as a whole), so the step is compacted and streamed again; an
+        error after an event was passed on is raised as it is."""
+        passed = False
+        try:
+            async for event in self.inner.stream_response(
+                system_instructions, input, *args, **kwargs
+            ):
+                passed = True
+                yield event
+        except Exception as error:
+            if passed:
+                raise
+            smaller = await self.session.after_overflow(error, _tools(args, kwargs))
+            if smaller is None:
+                raise
+        else:
+            return
+        async for event in self.inner.stream_response(
+            system_instructions, smaller, *args, **kwargs
+        ):
+            yield event
 
     async def close(self) -> None:
         close: Any = getattr(self.inner, "close", None)

@@ -1,0 +1,139 @@
+"""``create_react_agent``'s model, wrapped so a request refused as too long is compacted once and
+sent again.
+
+``create_react_agent`` calls its model itself, after the pre-model hook, and tells the hook
+nothing of the answer, so the hook cannot retry. ``create_react_agent(lg.compacting(llm), tools,
+pre_model_hook=lg.pre_model_hook, ...)`` wraps the chat model instead: when the model refuses
+the request as longer than its context (OpenAI's ``context_length_exceeded``, Anthropic's
+prompt-too-long, llama.cpp's and vLLM's context-size errors), memory compacts the thread once
+and the wrapper sends the model memory's new, smaller context, with whatever the agent's
+``prompt`` put in front of the hook's messages. It binds tools as the chat model does, and it
+tells ``lg`` the actor's model (so the hooks know it too). It is not a ``BaseChatModel``:
+``create_react_agent(response_format=...)`` needs the chat model itself.
+
+It also sends one system message: ``create_react_agent`` puts its ``prompt`` in front of the
+hook's messages, which start with memory's system message once there are observations, and
+strict chat templates (llama.cpp's, vLLM's) refuse a second one. The wrapper joins them (the
+prompt first, memory's last, its prompt-cache breakpoint kept).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.prompt_values import PromptValue
+from langchain_core.runnables import Runnable, RunnableConfig
+
+from obsmem.errors import ConfigError
+from obsmem.models.overflow import ContextOverflow, context_overflow
+
+from .call_context import BoundCall, current_config, runtime_context
+from .model_input import joined_system
+
+if TYPE_CHECKING:
+    from .memory import LangGraphMemory
+
+__all__ = ["CompactingChatModel"]
+
+
+def _one_system(value: Any) -> Any:
+    """``value`` (a model's input) with its leading system messages joined into one."""
+    messages = _messages(value)
+    if messages is None:
+        return value
+    lead = next(
+        (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), len(messages)
+    )
+    if lead < 2:
+        return value
+    return [joined_system(messages[:lead]), *messages[lead:]]
+
+
+def _messages(value: Any) -> list[Any] | None:
+    if isinstance(value, PromptValue):
+        return list(value.to_messages())
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        return list(value)  # pyright: ignore[reportUnknownArgumentType]
+    return None
+
+
+class CompactingChatModel(Runnable[Any, BaseMessage]):
+    """A chat model (tools bound or not) that, refused as too long, has memory compact the
+    thread once and is called again with the smaller context; made by
+    :meth:`LangGraphMemory.compacting`."""
+
+    def __init__(self, lg: LangGraphMemory, model: Runnable[Any, BaseMessage]) -> None:
+        self.lg = lg
+        self.model = model
+
+    def __repr__(self) -> str:
+        return f"CompactingChatModel({self.model!r})"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> CompactingChatModel:
+        """The chat model's ``bind_tools``, still compacting (``create_react_agent`` calls it)."""
+        return CompactingChatModel(self.lg, self.model.bind_tools(tools, **kwargs))  # type: ignore[attr-defined]
+
+    def invoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        try:
+            return self.model.invoke(_one_system(input), config, **kwargs)
+        except Exception as error:
+            again = self._plan(input, error, config)
+            if again is None:
+                raise
+            overflow, lead, state = again
+            with self.lg.bind(config, model=self.model) as call:
+                retry = call.run(self._smaller(call, overflow, state))
+                call.flush()
+            if retry is None:
+                raise
+            return self.model.invoke(_one_system([*lead, *retry]), config, **kwargs)
+
+    async def ainvoke(
+        self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
+    ) -> BaseMessage:
+        try:
+            return await self.model.ainvoke(_one_system(input), config, **kwargs)
+        except Exception as error:
+            again = self._plan(input, error, config)
+            if again is None:
+                raise
+            overflow, lead, state = again
+            with self.lg.bind(config, model=self.model) as call:
+                retry = await self._smaller(call, overflow, state)
+                call.flush()
+            if retry is None:
+                raise
+            return await self.model.ainvoke(_one_system([*lead, *retry]), config, **kwargs)
+
+    def _plan(
+        self, input: Any, error: Exception, config: RunnableConfig | None
+    ) -> tuple[ContextOverflow, list[Any], list[Any]] | None:
+        """For an overflow on the input the pre-model hook made: the overflow, what the
+        agent's prompt put in front of the hook's messages, and the graph state they came from;
+        None otherwise (the model's error is raised as it is)."""
+        overflow = context_overflow(error)
+        sent = _messages(input)
+        if overflow is None or sent is None:
+            return None
+        try:
+            ref = self.lg.ref(config if config is not None else current_config(), runtime_context())
+        except ConfigError:  # called outside a graph run: no conversation, no retry
+            return None
+        made = self.lg.last_input(ref.thread, sent)
+        if made is None:
+            return None
+        state, hooked = made
+        return overflow, sent[: len(sent) - len(hooked)], state
+
+    async def _smaller(
+        self, call: BoundCall, overflow: ContextOverflow, state: list[Any]
+    ) -> list[BaseMessage] | None:
+        """Memory's context after compacting the thread, or None when nothing shrank."""
+        await self.lg.prepare(call.door, state)  # the current step, for the compaction
+        if not await call.door.compact_after(overflow):
+            return None
+        return (await self.lg.prepare(call.door, state)).messages
