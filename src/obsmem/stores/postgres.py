@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import weakref
 from collections.abc import AsyncGenerator, Callable
@@ -74,6 +75,14 @@ _PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary(
 """Per connection, the names of the statements prepared on it."""
 
 
+def _has_rows(cur: Any) -> bool:
+    from psycopg.pq import ExecStatus
+
+    result = cur.pgresult
+    return result is not None and result.status == ExecStatus.TUPLES_OK
+
+
+@functools.lru_cache(maxsize=512)
 def _named(statement: str) -> tuple[str, str]:
     """A statement's prepared name, and its text with numbered parameters."""
     name = "obsmem_" + hashlib.blake2b(statement.encode(), digest_size=8).hexdigest()
@@ -115,8 +124,9 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) ->
         async with AsyncClientCursor(conn) as cur:
             await cur.execute(cast(Any, "; ".join(statements)), params)
             for index in owner:
-                if index is not None and cur.description is not None:
-                    results[index] = [tuple(r) for r in await cur.fetchall()]
+                # The result's status, not ``cur.description``, which builds a Column per field.
+                if index is not None and _has_rows(cur):
+                    results[index] = await cur.fetchall()
                 cur.nextset()
     except BaseException:
         _PREPARED.pop(conn, None)  # which ran is unknown: forget them all (DEALLOCATE below)
