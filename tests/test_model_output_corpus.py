@@ -358,6 +358,8 @@ EXPECTED: dict[str, Expect] = {
     "empty_observations_inline.txt": Expect(empty=True, drop=("No new information",)),
     "refusal.txt": Expect(empty=True, drop=("sorry",)),
     "refusal_cannot_help.txt": Expect(empty=True, drop=("cannot help", "medical")),
+    "date_header_only.txt": Expect(empty=True, current_task="Chat with the user."),
+    "date_headers_only_untagged.txt": Expect(empty=True),
     # ---- line endings ------------------------------------------------------------------------
     "crlf_line_endings.txt": Expect(
         keep=(

@@ -11,6 +11,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .loopback_openai import LoopbackServer, is_memory_call
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -146,3 +148,52 @@ def test_with_only_openai_base_url_memory_asks_the_server_for_its_model(tmp_path
     assert "WARNING" not in result.stderr, result.stderr
     assert models == {"qwen2.5:0.5b"}, models
     assert refusals == []
+
+
+async def test_a_failing_served_model_is_named_as_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The server's model writes a date header and nothing else (what a tiny model does): the
+    answer is empty, the WARNING, the stored failure and the cycle ledger name the model the
+    server serves, never the placeholder, and the fix names it too."""
+    import logging
+
+    from obsmem import Agent, Memory
+    from obsmem.stores import SQLiteStore
+
+    from .strict_server import strict_server
+
+    def header_only(body: dict[str, object]) -> str:
+        return "<observations>\nDate: Dec 4, 2026\n</observations>"
+
+    async with strict_server(
+        answer=header_only, model_id="qwen2.5:0.5b", named_model_only=True
+    ) as server:
+        monkeypatch.delenv("OBSMEM_MODEL", raising=False)
+        for key in [k for k in os.environ if k.endswith("_API_KEY")]:
+            monkeypatch.delenv(key)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        caplog.set_level(logging.WARNING, logger="obsmem")
+        memory = Memory(
+            SQLiteStore(tmp_path / "obsmem.db"),
+            observational_memory={"observation": {"messageTokens": 20, "bufferTokens": False}},
+        )
+        agent = Agent(id="a", instructions="Be brief.", model="test", memory=memory)
+        opts = {"resource": "u", "thread": "t"}
+        await agent.generate("My favorite color is blue and I live in Lisbon.", memory=opts)
+        await agent.generate("I have a dog named Rex who is three years old.", memory=opts)
+        await memory.settle()
+        status = await memory.status(opts)
+        cycles = await memory.cycles(opts)
+        await memory.aclose()
+    assert server.refusals == []
+    assert status.state == "failing"
+    [failure] = status.failures
+    assert failure.model == "openai/qwen2.5:0.5b"
+    assert "empty (not one observation in it)" in failure.error
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("Observer (openai/qwen2.5:0.5b)" in w for w in warnings), warnings
+    assert any("doctor --model openai/qwen2.5:0.5b" in w for w in warnings), warnings
+    assert not any("openai/local" in w for w in warnings), warnings
+    # The ledger keeps the name the server answered with.
+    assert {c.model for c in cycles if c.outcome == "failed"} == {"qwen2.5:0.5b"}

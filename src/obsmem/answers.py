@@ -52,8 +52,12 @@ class ParsedOutput:
 
     @property
     def is_empty(self) -> bool:
-        """True when neither the log nor any thread block holds an observation."""
-        return not self.observations.strip() and all(t.is_empty for t in self.threads.values())
+        """True when neither the log nor any thread block holds an observation (``Date:``
+        headers alone hold none: small models write one and stop)."""
+        noted = any(
+            line.strip() and not DATE_LINE.match(line) for line in self.observations.splitlines()
+        )
+        return not noted and all(t.is_empty for t in self.threads.values())
 
 
 # Tags are matched in any case and may carry attributes (``<Current-Task>``,

@@ -6,6 +6,7 @@ network call, with a WARNING once per cause (and once when they are there).
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 
 from .cycles import Deps
@@ -90,7 +91,8 @@ class MemoryModels:
         served = getattr(self._deps.caller, "served_in_place_of_placeholder", None)
         if not isinstance(served, str) or served == LOCAL_PLACEHOLDER:
             return choice
-        return AutoModel(served, f"the model the server at OPENAI_BASE_URL serves ({choice.why})")
+        url = os.environ.get("OPENAI_BASE_URL", "").strip()
+        return AutoModel(served, f"the model served at OPENAI_BASE_URL ({url})")
 
     def message(self) -> str:
         """What the missing credentials stop, and how to fix it."""

@@ -443,7 +443,7 @@ async def observe_exchange(
             result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
         )
         if parsed.is_empty:
-            problem = "empty (no <observations> and no list lines)"
+            problem = "empty (not one observation in it)"
             advice = (
                 "Use a stronger observation model: this one does not write observations in the "
                 "format asked."

@@ -86,9 +86,7 @@ class Outcomes:
         )
 
     def model_label(self, role: Role) -> str:
-        options = self._deps.options
-        model = options.observer_model if role == "observer" else options.reflector_model
-        return views.model_label(model)
+        return views.model_label(self._deps.memory_model(role))
 
     # -- after a cycle ---------------------------------------------------------------------------
 

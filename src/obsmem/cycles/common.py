@@ -20,6 +20,8 @@ from ..meta_keys import (
     META_LAST_MODEL,
     META_TITLE_GENERATION,
 )
+from ..models import ModelSpec
+from ..models.environment import LOCAL_PLACEHOLDER
 from ..observations import boundary_line
 from ..options import ResolvedOptions
 from ..planner import Backoff
@@ -70,6 +72,15 @@ class Deps:
 
     def now(self) -> datetime:
         return self.clock()
+
+    def memory_model(self, role: str) -> ModelSpec:
+        """The Observer's (``"observer"``) or Reflector's model as it is called: ``"auto"``'s
+        placeholder ``openai/local`` named by the model the server said it serves, once the
+        caller has asked (:attr:`ModelCaller.served_in_place_of_placeholder`)."""
+        options = self.options
+        model = options.reflector_model if role == "reflector" else options.observer_model
+        served = getattr(self.caller, "served_in_place_of_placeholder", None)
+        return served if model == LOCAL_PLACEHOLDER and isinstance(served, str) else model
 
 
 def new_cycle_id(kind: str) -> str:

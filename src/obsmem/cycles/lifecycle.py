@@ -125,7 +125,6 @@ def _open_ledger(deps: Deps, cycle: Cycle) -> None:
     else:
         kind = "observation"
         operation = "catch-up" if cycle.trigger == "catch-up" else "observation"
-    options = deps.options
     deps.ledger.start(
         cycle.cycle_id,
         subject=cycle.subject,
@@ -134,7 +133,7 @@ def _open_ledger(deps: Deps, cycle: Cycle) -> None:
         now=deps.now(),
         # A reflection works on the whole log: every thread it covers.
         thread_ids=cycle.subject.threads if reflection else cycle.thread_ids,
-        model=model_name(options.reflector_model if reflection else options.observer_model),
+        model=model_name(deps.memory_model("reflector" if reflection else "observer")),
     )
 
 
