@@ -81,3 +81,20 @@ async def test_the_summary_and_the_json_report_name_the_failure(tmp_path: Path) 
     data = json.loads(json.dumps(report.to_json(), default=str))
     assert data["healthy"] is False
     assert any("Observer" in line for line in data["status"])
+
+
+def test_the_plots_failure_heading_is_cut_at_a_word_with_an_ellipsis() -> None:
+    from obsmem.plot import _failure_heading  # pyright: ignore[reportPrivateUsage]
+
+    short = _failure_heading("Observer (openai/m) failed once: HTTP 500.")
+    assert short == "memory is failing: Observer (openai/m) failed once: HTTP 500."
+    long = _failure_heading("Observer failed: " + " ".join(f"word{i}" for i in range(80)))
+    first, second = long.split("\n")
+    assert len(first) <= 110
+    assert len(second) <= 110
+    assert second.endswith(" …")
+    # Cut between words, never inside one.
+    assert all(
+        w.startswith("word") or w in ("memory", "is", "failing:", "Observer", "failed:")
+        for w in long.replace(" …", "").split()
+    )

@@ -88,8 +88,8 @@ def sawtooth_figure(report: ReplayReport, *, title: str = "") -> Any:
     ax.set_ylabel("tokens")
     heading = title or "Context size per turn with observational memory"
     if not report.healthy:
-        heading += "\nmemory is failing: " + (report.status[2] if len(report.status) > 2 else "")
-    ax.set_title(heading[:160], fontsize=10 if not report.healthy else None)
+        heading += "\n" + _failure_heading(report.status[2] if len(report.status) > 2 else "")
+    ax.set_title(heading, fontsize=10 if not report.healthy else None)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.25)
     fig.tight_layout()
@@ -131,3 +131,15 @@ def _mark_memory(ax: Any, report: ReplayReport) -> None:
             label=f"messages left out (up to {max(p.left_out for p in left)})",
             zorder=1,
         )
+
+
+def _failure_heading(line: str, *, width: int = 110, lines: int = 2) -> str:
+    """The failure under the title: at most ``lines`` lines of ``width`` characters, cut at a
+    word with an ellipsis when longer (the summary and ``inspect`` have all of it)."""
+    import textwrap
+
+    wrapped = textwrap.wrap(f"memory is failing: {line}", width)
+    if len(wrapped) > lines:
+        last = textwrap.wrap(wrapped[lines - 1], width - 2)[0]
+        wrapped = [*wrapped[: lines - 1], f"{last} …"]
+    return "\n".join(wrapped)
