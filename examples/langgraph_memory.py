@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import warnings
 from typing import Any
@@ -48,6 +49,9 @@ def chat_model(spec: str) -> Any:
         extra = '"obsmem[langchain]"' + ("" if provider == "openai" else f" {package}")
         print(f"This example needs {package} for {spec!r}: pip install {extra}", file=sys.stderr)
         raise SystemExit(2) from None
+    local = os.environ.get("OPENAI_BASE_URL") if provider == "openai" else None
+    if local and not os.environ.get("OPENAI_API_KEY"):  # a local server takes any key
+        return cls(model=model_id_of(spec), base_url=local, api_key="not-needed")
     return cls(model=model_id_of(spec))
 
 
@@ -80,7 +84,7 @@ def converse(graph: Any) -> str:
 
 
 def main() -> int:
-    spec = model_from_environment()
+    spec = model_from_environment(ask_server=True)
     if spec is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2

@@ -97,7 +97,7 @@ def ask_on_the_terminal(call: ToolCallPart) -> bool:
 
 
 async def main() -> int:
-    spec = model_from_environment()
+    spec = model_from_environment(ask_server=True)
     if spec is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2

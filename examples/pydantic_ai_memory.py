@@ -20,7 +20,7 @@ from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, resolv
 
 
 async def main() -> int:
-    spec = model_from_environment()
+    spec = model_from_environment(ask_server=True)
     if spec is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2

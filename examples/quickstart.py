@@ -17,7 +17,7 @@ from obsmem.models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
 
 
 async def main() -> int:
-    model = model_from_environment()
+    model = model_from_environment(ask_server=True)
     if model is None:
         print(HOW_TO_PROVIDE_A_MODEL, file=sys.stderr)
         return 2

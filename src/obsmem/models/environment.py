@@ -188,11 +188,22 @@ async def served_model_async(environ: Mapping[str, str] | None = None) -> str | 
         return None
 
 
-def model_from_environment(environ: Mapping[str, str] | None = None) -> str | None:
+def model_from_environment(
+    environ: Mapping[str, str] | None = None, *, ask_server: bool = False
+) -> str | None:
     """The model the environment points at (``"auto"`` without an actor), or None when nothing
-    is configured (``"auto"`` would fall back to its built-in default)."""
+    is configured (``"auto"`` would fall back to its built-in default).
+
+    ``ask_server=True``: with only ``OPENAI_BASE_URL``, the model that server serves
+    (:func:`served_model`, one request) in place of the placeholder ``openai/local``, for a
+    script that names its agent's model from the environment before it starts."""
     choice = resolve_auto(None, environ)
-    return choice.model if choice.configured else None
+    if not choice.configured:
+        return None
+    if ask_server and choice.model == LOCAL_PLACEHOLDER:
+        served = served_model(environ)
+        return f"openai/{served}" if served else choice.model
+    return choice.model
 
 
 def credentials_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
