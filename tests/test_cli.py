@@ -410,6 +410,6 @@ def test_doctor_says_which_model_memory_uses_on_a_local_server(tmp_path: Path) -
         )
     assert "obsmem doctor: openai/qwen2.5:0.5b" in result.stdout, result.stdout + result.stderr
     assert (
-        "model 'auto' (what memory uses here): openai/qwen2.5:0.5b, the model the server at "
-        "OPENAI_BASE_URL serves"
+        "model 'auto' (what memory uses here): openai/qwen2.5:0.5b, the model served at "
+        "OPENAI_BASE_URL"
     ) in result.stdout

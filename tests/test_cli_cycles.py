@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -168,3 +169,39 @@ def test_inspect_says_what_auto_resolves_to(
         "why": "OBSMEM_MODEL",
         "configured": True,
     }
+
+
+def test_inspect_asks_a_local_server_what_auto_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With only ``OPENAI_BASE_URL``, ``inspect`` names the model that server serves (what a
+    ``Memory`` calls), not the placeholder; a server that does not answer leaves the
+    placeholder, said as such."""
+    import io
+
+    from obsmem.cli import main
+
+    from .strict_server import strict_server_thread
+
+    async def make() -> None:
+        memory = Memory(SQLiteStore(tmp_path / "m.db"), observational_memory=False)
+        await memory.save(
+            {"resource": "u1", "thread": "t1"}, [Conversation().user(5)], actor_model=None
+        )
+        await memory.aclose()
+
+    asyncio.run(make())
+    monkeypatch.delenv("OBSMEM_MODEL", raising=False)
+    for key in [k for k in os.environ if k.endswith("_API_KEY")]:
+        monkeypatch.delenv(key)
+    with strict_server_thread(model_id="qwen2.5:0.5b") as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        shown = io.StringIO()
+        assert main(["inspect", "--db", str(tmp_path / "m.db"), "--json"], out=shown) == 0
+    auto = json.loads(shown.getvalue())["auto_model"]
+    assert auto["model"] == "openai/qwen2.5:0.5b"
+    assert auto["why"] == f"the model served at OPENAI_BASE_URL ({server.base_url})"
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")  # nothing listens there
+    shown = io.StringIO()
+    assert main(["inspect", "--db", str(tmp_path / "m.db"), "--json"], out=shown) == 0
+    assert json.loads(shown.getvalue())["auto_model"]["model"] == "openai/local"

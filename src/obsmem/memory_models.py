@@ -6,13 +6,18 @@ network call, with a WARNING once per cause (and once when they are there).
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import replace
 
 from .cycles import Deps
 from .failures import advice
 from .models import ModelSpec
-from .models.environment import LOCAL_PLACEHOLDER, AutoModel, credentials_problem, resolve_auto
+from .models.environment import (
+    LOCAL_PLACEHOLDER,
+    AutoModel,
+    credentials_problem,
+    resolve_auto,
+    served_choice,
+)
 from .models.specs import AUTO
 from .outcomes import Outcomes
 
@@ -91,8 +96,7 @@ class MemoryModels:
         served = getattr(self._deps.caller, "served_in_place_of_placeholder", None)
         if not isinstance(served, str) or served == LOCAL_PLACEHOLDER:
             return choice
-        url = os.environ.get("OPENAI_BASE_URL", "").strip()
-        return AutoModel(served, f"the model served at OPENAI_BASE_URL ({url})")
+        return served_choice(served)
 
     def message(self) -> str:
         """What the missing credentials stop, and how to fix it."""

@@ -59,14 +59,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     if model is None:
         return 2
     if not args.model:
-        from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto
+        from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_choice
 
         choice = resolve_auto()
-        named, why = choice.model, choice.why
-        if named == LOCAL_PLACEHOLDER and model != LOCAL_PLACEHOLDER:
+        if choice.model == LOCAL_PLACEHOLDER and model != LOCAL_PLACEHOLDER:
             # A Memory in the user's code asks the server the same way at its first call.
-            named, why = model, "the model the server at OPENAI_BASE_URL serves"
-        print(f"model 'auto' (what memory uses here): {named}, {why}", file=out)
+            choice = served_choice(model)
+        print(f"model 'auto' (what memory uses here): {choice.model}, {choice.why}", file=out)
     return asyncio.run(_doctor(model, args.timeout, out))
 
 

@@ -169,10 +169,14 @@ def _failures(metadata: Any) -> list[str]:
 
 
 def _auto_model() -> dict[str, Any]:
-    """What ``model="auto"`` resolves to in this environment (without an actor), and why."""
-    from ..models.environment import resolve_auto
+    """What ``model="auto"`` resolves to in this environment (without an actor), and why: with
+    only ``OPENAI_BASE_URL``, the model that server serves (asked once, as a ``Memory`` asks at
+    its first memory call)."""
+    from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_choice, served_model
 
     choice = resolve_auto()
+    if choice.model == LOCAL_PLACEHOLDER and (served := served_model()):
+        choice = served_choice(f"openai/{served}")
     return {"model": choice.model, "why": choice.why, "configured": choice.configured}
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "credentials_problem",
     "model_from_environment",
     "resolve_auto",
+    "served_choice",
     "served_model",
     "served_model_async",
 ]
@@ -126,6 +127,13 @@ command line asks the server which model it serves before it starts (:func:`serv
 the ``ModelCaller`` asks before the first memory model call that names it
 (:func:`served_model_async`): llama.cpp's server answers whatever the name, vLLM and Ollama
 refuse a name they do not serve."""
+
+
+def served_choice(served: str, environ: Mapping[str, str] | None = None) -> AutoModel:
+    """What ``"auto"`` is once the server at ``OPENAI_BASE_URL`` said it serves ``served``
+    (``openai/<name>``), in place of the placeholder."""
+    url = _local_server(os.environ if environ is None else environ) or ""
+    return AutoModel(served, f"the model served at OPENAI_BASE_URL ({url})")
 
 
 def _models_request(env: Mapping[str, str]) -> tuple[str, dict[str, str]] | None:
