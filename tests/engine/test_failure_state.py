@@ -217,13 +217,13 @@ async def test_no_credentials_with_raise_fails_the_turn_before_writing(
             "anthropic/claude-sonnet-4-5",
             "anthropic/claude-haiku-4-5",
         ),
-        ({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, None, "openai/gpt-5-mini"),
+        ({"ANTHROPIC_API_KEY": "k", "OPENAI_API_KEY": "k"}, None, "openai/gpt-6.1-terra"),
         (
             {"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"},
             "openai/qwen2.5-7b",
             "openai/qwen2.5-7b",
         ),
-        ({"GEMINI_API_KEY": "k"}, "anthropic/claude-sonnet-4-5", "google/gemini-2.5-flash"),
+        ({"GEMINI_API_KEY": "k"}, "anthropic/claude-sonnet-4-5", "google/gemini-3.5-flash-lite"),
         ({}, None, "google/gemini-2.5-flash"),
     ],
 )

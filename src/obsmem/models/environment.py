@@ -42,15 +42,19 @@ __all__ = [
 MODEL_ENV = "OBSMEM_MODEL"
 
 FAST_MODELS: Mapping[str, str] = {
-    "openai": "openai/gpt-5-mini",
+    "openai": "openai/gpt-6.1-terra",
     "anthropic": "anthropic/claude-haiku-4-5",
-    "google": "google/gemini-2.5-flash",
+    "google": "google/gemini-3.5-flash-lite",
     "deepseek": "deepseek/deepseek-chat",
     "xai": "xai/grok-4-1-fast",
     "groq": "groq/llama-3.3-70b-versatile",
     "mistral": "mistral/mistral-small-latest",
 }
-"""A fast, cheap model per provider: what ``"auto"`` picks for the Observer and Reflector."""
+"""A fast, cheap model per provider: what ``"auto"`` picks for the Observer and Reflector. None
+of them is deprecated by its provider (pydantic-ai warns on each request to one that is):
+``gpt-6.1-terra`` and ``gemini-3.5-flash-lite`` are what OpenAI and Google name in place of
+``gpt-5-mini`` (retiring on 2026-12-11) and ``gemini-2.5-flash`` (retired on 2026-12-01,
+answered by ``gemini-3.5-flash-lite`` since)."""
 
 _KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("openai", ("OPENAI_API_KEY",)),
