@@ -76,6 +76,7 @@ async def test_the_summary_and_the_json_report_name_the_failure(tmp_path: Path) 
     replaycmd._summary(report, out, thread="t", quiet=True)
     text = out.getvalue()
     assert "memory is not working as it should" in text
+    assert f"memory cycles done, {len(report.failures)} failed (" in text
     assert "scripted model failure" in text
     assert "Fix:" in text
     data = json.loads(json.dumps(report.to_json(), default=str))

@@ -170,10 +170,11 @@ def _summary(report: ReplayReport, out: TextIO, *, thread: str, quiet: bool) -> 
     written = sum(c["tokens_out"] for c in report.cycles if c["operation"] == "observation")
     ratio = f"{observed / written:.1f}x" if written else "n/a"
     cost = f"${report.cost_usd:.4f}" if report.cost_usd is not None else "unknown"
+    failed = f", {len(report.failures)} failed" if report.failures else ""
     print(
         f"thread {thread}: {report.turns} turns, {report.conversation_tokens:,} tokens of "
         f"conversation; largest context {report.largest_context:,} tokens; "
-        f"{len(report.cycles)} memory cycles (observation compression {ratio}); "
+        f"{len(report.cycles)} memory cycles done{failed} (observation compression {ratio}); "
         f"{report.generations} generation(s); {report.model_calls} model calls, "
         f"{'~' if report.usage_estimated else ''}{report.model_input_tokens:,} in / "
         f"{report.model_output_tokens:,} out"
