@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..context import ContextInput, build_context
 from ..messages import Message, message_to_dict, utcnow
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread, record_key
+from ..stores.reads import CycleQuery, thread_cycles
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
 if TYPE_CHECKING:
@@ -334,21 +335,8 @@ async def _cycles(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int
     if thread is None:
         print(f"obsmem: no thread {args.thread!r} in {db_label(args.db)}", file=sys.stderr)
         return 2
-    query: dict[str, Any] = {
-        "kinds": args.kind or (),
-        "outcomes": args.outcome or (),
-        "limit": args.limit,
-    }
-    own = await store.list_cycles(
-        record_key("thread", thread_id=thread.id, resource_id=thread.resource_id), **query
-    )
-    shared = await store.list_cycles(
-        record_key("resource", thread_id=None, resource_id=thread.resource_id),
-        thread_id=thread.id,
-        **query,
-    )
-    rows = sorted([*own, *shared], key=lambda c: (c.started_at, c.cycle_id), reverse=True)
-    rows = rows[: args.limit]
+    query = CycleQuery(tuple(args.kind or ()), tuple(args.outcome or ()), limit=args.limit)
+    rows = await thread_cycles(store, thread, query)
     if args.json:
         data = {
             "thread": thread.id,

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from ..failures import FailureState, failures_in
 from ..messages import Message
-from ..records import CycleRecord, ObservationGroup, OMRecord, Thread, record_key
+from ..records import ObservationGroup, OMRecord, Thread, record_key
 from ..stores.base import Store
+from ..stores.reads import CycleQuery, thread_cycles
 from ..tokens.estimator import HeuristicEstimator
 from ..window import is_retracted
 
 __all__ = [
     "LIST_TAIL_CAP",
     "TAIL_CAP",
+    "CycleQuery",
     "StateSummary",
     "ThreadListing",
     "ThreadRow",
@@ -206,40 +207,6 @@ async def list_threads(
         )
         rows.append(ThreadRow(thread, state))
     return ThreadListing(tuple(counts), tuple(rows), len(found), page, pages, query, resource)
-
-
-@dataclass(frozen=True, slots=True)
-class CycleQuery:
-    """The cycle table's filters (query parameters ``kind`` and ``outcome``, repeatable)."""
-
-    kinds: tuple[str, ...] = ()
-    outcomes: tuple[str, ...] = ()
-    limit: int = 200
-    before: datetime | None = None
-
-
-async def thread_cycles(
-    store: Store, thread: Thread, query: CycleQuery | None = None
-) -> list[CycleRecord]:
-    """The thread's cycles, newest first: those of its own log and those of its resource's log
-    that worked on it."""
-    q = query or CycleQuery()
-    args: dict[str, Any] = {
-        "kinds": q.kinds,
-        "outcomes": q.outcomes,
-        "limit": q.limit,
-        "before": q.before,
-    }
-    own = await store.list_cycles(
-        record_key("thread", thread_id=thread.id, resource_id=thread.resource_id), **args
-    )
-    shared = await store.list_cycles(
-        record_key("resource", thread_id=None, resource_id=thread.resource_id),
-        thread_id=thread.id,
-        **args,
-    )
-    rows = sorted([*own, *shared], key=lambda c: (c.started_at, c.cycle_id), reverse=True)
-    return rows[: q.limit]
 
 
 def groups_of_thread(groups: Sequence[ObservationGroup], thread_id: str) -> list[ObservationGroup]:
