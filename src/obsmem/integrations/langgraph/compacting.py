@@ -33,7 +33,7 @@ from .call_context import BoundCall, current_config, runtime_context
 from .model_input import joined_system
 
 if TYPE_CHECKING:
-    from .memory import LangGraphMemory
+    from .memory import KeptInput, LangGraphMemory
 
 __all__ = ["CompactingChatModel"]
 
@@ -84,9 +84,9 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             again = self._plan(input, error, config)
             if again is None:
                 raise
-            overflow, lead, state = again
+            overflow, lead, kept = again
             with self.lg.bind(config, model=self.model) as call:
-                retry = call.run(self._smaller(call, overflow, state))
+                retry = call.run(self._smaller(call, overflow, kept))
                 call.flush()
             if retry is None:
                 raise
@@ -101,9 +101,9 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             again = self._plan(input, error, config)
             if again is None:
                 raise
-            overflow, lead, state = again
+            overflow, lead, kept = again
             with self.lg.bind(config, model=self.model) as call:
-                retry = await self._smaller(call, overflow, state)
+                retry = await self._smaller(call, overflow, kept)
                 call.flush()
             if retry is None:
                 raise
@@ -111,9 +111,9 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
 
     def _plan(
         self, input: Any, error: Exception, config: RunnableConfig | None
-    ) -> tuple[ContextOverflow, list[Any], list[Any]] | None:
+    ) -> tuple[ContextOverflow, list[Any], KeptInput] | None:
         """For an overflow on the input the pre-model hook made: the overflow, what the
-        agent's prompt put in front of the hook's messages, and the graph state they came from;
+        agent's prompt put in front of the hook's messages, and what the hook made it from;
         None otherwise (the model's error is raised as it is)."""
         overflow = context_overflow(error)
         sent = _messages(input)
@@ -123,17 +123,17 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             ref = self.lg.ref(config if config is not None else current_config(), runtime_context())
         except ConfigError:  # called outside a graph run: no conversation, no retry
             return None
-        made = self.lg.last_input(ref.thread, sent)
-        if made is None:
+        kept = self.lg.last_input(ref.thread, sent)
+        if kept is None:
             return None
-        state, hooked = made
-        return overflow, sent[: len(sent) - len(hooked)], state
+        return overflow, sent[: len(sent) - len(kept.sent)], kept
 
     async def _smaller(
-        self, call: BoundCall, overflow: ContextOverflow, state: list[Any]
+        self, call: BoundCall, overflow: ContextOverflow, kept: KeptInput
     ) -> list[BaseMessage] | None:
-        """Memory's context after compacting the thread, or None when nothing shrank."""
-        await self.lg.prepare(call.door, state)  # the current step, for the compaction
+        """Memory's context after compacting the thread (its current step kept raw), or None
+        when nothing shrank."""
+        call.door.step_from = kept.step_from
         if not await call.door.compact_after(overflow):
             return None
-        return (await self.lg.prepare(call.door, state)).messages
+        return (await self.lg.prepare(call.door, kept.state)).messages

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -40,7 +41,7 @@ from .model_input import (
 )
 from .models import ActorModel, actor_model_of, with_cache_breakpoint
 
-__all__ = ["KEPT_INPUTS", "KNOWN_THREADS", "LangGraphMemory"]
+__all__ = ["KEPT_INPUTS", "KNOWN_THREADS", "KeptInput", "LangGraphMemory"]
 
 KNOWN_THREADS = 1_000
 """How many threads' stored LangChain ids a :class:`LangGraphMemory` remembers (the rest are
@@ -49,6 +50,18 @@ looked up in the store at their next call)."""
 KEPT_INPUTS = 64
 """With :meth:`LangGraphMemory.compacting`: how many threads' last model input are kept, for a
 retry after an overflow (a thread whose input was let go raises the model's error instead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeptInput:
+    """A model input :meth:`LangGraphMemory.prepare` made, kept for a retry after an overflow."""
+
+    state: list[BaseMessage]
+    """The graph state's messages it was made from."""
+    sent: list[BaseMessage]
+    """The input itself."""
+    step_from: int | None
+    """The current step's first seq (what a compaction keeps raw)."""
 
 
 class LangGraphMemory:
@@ -90,9 +103,8 @@ class LangGraphMemory:
         the context never mentions recall."""
         self.trim_checkpoint = trim_checkpoint
         self._known: OrderedDict[str, dict[str, int | None]] = OrderedDict()
-        self._inputs: OrderedDict[str, tuple[list[Any], list[BaseMessage]]] = OrderedDict()
-        """Per thread, the graph state and the model input :meth:`prepare` made last (kept
-        only for :meth:`compacting`)."""
+        self._inputs: OrderedDict[str, KeptInput] = OrderedDict()
+        """Per thread, what :meth:`prepare` made last (kept only for :meth:`compacting`)."""
         self._keep_inputs = False
         self._lock = threading.Lock()
         self.pre_model_hook = hooks.pre_hook(self)
@@ -211,29 +223,25 @@ class LangGraphMemory:
             observed=observed,
         )
         if self._keep_inputs:
-            self._keep_input(ref.thread, messages, made.messages)
+            kept = KeptInput(state=messages, sent=made.messages, step_from=door.step_from)
+            with self._lock:
+                self._inputs[ref.thread] = kept
+                self._inputs.move_to_end(ref.thread)
+                while len(self._inputs) > KEPT_INPUTS:
+                    self._inputs.popitem(last=False)
         return made
 
-    def _keep_input(self, thread: str, state: Sequence[Any], sent: list[BaseMessage]) -> None:
+    def last_input(self, thread: str, sent: Sequence[Any]) -> KeptInput | None:
+        """What :meth:`prepare` made last for ``thread``, when ``sent`` (a model's whole input)
+        ends with that input; None otherwise."""
         with self._lock:
-            self._inputs[thread] = (list(state), sent)
-            self._inputs.move_to_end(thread)
-            while len(self._inputs) > KEPT_INPUTS:
-                self._inputs.popitem(last=False)
-
-    def last_input(
-        self, thread: str, sent: Sequence[Any]
-    ) -> tuple[list[Any], list[BaseMessage]] | None:
-        """The graph state and the model input :meth:`prepare` made last for ``thread``, when
-        ``sent`` (a model's whole input) ends with that input; None otherwise."""
-        with self._lock:
-            made = self._inputs.get(thread)
-        if made is None or len(sent) < len(made[1]):
+            kept = self._inputs.get(thread)
+        if kept is None or len(sent) < len(kept.sent):
             return None
-        tail = sent[len(sent) - len(made[1]) :]
-        if any(a is not b and a != b for a, b in zip(tail, made[1], strict=True)):
+        tail = sent[len(sent) - len(kept.sent) :]
+        if any(a is not b and a != b for a, b in zip(tail, kept.sent, strict=True)):
             return None
-        return made
+        return kept
 
     async def store_new(
         self, door: Door, messages: Sequence[Any], *, waiting: Sequence[str] = ()
