@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..llm import CallActivity
 from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
-from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_model
+from ..models.environment import LOCAL_PLACEHOLDER, environment_choice, resolve_auto
 from .errors import CannotStart, check_model, describe_error, describe_failure
 from .stores import db_label, is_postgres_dsn, open_store
 
@@ -174,15 +174,15 @@ def served_in_place_of_auto(command: str) -> str | None:
     otherwise. One request to the server, before a command starts."""
     if resolve_auto(None).model != LOCAL_PLACEHOLDER:
         return None
-    served = served_model()
-    if served is None or f"openai/{served}" == LOCAL_PLACEHOLDER:
+    served = environment_choice(ask_server=True).model
+    if served == LOCAL_PLACEHOLDER:
         return None
     print(
-        f"{command}: using openai/{served}, the model the server at OPENAI_BASE_URL serves "
+        f"{command}: using {served}, the model the server at OPENAI_BASE_URL serves "
         "(OBSMEM_MODEL chooses another)",
         file=sys.stderr,
     )
-    return f"openai/{served}"
+    return served
 
 
 class Progress:

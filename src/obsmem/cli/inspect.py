@@ -173,11 +173,9 @@ def _auto_model() -> dict[str, Any]:
     """What ``model="auto"`` resolves to in this environment (without an actor), and why: with
     only ``OPENAI_BASE_URL``, the model that server serves (asked once, as a ``Memory`` asks at
     its first memory call)."""
-    from ..models.environment import LOCAL_PLACEHOLDER, resolve_auto, served_choice, served_model
+    from ..models.environment import environment_choice
 
-    choice = resolve_auto()
-    if choice.model == LOCAL_PLACEHOLDER and (served := served_model()):
-        choice = served_choice(f"openai/{served}")
+    choice = environment_choice(ask_server=True)
     return {"model": choice.model, "why": choice.why, "configured": choice.configured}
 
 

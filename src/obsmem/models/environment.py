@@ -32,6 +32,7 @@ __all__ = [
     "MODEL_ENV",
     "AutoModel",
     "credentials_problem",
+    "environment_choice",
     "model_from_environment",
     "resolve_auto",
     "served_choice",
@@ -200,22 +201,26 @@ async def served_model_async(environ: Mapping[str, str] | None = None) -> str | 
         return None
 
 
+def environment_choice(
+    environ: Mapping[str, str] | None = None, *, ask_server: bool = False
+) -> AutoModel:
+    """What ``"auto"`` is without an actor. ``ask_server=True``: with only ``OPENAI_BASE_URL``,
+    the model that server serves (:func:`served_model`, one request) in place of the
+    placeholder ``openai/local``, for code that names a model before it starts."""
+    choice = resolve_auto(None, environ)
+    if ask_server and choice.model == LOCAL_PLACEHOLDER and (served := served_model(environ)):
+        return served_choice(f"openai/{served}", environ)
+    return choice
+
+
 def model_from_environment(
     environ: Mapping[str, str] | None = None, *, ask_server: bool = False
 ) -> str | None:
-    """The model the environment points at (``"auto"`` without an actor), or None when nothing
-    is configured (``"auto"`` would fall back to its built-in default).
-
-    ``ask_server=True``: with only ``OPENAI_BASE_URL``, the model that server serves
-    (:func:`served_model`, one request) in place of the placeholder ``openai/local``, for a
-    script that names its agent's model from the environment before it starts."""
-    choice = resolve_auto(None, environ)
-    if not choice.configured:
-        return None
-    if ask_server and choice.model == LOCAL_PLACEHOLDER:
-        served = served_model(environ)
-        return f"openai/{served}" if served else choice.model
-    return choice.model
+    """The model the environment points at (``"auto"`` without an actor, asking a local server
+    as :func:`environment_choice` does), or None when nothing is configured (``"auto"`` would
+    fall back to its built-in default)."""
+    choice = environment_choice(environ, ask_server=ask_server)
+    return choice.model if choice.configured else None
 
 
 def credentials_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
