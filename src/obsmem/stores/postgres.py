@@ -75,13 +75,6 @@ _PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary(
 """Per connection, the names of the statements prepared on it."""
 
 
-def _has_rows(cur: Any) -> bool:
-    from psycopg.pq import ExecStatus
-
-    result = cur.pgresult
-    return result is not None and result.status == ExecStatus.TUPLES_OK
-
-
 @functools.lru_cache(maxsize=512)
 def _named(statement: str) -> tuple[str, str]:
     """A statement's prepared name, and its text with numbered parameters."""
@@ -98,7 +91,9 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) ->
     server plans it once per connection, and the parameters are bound client-side: psycopg's
     pipeline mode costs several times the client time for the same round trip."""
     from psycopg import AsyncClientCursor
+    from psycopg.pq import ExecStatus
 
+    tuples_ok = ExecStatus.TUPLES_OK
     prepared = _PREPARED.setdefault(conn, set())
     statements: list[str] = ["BEGIN"] if begin else []
     params: list[Any] = []
@@ -125,7 +120,8 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) ->
             await cur.execute(cast(Any, "; ".join(statements)), params)
             for index in owner:
                 # The result's status, not ``cur.description``, which builds a Column per field.
-                if index is not None and _has_rows(cur):
+                result = cur.pgresult
+                if index is not None and result is not None and result.status == tuples_ok:
                     results[index] = await cur.fetchall()
                 cur.nextset()
     except BaseException:
