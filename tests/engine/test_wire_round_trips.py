@@ -5,14 +5,19 @@ most two (one per store call), a turn that observes four, and a lost commit race
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 import pytest
 
 from obsmem.engine import ObservationalMemory
-from obsmem.errors import ConflictError
+from obsmem.errors import ConflictError, StoreError
 from obsmem.snapshot import Subject
 from obsmem.stores import Commit, CommitObservation, LoadRequest, PostgresStore
+from obsmem.stores import schema as sql
+from obsmem.stores import transitions as tr
+from obsmem.stores.flows import Batch, Flow, Op
+from obsmem.stores.rows import thread_to_row
 from obsmem.testing import scripted_observer, scripted_reflector
 
 from ..wire_counter import WireCounter
@@ -106,3 +111,32 @@ async def test_a_lost_commit_race_costs_two_round_trips(
     assert counter.take() <= 2  # the reads, then the end of the transaction
     assert lost.value.current is not None
     assert lost.value.current.version == won.record.version
+
+
+async def test_a_whole_transaction_in_one_batch_is_all_or_nothing(
+    counted: tuple[PostgresStore, WireCounter],
+) -> None:
+    """A batch that is a whole transaction is one round trip, and when its last statement
+    fails, its first is undone too."""
+    store, counter = counted
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    thread = tr.new_thread("t-whole", "u1", now=now)
+
+    def fails_at_the_end(_: bool) -> Flow[None]:
+        yield Batch((Op(sql.INSERT_THREAD, thread_to_row(thread)), Op("SELECT 1/0")), end=True)
+
+    def succeeds(_: bool) -> Flow[None]:
+        yield Batch((Op(sql.INSERT_THREAD, thread_to_row(thread)), Op("SELECT 1")), end=True)
+
+    await store.list_resources()  # creates the schema
+    counter.take()
+    with pytest.raises(StoreError, match="division by zero"):
+        await store._driver.run(fails_at_the_end, write=True)  # pyright: ignore[reportPrivateUsage]
+    assert counter.take() <= 3  # the batch, the ROLLBACK, forgetting the statements prepared
+    assert await store.get_thread("t-whole") is None
+    counter.take()
+    await store._driver.run(succeeds, write=True)  # pyright: ignore[reportPrivateUsage]
+    assert counter.take() == 1
+    stored = await store.get_thread("t-whole")
+    assert stored is not None
+    assert stored.resource_id == "u1"
