@@ -40,6 +40,8 @@ class CapturedApi:
     script: list[Step] = field(default_factory=list[Step])
     """The answers, in order; when it runs out every answer is ``"ok"``."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    model_name: str = ""
+    """The model to name (each API's usual one when empty)."""
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     def model(self) -> Model:
@@ -50,8 +52,8 @@ class CapturedApi:
 
             provider = OpenAIProvider(api_key="test", http_client=client)
             if self.provider == "openai-chat":
-                return OpenAIChatModel("gpt-4o", provider=provider)
-            return OpenAIResponsesModel("gpt-4o", provider=provider)
+                return OpenAIChatModel(self.model_name or "gpt-4o", provider=provider)
+            return OpenAIResponsesModel(self.model_name or "gpt-4o", provider=provider)
         if self.provider == "anthropic":
             from pydantic_ai.models.anthropic import AnthropicModel
             from pydantic_ai.providers.anthropic import AnthropicProvider

@@ -12,7 +12,8 @@ compared with the one before it:
 - after a reflection (the log is rewritten) the tools and instructions stay.
 
 Anthropic gets cache breakpoints at the end of that stable prefix (the system prompt) and on the
-newest message; a ``cache`` setting of the user's own is left as it is.
+newest message, and so does OpenAI from GPT-5.6 on (explicit breakpoints; it keeps its implicit
+one on the newest message); a ``cache`` setting of the user's own is left as it is.
 """
 
 from __future__ import annotations
@@ -68,11 +69,11 @@ def _common(a: str, b: str) -> int:
 
 
 async def _conversation(
-    provider: str, tmp_path: Path, turns: int = 14, **settings: Any
+    provider: str, tmp_path: Path, turns: int = 14, model_name: str = "", **settings: Any
 ) -> tuple[CapturedApi, list[tuple[int, str]]]:
     """Run the conversation; returns the API and the memory cycles as (requests sent before
     the cycle took effect, kind)."""
-    api = CapturedApi(provider, script=_script(turns))
+    api = CapturedApi(provider, script=_script(turns), model_name=model_name)
     model = api.model()
     if settings:
         model._settings = {**(model.settings or {}), **settings}  # pyright: ignore[reportPrivateUsage]
@@ -152,17 +153,18 @@ async def test_requests_repeat_their_prefix_until_a_reflection(
     assert all(checked.values()), checked
 
 
-def _cache_marks(value: Any, path: str = "") -> list[str]:
-    """Where ``cache_control`` sits in a request body."""
+def _cache_marks(value: Any, mark: str = "cache_control", path: str = "") -> list[str]:
+    """Where ``mark`` (Anthropic's ``cache_control``, OpenAI's ``prompt_cache_breakpoint``)
+    sits in a request body."""
     found: list[str] = []
     if isinstance(value, dict):
         for key, item in value.items():  # pyright: ignore[reportUnknownVariableType]
-            if key == "cache_control":
+            if key == mark:
                 found.append(path or "top")
-            found += _cache_marks(item, f"{path}.{key}" if path else str(key))
+            found += _cache_marks(item, mark, f"{path}.{key}" if path else str(key))
     elif isinstance(value, list):
         for i, item in enumerate(value):  # pyright: ignore[reportUnknownVariableType]
-            found += _cache_marks(item, f"{path}[{i}]")
+            found += _cache_marks(item, mark, f"{path}[{i}]")
     return found
 
 
@@ -185,6 +187,25 @@ async def test_anthropic_breakpoints_sit_on_memory_and_the_newest_message(
         newest = f"messages[{len(body['messages']) - 1}]"
         assert "top" in marks or any(m.startswith(newest) for m in marks)
         assert len(marks) <= 4  # Anthropic's limit
+
+
+async def test_gpt_5_6_and_later_get_a_breakpoint_at_the_end_of_memory(tmp_path: Path) -> None:
+    api, _ = await _conversation("openai-responses", tmp_path, turns=6, model_name="gpt-6.1-terra")
+    with_memory = [b for b in api.requests if "<observations>" in str(b["input"])]
+    assert with_memory
+    for body in with_memory:
+        items: list[dict[str, Any]] = body["input"]
+        leading = 0
+        while items[leading].get("role") == "system":
+            leading += 1
+        marks = _cache_marks(body, "prompt_cache_breakpoint")
+        assert marks == [f"input[{leading - 1}].content[0]"], "one, on memory's last message"
+        assert "<observations>" in str(items[: leading - 1])
+        assert body["prompt_cache_options"]["mode"] == "implicit", "the newest message too"
+    api, _ = await _conversation("openai-responses", tmp_path / "early", turns=4)
+    assert not any(_cache_marks(b, "prompt_cache_breakpoint") for b in api.requests), (
+        "gpt-4o caches without them"
+    )
 
 
 async def test_a_cache_setting_of_the_users_own_is_left_alone(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """The actor's model at the LangChain and LangGraph doors: the chat model the agent calls reaches
 memory (images counted by its provider's rules, a provider change activating buffered chunks),
-and an Anthropic model gets a prompt-cache breakpoint on the system message, an OpenAI one none.
+and a model whose provider takes prompt-cache breakpoints gets one at the end of the system
+message (Anthropic's ``cache_control``, OpenAI's ``prompt_cache_breakpoint`` from GPT-5.6 on);
+an earlier OpenAI model gets none.
 
 Each door runs with LangChain's fake chat model dressed as a provider's (its ``_llm_type`` and
 model name), so nothing leaves the machine."""
@@ -8,12 +10,14 @@ model name), so nothing leaves the machine."""
 from __future__ import annotations
 
 import base64
+import json
 import warnings
 import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx2
 import pytest
 from langchain.agents import create_agent
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -46,6 +50,8 @@ THREAD = "actor-thread"
 CONFIG: Any = {"configurable": {"thread_id": THREAD, "resource_id": RESOURCE}}
 ANTHROPIC = "anthropic/claude-haiku-4-5"
 OPENAI = "openai/gpt-5-mini"
+OPENAI_BREAKPOINTS = "openai/gpt-6.1-terra"
+"""An OpenAI model that matches a cached prefix only at a breakpoint."""
 
 
 def _answers() -> Iterator[AIMessage]:
@@ -82,9 +88,11 @@ class FakeOpenAI(_Fake):
         return "openai-chat"
 
 
-def fake(provider: str) -> _Fake:
-    made = FakeAnthropic if provider == "anthropic" else FakeOpenAI
-    return made(messages=_answers())
+def fake(provider: str, name: str = "") -> _Fake:
+    """A fake of ``provider``'s chat model, named ``name`` (its usual one when empty)."""
+    if provider == "anthropic":
+        return FakeAnthropic(messages=_answers())
+    return FakeOpenAI(messages=_answers(), model_name=name or "gpt-5-mini")
 
 
 # -- the doors, each running one user turn on a given chat model ----------------------------------
@@ -248,21 +256,32 @@ def _system_blocks(request: list[BaseMessage]) -> list[Any]:
     return system.content if isinstance(system.content, list) else [system.content]
 
 
+_MARKS = {
+    "anthropic": ("cache_control", {"type": "ephemeral"}),
+    "openai": ("prompt_cache_breakpoint", {"mode": "explicit"}),
+}
+
+
 def _has_breakpoint(block: Any) -> bool:
-    return isinstance(block, dict) and block.get("cache_control") == {"type": "ephemeral"}
+    return isinstance(block, dict) and any(block.get(k) == v for k, v in _MARKS.values())
 
 
+@pytest.mark.parametrize("actor", [ANTHROPIC, OPENAI_BREAKPOINTS])
 @pytest.mark.parametrize("door", DOORS, ids=DOOR_IDS)
-async def test_an_anthropic_actor_gets_a_breakpoint_after_the_observations(door: Door) -> None:
+async def test_an_actor_that_takes_breakpoints_gets_one_after_the_observations(
+    door: Door, actor: str
+) -> None:
     memory = make_memory()
-    model = fake("anthropic")
+    provider, name = actor.split("/")
+    model = fake(provider, name)
+    field, value = _MARKS[provider]
     turn = door.make(memory, model)
     for i in range(TURNS):
         await turn(user_turn(i))
         await memory.settle()
     for request in model.inputs:
         blocks = _system_blocks(request)
-        assert _has_breakpoint(blocks[-1]), "the system message ends with the breakpoint"
+        assert blocks[-1][field] == value, "the system message ends with the breakpoint"
         assert not any(_has_breakpoint(b) for b in blocks[:-1]), "one breakpoint"
         assert not any(_has_breakpoint(b) for m in request[1:] for b in _blocks(m))
     last = "\n".join(b["text"] for b in _system_blocks(model.inputs[-1]))
@@ -276,7 +295,7 @@ def _blocks(message: BaseMessage) -> list[Any]:
 
 
 @pytest.mark.parametrize("door", DOORS, ids=DOOR_IDS)
-async def test_an_openai_actor_gets_no_breakpoint(door: Door) -> None:
+async def test_an_openai_model_before_gpt_5_6_gets_no_breakpoint(door: Door) -> None:
     memory = make_memory()
     model = fake("openai")
     turn = door.make(memory, model)
@@ -303,6 +322,7 @@ def test_a_breakpoint_set_by_the_agent_is_left_alone() -> None:
         ]
     )
     assert with_cache_breakpoint(own, ANTHROPIC) is own
+    assert with_cache_breakpoint(own, OPENAI_BREAKPOINTS) is own
     plain = SystemMessage("Be brief.")
     assert with_cache_breakpoint(plain, OPENAI) is plain
     assert with_cache_breakpoint(plain, None) is plain
@@ -312,3 +332,70 @@ def test_a_breakpoint_set_by_the_agent_is_left_alone() -> None:
         {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
     ]
     assert plain.content == "Be brief.", "the given message is not changed"
+
+
+def _openai_reply(request: httpx2.Request) -> httpx2.Response:
+    """A text answer in the shape of the API ``request`` went to."""
+    usage = {"input_tokens": 1, "output_tokens": 1, "total_tokens": 2}
+    if request.url.path.endswith("/responses"):
+        text = {"type": "output_text", "text": answer_text(0), "annotations": []}
+        message = {"type": "message", "id": "m", "role": "assistant", "status": "completed"}
+        return httpx2.Response(
+            200,
+            json={
+                "id": "resp",
+                "object": "response",
+                "created_at": 0,
+                "model": "gpt-6.1-terra",
+                "status": "completed",
+                "output": [{**message, "content": [text]}],
+                "parallel_tool_calls": True,
+                "tool_choice": "auto",
+                "tools": [],
+                "usage": usage,
+            },
+        )
+    answer = {"role": "assistant", "content": answer_text(0)}
+    return httpx2.Response(
+        200,
+        json={
+            "id": "chat",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "gpt-6.1-terra",
+            "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        },
+    )
+
+
+@pytest.mark.parametrize("responses_api", [False, True], ids=["chat", "responses"])
+async def test_chat_openai_sends_the_breakpoint_on_the_wire(responses_api: bool) -> None:
+    """langchain-openai carries the breakpoint into the request body it sends, on Chat
+    Completions and on the Responses API."""
+    bodies: list[dict[str, Any]] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(json.loads(request.content))
+        return _openai_reply(request)
+
+    llm = ChatOpenAI(
+        model="gpt-6.1-terra",
+        api_key="sk-test",  # type: ignore[arg-type]
+        use_responses_api=responses_api,
+        http_async_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handle)),
+    )
+    memory = make_memory()
+    agent = create_agent(
+        llm, [], system_prompt="Be brief.", middleware=[ObservationalMemoryMiddleware(memory)]
+    )
+    for i in range(TURNS):
+        await agent.ainvoke({"messages": [HumanMessage(user_turn(i))]}, CONFIG)
+        await memory.settle()
+    await memory.aclose()
+    [system, *rest] = bodies[-1]["input" if responses_api else "messages"]
+    assert system["role"] == "system"
+    *_, last = system["content"]
+    assert last["prompt_cache_breakpoint"] == {"mode": "explicit"}
+    assert "<observations>" in last["text"]
+    assert "prompt_cache_breakpoint" not in json.dumps(rest), "one breakpoint, on memory's end"

@@ -28,9 +28,10 @@ with ``config={"configurable": {"thread_id": ..., "resource_id": ...}}``.
 * The actor is the agent's model (``request.model`` of each model call, as ``create_agent`` was
   given it): ``ChatAnthropic(...)`` is ``anthropic/...`` to memory, so images are counted by its
   provider's rules and a provider change activates buffered observations early (with
-  ``activateOnProviderChange``). For Anthropic models the one system message (the agent's
-  prompt and memory's observations, which change only with a memory cycle) ends with a
-  prompt-cache breakpoint (``cache_control``); OpenAI and Gemini cache prefixes on their own.
+  ``activateOnProviderChange``). For Anthropic models, and OpenAI's from GPT-5.6 on, the one
+  system message (the agent's prompt and memory's observations, which change only with a memory
+  cycle) ends with a prompt-cache breakpoint (``cache_control``, ``prompt_cache_breakpoint``);
+  Gemini and earlier OpenAI models cache prefixes on their own.
   For a breakpoint on the newest message too, add langchain-anthropic's
   ``AnthropicPromptCachingMiddleware`` after this one.
 * Approvals (``HumanInTheLoopMiddleware``, or ``interrupt()`` in a tool) pause a run with its

@@ -12,7 +12,11 @@ model is resolved.
 
 from __future__ import annotations
 
-from obsmem.models.capabilities import model_input_capabilities, prompt_cache_ttl_ms
+from obsmem.models.capabilities import (
+    model_input_capabilities,
+    prompt_cache_mark,
+    prompt_cache_ttl_ms,
+)
 from obsmem.models.describe import model_id_of, provider_of
 from obsmem.models.environment import HOW_TO_PROVIDE_A_MODEL, MODEL_ENV, model_from_environment
 from obsmem.models.providers import resolve_model
@@ -31,6 +35,7 @@ __all__ = [
     "model_from_environment",
     "model_id_of",
     "model_input_capabilities",
+    "prompt_cache_mark",
     "prompt_cache_ttl_ms",
     "provider_of",
     "resolve_model",

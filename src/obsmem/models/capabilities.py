@@ -1,7 +1,9 @@
-"""What a model accepts as input and how long its provider keeps a prompt cache, by name."""
+"""What a model accepts as input, how long its provider keeps a prompt cache and how a request
+marks a cacheable prefix, by name."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Literal
@@ -12,7 +14,7 @@ from obsmem.models.specs import InputCapability, ModelByInputTokens, ModelSpec
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-__all__ = ["model_input_capabilities", "prompt_cache_ttl_ms"]
+__all__ = ["model_input_capabilities", "prompt_cache_mark", "prompt_cache_ttl_ms"]
 
 _IMAGE_PDF: frozenset[InputCapability] = frozenset({"image", "pdf"})
 _ALL_MEDIA: frozenset[InputCapability] = frozenset({"image", "pdf", "audio", "video"})
@@ -102,3 +104,30 @@ def _ttl(provider: str | None, model_id: str, retention: str | None) -> int:
             return 2 * _HOUR_MS
         case _:
             return 5 * _MINUTE_MS
+
+
+def prompt_cache_mark(spec: ModelSpec | None) -> tuple[str, dict[str, str]] | None:
+    """The field and value a content block takes to end a cacheable prefix for ``spec``'s
+    provider, or None when the provider caches prefixes without one (Gemini, OpenAI models
+    before GPT-5.6, and any model not named): Anthropic's ``cache_control``, and OpenAI's
+    ``prompt_cache_breakpoint`` for the models that take explicit breakpoints (GPT-5.6 and
+    later, which match a cached prefix only at a breakpoint). A router has no one mark."""
+    if spec is None or isinstance(spec, ModelByInputTokens):
+        return None
+    match provider_of(spec):
+        case "anthropic":
+            return "cache_control", {"type": "ephemeral"}
+        case "openai" if _openai_breakpoints(model_id_of(spec).lower()):
+            return "prompt_cache_breakpoint", {"mode": "explicit"}
+        case _:
+            return None
+
+
+@functools.lru_cache(maxsize=64)
+def _openai_breakpoints(model_id: str) -> bool:
+    """Whether an OpenAI model takes explicit prompt-cache breakpoints, as pydantic-ai's
+    OpenAI profile knows it (loaded on the first question)."""
+    from pydantic_ai.profiles.openai import openai_model_profile
+
+    profile = openai_model_profile(model_id)
+    return bool(profile and profile.get("openai_supports_prompt_cache_breakpoints"))

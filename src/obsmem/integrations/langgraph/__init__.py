@@ -49,9 +49,10 @@ Activation, synchronous observation and buffering happen between the steps of a 
   then knows the actor (``ChatOpenAI(model="gpt-5-mini")`` is ``openai/gpt-5-mini``,
   :func:`actor_model_of`): images are counted by its provider's rules, a provider change
   activates buffered observations early (with ``activateOnProviderChange``), and for Anthropic
-  models the system message (the graph's instructions and memory's observations, which change
-  only with a memory cycle) ends with a prompt-cache breakpoint (``cache_control``). OpenAI and
-  Gemini cache prefixes on their own and need none.
+  models and OpenAI's from GPT-5.6 on the system message (the graph's instructions and memory's
+  observations, which change only with a memory cycle) ends with a prompt-cache breakpoint
+  (``cache_control``, ``prompt_cache_breakpoint``). Gemini and earlier OpenAI models cache
+  prefixes on their own and need none.
 
 A Memory used from sync code (``invoke``, ``stream``) does its work on its own loop thread
 (``memory.run_sync``): keep to one style per Memory, and end with ``memory.close()`` there (or

@@ -15,8 +15,7 @@ from typing import Any, TypeAlias, cast
 
 from langchain_core.messages import SystemMessage
 
-from obsmem.models import ModelByInputTokens, ModelSpec
-from obsmem.models.describe import provider_of
+from obsmem.models import ModelByInputTokens, ModelSpec, prompt_cache_mark
 
 __all__ = ["ActorModel", "actor_model_of", "with_cache_breakpoint"]
 
@@ -69,7 +68,8 @@ _LLM_TYPES: tuple[tuple[str, str], ...] = (
 
 _NAME_ATTRIBUTES = ("model_name", "model", "model_id")
 
-_BREAKPOINT = {"type": "ephemeral"}
+_MARKS = ("cache_control", "prompt_cache_breakpoint")
+"""The fields that end a cacheable prefix (Anthropic's, OpenAI's)."""
 
 
 def _attribute(model: Any, name: str) -> Any:
@@ -137,25 +137,21 @@ def actor_model_of(model: ActorModel | None) -> ModelSpec | None:
     return f"{provider}/{name}"
 
 
-def _needs_breakpoint(actor: ModelSpec | None) -> bool:
-    """The actor's provider caches only at explicit breakpoints (Anthropic); OpenAI and Gemini
-    cache every prefix on their own."""
-    return actor is not None and provider_of(actor) == "anthropic"
-
-
 def _marked(content: Any) -> bool:
     blocks = cast(list[Any], content) if isinstance(content, list) else []
-    return any(isinstance(b, dict) and "cache_control" in b for b in blocks)
+    return any(isinstance(b, dict) and any(k in b for k in _MARKS) for b in blocks)
 
 
 def with_cache_breakpoint(
     system: SystemMessage | None, actor: ModelSpec | None
 ) -> SystemMessage | None:
     """``system`` with a prompt-cache breakpoint on its last block when the actor's provider
-    needs one (Anthropic's ``cache_control``), so the agent's instructions and memory's
-    observations, which change only with a memory cycle, are read from the cache. A system
-    message that has a breakpoint already is left alone."""
-    if system is None or not _needs_breakpoint(actor) or _marked(system.content):
+    takes one (Anthropic's ``cache_control``, OpenAI's ``prompt_cache_breakpoint`` for GPT-5.6
+    and later: :func:`obsmem.models.prompt_cache_mark`), so the agent's instructions and
+    memory's observations, which change only with a memory cycle, are read from the cache. A
+    system message that has a breakpoint already is left alone."""
+    mark = prompt_cache_mark(actor)
+    if system is None or mark is None or _marked(system.content):
         return system
     content = system.content
     blocks: list[Any] = (
@@ -165,5 +161,6 @@ def with_cache_breakpoint(
         return system
     last = blocks[-1]
     last = {"type": "text", "text": last} if isinstance(last, str) else dict(last)
-    blocks[-1] = {**last, "cache_control": dict(_BREAKPOINT)}
+    field, value = mark
+    blocks[-1] = {**last, field: dict(value)}
     return system.model_copy(update={"content": blocks})
