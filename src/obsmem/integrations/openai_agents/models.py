@@ -1,12 +1,18 @@
-"""The actor's model as memory names it, from what an Agents SDK agent says its model is."""
+"""The actor's model as memory names it, from what an Agents SDK agent says its model is, and
+the prompt-cache breakpoint that model takes."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["actor_model_of"]
+from obsmem.models import ModelSpec, prompt_cache_mark
+
+__all__ = ["actor_model_of", "with_cache_breakpoint"]
 
 _LITELLM = "litellm/"
+_MARKABLE = ("input_text", "input_image", "input_file")
+"""The content parts OpenAI takes a breakpoint on."""
 
 
 def _named(name: str) -> str:
@@ -27,3 +33,46 @@ def actor_model_of(model: Any) -> str | None:
         litellm = type(model).__name__.lower().startswith("litellm")
         return name if litellm and "/" in name else _named(name)
     return None
+
+
+def _system(item: Any) -> bool:
+    return (
+        isinstance(item, dict)
+        and item.get("role") in ("system", "developer")
+        and item.get("type", "message") == "message"
+    )
+
+
+def _parts(item: dict[str, Any]) -> list[Any]:
+    content = item.get("content")
+    if isinstance(content, str):
+        return [{"type": "input_text", "text": content}]
+    return list(content) if isinstance(content, list) else []
+
+
+def with_cache_breakpoint(items: Sequence[Any], actor: ModelSpec | None) -> list[Any]:
+    """``items`` with a prompt-cache breakpoint on the last part of their leading system
+    messages (the end of memory's prefix, which changes only with a memory cycle) when the
+    actor takes OpenAI's ``prompt_cache_breakpoint`` (GPT-5.6 and later, which match a cached
+    prefix only at a breakpoint). The SDK carries that field to both OpenAI APIs; Anthropic's
+    ``cache_control`` its converter drops (openai/openai-agents-python#1257), so none is set
+    for it. Leading system messages that have a breakpoint already are left alone; the items
+    given are not changed."""
+    mark = prompt_cache_mark(actor)
+    out = list(items)
+    if mark is None or mark[0] != "prompt_cache_breakpoint":
+        return out
+    field, value = mark
+    leading = 0
+    while leading < len(out) and _system(out[leading]):
+        leading += 1
+    if leading == 0 or any(
+        field in p for i in out[:leading] for p in _parts(i) if isinstance(p, dict)
+    ):
+        return out
+    parts = _parts(out[leading - 1])
+    if not parts or not isinstance(parts[-1], dict) or parts[-1].get("type") not in _MARKABLE:
+        return out
+    parts[-1] = {**parts[-1], field: dict(value)}
+    out[leading - 1] = {**out[leading - 1], "content": parts}
+    return out

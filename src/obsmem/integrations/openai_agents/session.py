@@ -26,7 +26,7 @@ from obsmem.integrations.openai_agents.history import (
     offers_recall,
     waiting_calls,
 )
-from obsmem.integrations.openai_agents.models import actor_model_of
+from obsmem.integrations.openai_agents.models import actor_model_of, with_cache_breakpoint
 from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
@@ -463,7 +463,8 @@ class ObservationalSession:
         )
         self._stored(context.stored_input)
         shown = bounded(context.messages, self._run_limit, self._run_from)
-        return cast("list[TResponseInputItem]", to_agents_items(shown))
+        items = with_cache_breakpoint(to_agents_items(shown), self._door.actor_model)
+        return cast("list[TResponseInputItem]", items)
 
     async def _messages(self, items: Sequence[Any]) -> list[Message]:
         ref = await self._thread_ref()

@@ -1,0 +1,154 @@
+"""Prompt-cache breakpoints at the Agents SDK door, on the request bodies the SDK's own OpenAI
+models send (answered in-process): a GPT-5.6-or-later actor, which matches a cached prefix only
+at a breakpoint, gets one at the end of memory's system messages, on the Responses API and on
+Chat Completions; an earlier model gets none."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from agents import Agent, RunConfig, Runner
+from agents.models.interface import Model
+from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
+from agents.models.openai_responses import OpenAIResponsesModel
+from openai import AsyncOpenAI
+
+from obsmem.integrations.openai_agents import ObservationalSession
+from obsmem.integrations.openai_agents.models import with_cache_breakpoint
+
+from .helpers import RESOURCE, TURNS, answer_text, make_memory, user_turn
+
+BREAKPOINT = {"mode": "explicit"}
+
+
+def _reply(request: httpx2.Request, model: str) -> httpx2.Response:
+    """A text answer in the shape of the API ``request`` went to."""
+    if request.url.path.endswith("/responses"):
+        text = {"type": "output_text", "text": answer_text(0), "annotations": []}
+        usage = {
+            "input_tokens": 1,
+            "output_tokens": 1,
+            "total_tokens": 2,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0},
+        }
+        output = {"type": "message", "id": "m", "role": "assistant", "status": "completed"}
+        body = {
+            "id": "resp",
+            "object": "response",
+            "created_at": 0,
+            "model": model,
+            "status": "completed",
+            "output": [{**output, "content": [text]}],
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": usage,
+        }
+        return httpx2.Response(200, json=body)
+    answer = {"role": "assistant", "content": answer_text(0)}
+    body = {
+        "id": "chat",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+    return httpx2.Response(200, json=body)
+
+
+async def _bodies(api: str, name: str) -> list[dict[str, Any]]:
+    """Every request body of a conversation long enough to observe, through the session."""
+    bodies: list[dict[str, Any]] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(json.loads(request.content))
+        return _reply(request, name)
+
+    client = AsyncOpenAI(
+        api_key="sk-test", http_client=httpx2.AsyncClient(transport=httpx2.MockTransport(handle))
+    )
+    model: Model = (
+        OpenAIResponsesModel(name, openai_client=client)
+        if api == "responses"
+        else OpenAIChatCompletionsModel(name, openai_client=client)
+    )
+    memory = make_memory()
+    session = ObservationalSession(memory, session_id="sdk-cache", resource=RESOURCE)
+    agent = Agent(name="helper", instructions="Be brief.", model=model)
+    config = RunConfig(
+        tracing_disabled=True, call_model_input_filter=session.call_model_input_filter
+    )
+    for i in range(TURNS):
+        result = await Runner.run(agent, user_turn(i), session=session, run_config=config)
+        assert result.final_output == answer_text(0)
+        await memory.settle()
+    await memory.aclose()
+    return bodies
+
+
+def _leading_system(body: dict[str, Any]) -> tuple[list[Any], list[Any]]:
+    """The body's leading system messages (the agent's instructions, then memory's) and the
+    rest."""
+    items = body.get("input", body.get("messages"))
+    assert isinstance(items, list)
+    n = 0
+    while n < len(items) and items[n].get("role") in ("system", "developer"):
+        n += 1
+    return items[:n], items[n:]
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_a_gpt_5_6_actor_gets_a_breakpoint_after_the_observations(api: str) -> None:
+    bodies = await _bodies(api, "gpt-6.1-terra")
+    observed = [b for b in bodies if "<observations>" in json.dumps(b)]
+    assert observed, "memory observed within the conversation"
+    for body in bodies:
+        system, rest = _leading_system(body)
+        if body not in observed:  # no memory yet: nothing of memory's to mark
+            assert "prompt_cache_breakpoint" not in json.dumps(body)
+            continue
+        *before, last = system
+        *_, part = last["content"]
+        assert part["prompt_cache_breakpoint"] == BREAKPOINT, "memory's prefix ends marked"
+        assert "prompt_cache_breakpoint" not in json.dumps([before, rest]), "one breakpoint"
+        assert "<observations>" in json.dumps(before), "the breakpoint sits after the log"
+
+
+@pytest.mark.parametrize("api", ["responses", "chat"])
+async def test_an_earlier_openai_model_gets_no_breakpoint(api: str) -> None:
+    bodies = await _bodies(api, "gpt-5-mini")
+    assert bodies
+    assert not any("prompt_cache_breakpoint" in json.dumps(b) for b in bodies)
+
+
+def test_a_breakpoint_of_the_agents_own_is_left_alone() -> None:
+    own = [
+        {"role": "system", "content": [{"type": "input_text", "text": "Rules", "x": 1}]},
+        {
+            "role": "system",
+            "content": [
+                {"type": "input_text", "text": "Tools...", "prompt_cache_breakpoint": BREAKPOINT}
+            ],
+        },
+        {"role": "system", "content": "Memory."},
+        {"role": "user", "content": "Hi"},
+    ]
+    assert with_cache_breakpoint(own, "openai/gpt-6.1-terra") == own
+    plain = [{"role": "system", "content": "Memory."}, {"role": "user", "content": "Hi"}]
+    marked = with_cache_breakpoint(plain, "openai/gpt-6.1-terra")
+    assert marked[0] == {
+        "role": "system",
+        "content": [
+            {"type": "input_text", "text": "Memory.", "prompt_cache_breakpoint": BREAKPOINT}
+        ],
+    }
+    assert marked[1] is plain[1]
+    assert plain[0] == {"role": "system", "content": "Memory."}, "the given items are unchanged"
+    for actor in ("openai/gpt-5-mini", "anthropic/claude-haiku-4-5", None):
+        assert with_cache_breakpoint(plain, actor) == plain
+    assert with_cache_breakpoint(plain[1:], "openai/gpt-6.1-terra") == plain[1:], "no system"
