@@ -102,11 +102,11 @@ class StrictServer:
     context_size: int | None = None
     """The model's context window in tokens (None: unlimited)."""
     serves: str = "llama.cpp"
+    """Whose answers to give about the context: ``"llama.cpp"``, ``"vllm"`` or ``"ollama"``."""
     model_id: str = "local"
     """The model ``/v1/models`` lists (vLLM and Ollama serve named models)."""
     named_model_only: bool = False
     """Refuse a request for any other model than ``model_id`` with a 404, as vLLM does."""
-    """Whose answers to give about the context: ``"llama.cpp"``, ``"vllm"`` or ``"ollama"``."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
     streamed_pieces: int = 0

@@ -596,3 +596,44 @@ async def test_a_plain_request_costs_three_store_calls() -> None:
             if i >= 2:  # the first request makes the thread, the second reads it once
                 assert sum(calls.values()) == 3, calls
                 assert "list_messages" not in calls
+
+
+async def _breakpoint_requests(model: str, **config: Any) -> list[dict[str, Any]]:
+    """The client's upstream requests of a conversation long enough to observe, sent as
+    ``model`` to an upstream that takes list content."""
+    async with (
+        strict_server(answer=memory_aware(echo), multimodal=True) as upstream,
+        running_proxy(upstream.base_url, **config) as proxy,
+    ):
+        ai = client(proxy.base_url)
+        history: list[dict[str, Any]] = [{"role": "system", "content": "You are terse."}]
+        for i in range(14):
+            history.append({"role": "user", "content": turn(i)})
+            reply = await ai.chat.completions.create(
+                model=model, messages=history, extra_headers=THREAD
+            )
+            history.append({"role": "assistant", "content": reply.choices[0].message.content})
+            await proxy.proxy.settle()
+        assert not upstream.refusals
+        return client_requests(upstream.requests)
+
+
+async def test_an_openai_upstream_gets_a_breakpoint_at_the_end_of_memory() -> None:
+    """For a model that takes OpenAI's explicit breakpoints (GPT-5.6 and later), the joined
+    system message (the client's instructions, then memory's observations) ends with one."""
+    sent = await _breakpoint_requests("gpt-6.1-terra", cache_breakpoints=True)
+    observed = [b for b in sent if "<observations>" in json.dumps(b["messages"][0])]
+    assert observed
+    for body in sent:
+        system, *rest = body["messages"]
+        *_, last = system["content"]
+        assert last["prompt_cache_breakpoint"] == {"mode": "explicit"}
+        assert "prompt_cache_breakpoint" not in json.dumps(rest)
+        assert system["content"][0]["text"].startswith("You are terse.")
+    # Another model, or an upstream that is not OpenAI's (the default for a local one): none.
+    for sent in (
+        await _breakpoint_requests("local", cache_breakpoints=True),
+        await _breakpoint_requests("gpt-6.1-terra"),
+    ):
+        assert not any("prompt_cache_breakpoint" in json.dumps(b) for b in sent)
+        assert all(isinstance(b["messages"][0]["content"], str) for b in sent)

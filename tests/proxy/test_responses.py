@@ -239,3 +239,48 @@ def test_items_and_chat_messages_convert_both_ways() -> None:
         "content": "Calling.",
         "tool_calls": [chat[1]["tool_calls"][0]],
     }
+
+
+def test_a_breakpoint_of_the_clients_survives_both_ways() -> None:
+    mark = {"mode": "explicit"}
+    items: list[Any] = [
+        {
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "Rules.", "prompt_cache_breakpoint": mark}],
+        },
+        {"role": "user", "content": [{"type": "input_text", "text": "Hi"}]},
+    ]
+    chat = items_to_chat(items)
+    assert chat[0]["content"] == [
+        {"type": "text", "text": "Rules.", "prompt_cache_breakpoint": mark}
+    ]
+    assert chat[1]["content"] == "Hi", "a part without one is plain text, as before"
+    assert chat_to_items(chat)[0] == items[0] | {"role": "developer"}
+
+
+async def test_an_openai_upstream_gets_a_breakpoint_after_memory_in_the_input() -> None:
+    async with (
+        strict_server(answer=memory_aware(echo), multimodal=True) as upstream,
+        running_proxy(upstream.base_url, cache_breakpoints=True) as proxy,
+    ):
+        ai = client(proxy.base_url)
+        items: list[Any] = []
+        for i in range(14):
+            items.append({"role": "user", "content": turn(i)})
+            response = await ai.responses.create(
+                model="gpt-6.1-terra", instructions="Be terse.", input=items, extra_headers=THREAD
+            )
+            items += [item.model_dump(exclude_none=True) for item in response.output]
+            await proxy.proxy.settle()
+        assert not upstream.refusals
+    sent = client_requests(upstream.requests)
+    observed = [b for b in sent if "<observations>" in _input_text(b)]
+    assert observed
+    for body in observed:
+        system, *rest = body["input"]
+        assert system["role"] == "system"
+        *_, last = system["content"]
+        assert last["prompt_cache_breakpoint"] == {"mode": "explicit"}
+        assert "<observations>" in json.dumps(system)
+        assert "prompt_cache_breakpoint" not in json.dumps(rest)
+        assert body["instructions"] == "Be terse.", "the instructions field takes none"

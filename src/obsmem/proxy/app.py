@@ -33,6 +33,7 @@ from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 import httpx
 from starlette.applications import Starlette
@@ -46,6 +47,7 @@ from ..integrations.door import Door, step_start
 from ..memory import Memory, ThreadRef
 from ..messages import Message
 from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from ..models.capabilities import prompt_cache_mark
 from ..models.overflow import context_overflow
 from .apis import CHAT, RESPONSES, Api
 from .history import (
@@ -57,6 +59,7 @@ from .history import (
     split_instructions,
     step_from,
     stored_fingerprint,
+    with_cache_breakpoint,
 )
 from .identity import THREAD_HEADER, KeyMap, api_key_of, thread_of
 from .responses import Unsupported
@@ -76,6 +79,8 @@ PLACEHOLDER_KEY = "obsmem-proxy-no-key"
 """The key memory's own calls send an upstream that needs none (a local server)."""
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
+OPENAI_API_HOST = "api.openai.com"
+"""The upstream that takes OpenAI's prompt-cache breakpoints unless the config says."""
 _HOP_BY_HOP = frozenset(
     {
         "connection",
@@ -109,6 +114,11 @@ class ProxyConfig:
     keys: KeyMap = field(default_factory=KeyMap)
     timeout: float = 600.0
     """Seconds to wait on the upstream."""
+    cache_breakpoints: bool | None = None
+    """Whether the upstream takes OpenAI's prompt-cache breakpoints, which the proxy then sets
+    at the end of memory's prefix for the models that have them (GPT-5.6 and later). None:
+    when the upstream is OpenAI's own API (``api.openai.com``); other OpenAI-compatible
+    servers may refuse the field."""
 
 
 def _upstream_model(name: str, base_url: str, key: str | None) -> Model:
@@ -148,6 +158,10 @@ class Proxy:
         self._thread_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         """Per thread in use: its lock and how many requests hold or wait for it (dropped at 0)."""
         self._actors: dict[str, Any] = {}
+        breakpoints = config.cache_breakpoints
+        if breakpoints is None:
+            breakpoints = urlsplit(self.upstream).hostname == OPENAI_API_HOST
+        self._breakpoints = breakpoints
 
     # -- memory ----------------------------------------------------------------------------------
 
@@ -238,6 +252,8 @@ class Proxy:
             left_out = {e.id for e in aligned.tail}
             shown_context = [m for m in shown_context if m.id not in left_out]
         messages = for_strict_template([*instructions, *to_openai_chat(shown_context)])
+        if self._breakpoints:
+            messages = with_cache_breakpoint(messages, prompt_cache_mark(aligned.actor))
         step = Step(
             ref=ref,
             after=aligned.after,

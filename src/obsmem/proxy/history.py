@@ -233,3 +233,27 @@ def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
             continue
         out.append(message)
     return out
+
+
+def with_cache_breakpoint(
+    messages: list[dict[str, Any]], mark: tuple[str, dict[str, str]] | None
+) -> list[dict[str, Any]]:
+    """``messages`` with ``mark`` (OpenAI's ``prompt_cache_breakpoint``) on the last part of
+    the leading system message, the end of the client's instructions and memory's
+    observations, which change only with a memory cycle. Left as they are without a mark, with
+    anything but one system message in front (joined by :func:`for_strict_template`), or when
+    the client's instructions carry a breakpoint already."""
+    if mark is None or not messages or messages[0].get("role") != "system":
+        return messages
+    field, value = mark
+    content = messages[0].get("content")
+    if isinstance(content, str):
+        parts: list[Any] = [{"type": "text", "text": content}]
+    elif isinstance(content, list) and content:
+        parts = list(cast(list[Any], content))
+    else:
+        return messages
+    if any(isinstance(p, dict) and field in p for p in parts) or not isinstance(parts[-1], dict):
+        return messages
+    parts[-1] = {**cast(dict[str, Any], parts[-1]), field: dict(value)}
+    return [{**messages[0], "content": parts}, *messages[1:]]

@@ -34,6 +34,8 @@ __all__ = [
 _JSON = dict[str, Any]
 
 _SKIPPED = frozenset({"reasoning"})
+BREAKPOINT = "prompt_cache_breakpoint"
+"""OpenAI's prompt-cache breakpoint on a content part, carried between the two APIs' shapes."""
 
 
 class Unsupported(ValueError):
@@ -61,6 +63,8 @@ def _text_of(parts: object) -> str | None:
             return None
         p = cast(Mapping[str, Any], part)
         kind = p.get("type")
+        if BREAKPOINT in p:  # a part of the client's that a cache breakpoint ends: kept as one
+            return None
         if kind in ("input_text", "output_text", "text") and isinstance(p.get("text"), str):
             texts.append(p["text"])
         elif kind == "refusal" and isinstance(p.get("refusal"), str):
@@ -80,15 +84,23 @@ def _chat_content(parts: object) -> str | list[_JSON]:
         p = cast(Mapping[str, Any], part) if isinstance(part, Mapping) else {}
         kind = p.get("type")
         if kind in ("input_text", "output_text", "text"):
-            out.append({"type": "text", "text": str(p.get("text", ""))})
+            out.append(_kept_breakpoint(p, {"type": "text", "text": str(p.get("text", ""))}))
         elif kind == "input_image" and isinstance(p.get("image_url"), str):
             image: _JSON = {"url": p["image_url"]}
             if p.get("detail"):
                 image["detail"] = p["detail"]
-            out.append({"type": "image_url", "image_url": image})
+            out.append(_kept_breakpoint(p, {"type": "image_url", "image_url": image}))
         else:
             raise Unsupported(f"a message part of type {kind!r}")
     return out
+
+
+def _kept_breakpoint(source: Mapping[str, Any], part: _JSON) -> _JSON:
+    """``part`` with ``source``'s prompt-cache breakpoint (OpenAI's, the same field on both
+    APIs), when it has one."""
+    if BREAKPOINT in source:
+        part[BREAKPOINT] = source[BREAKPOINT]
+    return part
 
 
 def _output_text(output: object) -> str:
@@ -154,9 +166,9 @@ def _input_content(content: object) -> str | list[_JSON]:
         if p.get("type") == "image_url":
             image = p.get("image_url")
             url = cast(Mapping[str, Any], image).get("url") if isinstance(image, Mapping) else image
-            out.append({"type": "input_image", "image_url": str(url)})
+            out.append(_kept_breakpoint(p, {"type": "input_image", "image_url": str(url)}))
         else:
-            out.append({"type": "input_text", "text": str(p.get("text", ""))})
+            out.append(_kept_breakpoint(p, {"type": "input_text", "text": str(p.get("text", ""))}))
     return out
 
 
