@@ -1,7 +1,9 @@
-"""Prompt-cache breakpoints at the Agents SDK door, on the request bodies the SDK's own OpenAI
-models send (answered in-process): a GPT-5.6-or-later actor, which matches a cached prefix only
-at a breakpoint, gets one at the end of memory's system messages, on the Responses API and on
-Chat Completions; an earlier model gets none."""
+"""Prompt-cache breakpoints at the Agents SDK door, on the request bodies the SDK's own models
+send: a GPT-5.6-or-later actor, which matches a cached prefix only at a breakpoint, gets one at
+the end of memory's system messages, on the Responses API and on Chat Completions (answered
+in-process); an earlier model gets none; an Anthropic model through ``LitellmModel`` gets
+Anthropic's ``cache_control`` there (LiteLLM writes the breakpoint so, against a loopback
+Messages API)."""
 
 from __future__ import annotations
 
@@ -17,8 +19,13 @@ from agents.models.openai_responses import OpenAIResponsesModel
 from openai import AsyncOpenAI
 
 from obsmem.integrations.openai_agents import ObservationalSession
-from obsmem.integrations.openai_agents.models import with_cache_breakpoint
+from obsmem.integrations.openai_agents.models import (
+    cache_breakpoint,
+    through_litellm,
+    with_cache_breakpoint,
+)
 
+from ..proxy.helpers import FixedUpstream
 from .helpers import RESOURCE, TURNS, answer_text, make_memory, user_turn
 
 BREAKPOINT = {"mode": "explicit"}
@@ -77,6 +84,12 @@ async def _bodies(api: str, name: str) -> list[dict[str, Any]]:
         if api == "responses"
         else OpenAIChatCompletionsModel(name, openai_client=client)
     )
+    await _converse(model)
+    return bodies
+
+
+async def _converse(model: Model) -> None:
+    """A conversation long enough to observe, through the session, on ``model``."""
     memory = make_memory()
     session = ObservationalSession(memory, session_id="sdk-cache", resource=RESOURCE)
     agent = Agent(name="helper", instructions="Be brief.", model=model)
@@ -88,7 +101,6 @@ async def _bodies(api: str, name: str) -> list[dict[str, Any]]:
         assert result.final_output == answer_text(0)
         await memory.settle()
     await memory.aclose()
-    return bodies
 
 
 def _leading_system(body: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -138,9 +150,9 @@ def test_a_breakpoint_of_the_agents_own_is_left_alone() -> None:
         {"role": "system", "content": "Memory."},
         {"role": "user", "content": "Hi"},
     ]
-    assert with_cache_breakpoint(own, "openai/gpt-6.1-terra") == own
+    assert with_cache_breakpoint(own, BREAKPOINT) == own
     plain = [{"role": "system", "content": "Memory."}, {"role": "user", "content": "Hi"}]
-    marked = with_cache_breakpoint(plain, "openai/gpt-6.1-terra")
+    marked = with_cache_breakpoint(plain, BREAKPOINT)
     assert marked[0] == {
         "role": "system",
         "content": [
@@ -149,6 +161,57 @@ def test_a_breakpoint_of_the_agents_own_is_left_alone() -> None:
     }
     assert marked[1] is plain[1]
     assert plain[0] == {"role": "system", "content": "Memory."}, "the given items are unchanged"
-    for actor in ("openai/gpt-5-mini", "anthropic/claude-haiku-4-5", None):
-        assert with_cache_breakpoint(plain, actor) == plain
-    assert with_cache_breakpoint(plain[1:], "openai/gpt-6.1-terra") == plain[1:], "no system"
+    assert with_cache_breakpoint(plain, None) == plain
+    assert with_cache_breakpoint(plain[1:], BREAKPOINT) == plain[1:], "no system message"
+
+
+async def test_an_anthropic_actor_through_litellm_gets_cache_control_after_the_observations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of LiteLLM's price list
+    from agents.extensions.models.litellm_model import LitellmModel
+
+    answer = {
+        "id": "msg",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-haiku-4-5",
+        "content": [{"type": "text", "text": answer_text(0)}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 1, "output_tokens": 1},
+    }
+    headers = {"Content-Type": "application/json"}
+    async with FixedUpstream(200, json.dumps(answer).encode(), headers) as messages_api:
+        url = f"http://127.0.0.1:{messages_api.port}"
+        await _converse(LitellmModel("anthropic/claude-haiku-4-5", base_url=url, api_key="test"))
+    bodies = [json.loads(body) for body in messages_api.requests]
+    observed = [b for b in bodies if "<observations>" in json.dumps(b.get("system"))]
+    assert observed
+    for body in observed:
+        *before, last = body["system"]
+        assert last["cache_control"] == {"type": "ephemeral"}, "memory's prefix ends marked"
+        assert before[0]["text"] == "Be brief."
+        assert "<observations>" in json.dumps(before)
+        assert "cache_control" not in json.dumps([before, body["messages"]]), "one breakpoint"
+        assert "prompt_cache_breakpoint" not in json.dumps(body), "Anthropic's own field only"
+
+
+def test_anthropic_gets_a_breakpoint_only_through_litellm() -> None:
+    class LitellmLike:
+        model = "anthropic/claude-haiku-4-5"
+
+    class Wrapper:
+        def __init__(self, inner: Any) -> None:
+            self.inner = inner
+
+    assert through_litellm("litellm/anthropic/claude-haiku-4-5")
+    assert through_litellm(Wrapper(LitellmLike()))
+    assert not through_litellm("gpt-5-mini")
+    assert not through_litellm(Wrapper(object()))
+    assert not through_litellm(None)
+    anthropic = "anthropic/claude-haiku-4-5"
+    assert cache_breakpoint(anthropic, litellm=True) == BREAKPOINT
+    assert cache_breakpoint(anthropic, litellm=False) is None, "the SDK would drop it"
+    assert cache_breakpoint("openai/gpt-6.1-terra", litellm=False) == BREAKPOINT
+    assert cache_breakpoint("openai/gpt-5-mini", litellm=True) is None

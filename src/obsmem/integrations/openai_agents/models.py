@@ -1,5 +1,5 @@
 """The actor's model as memory names it, from what an Agents SDK agent says its model is, and
-the prompt-cache breakpoint that model takes."""
+the prompt-cache breakpoint memory's prefix gets for it."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Any
 
 from obsmem.models import ModelSpec, prompt_cache_mark
 
-__all__ = ["actor_model_of", "with_cache_breakpoint"]
+__all__ = ["actor_model_of", "cache_breakpoint", "through_litellm", "with_cache_breakpoint"]
 
 _LITELLM = "litellm/"
 _MARKABLE = ("input_text", "input_image", "input_file")
 """The content parts OpenAI takes a breakpoint on."""
+_FIELD = "prompt_cache_breakpoint"
 
 
 def _named(name: str) -> str:
@@ -50,29 +51,49 @@ def _parts(item: dict[str, Any]) -> list[Any]:
     return list(content) if isinstance(content, list) else []
 
 
-def with_cache_breakpoint(items: Sequence[Any], actor: ModelSpec | None) -> list[Any]:
-    """``items`` with a prompt-cache breakpoint on the last part of their leading system
-    messages (the end of memory's prefix, which changes only with a memory cycle) when the
-    actor takes OpenAI's ``prompt_cache_breakpoint`` (GPT-5.6 and later, which match a cached
-    prefix only at a breakpoint). The SDK carries that field to both OpenAI APIs; Anthropic's
-    ``cache_control`` its converter drops (openai/openai-agents-python#1257), so none is set
-    for it. Leading system messages that have a breakpoint already are left alone; the items
-    given are not changed."""
+def through_litellm(model: Any) -> bool:
+    """Whether an agent's ``model`` is LiteLLM's (``"litellm/..."`` or a ``LitellmModel``, also
+    inside a wrapper such as :class:`.compacting.CompactingModel`)."""
+    while model is not None and not isinstance(model, str):
+        if type(model).__name__.lower().startswith("litellm"):
+            return True
+        model = getattr(model, "inner", None)
+    return isinstance(model, str) and model.startswith(_LITELLM)
+
+
+def cache_breakpoint(actor: ModelSpec | None, *, litellm: bool) -> dict[str, str] | None:
+    """The ``prompt_cache_breakpoint`` for memory's prefix when ``actor`` answers, or None.
+    OpenAI's GPT-5.6 and later take it (and match a cached prefix only at one). Anthropic's
+    ``cache_control`` the SDK's item converter drops (openai/openai-agents-python#1257), but it
+    carries ``prompt_cache_breakpoint``, which LiteLLM writes as ``cache_control`` for
+    Anthropic: so an Anthropic actor gets it through LiteLLM only."""
     mark = prompt_cache_mark(actor)
-    out = list(items)
-    if mark is None or mark[0] != "prompt_cache_breakpoint":
-        return out
+    if mark is None:
+        return None
     field, value = mark
+    if field == _FIELD:
+        return value
+    return {"mode": "explicit"} if litellm else None
+
+
+def with_cache_breakpoint(items: Sequence[Any], mark: dict[str, str] | None) -> list[Any]:
+    """``items`` with ``mark`` (a :func:`cache_breakpoint`) on the last part of their leading
+    system messages: the end of memory's prefix, which changes only with a memory cycle.
+    Leading system messages that have a breakpoint already are left alone; the items given are
+    not changed."""
+    out = list(items)
+    if mark is None:
+        return out
     leading = 0
     while leading < len(out) and _system(out[leading]):
         leading += 1
     if leading == 0 or any(
-        field in p for i in out[:leading] for p in _parts(i) if isinstance(p, dict)
+        _FIELD in p for i in out[:leading] for p in _parts(i) if isinstance(p, dict)
     ):
         return out
     parts = _parts(out[leading - 1])
     if not parts or not isinstance(parts[-1], dict) or parts[-1].get("type") not in _MARKABLE:
         return out
-    parts[-1] = {**parts[-1], field: dict(value)}
+    parts[-1] = {**parts[-1], _FIELD: dict(mark)}
     out[leading - 1] = {**out[leading - 1], "content": parts}
     return out

@@ -26,7 +26,12 @@ from obsmem.integrations.openai_agents.history import (
     offers_recall,
     waiting_calls,
 )
-from obsmem.integrations.openai_agents.models import actor_model_of, with_cache_breakpoint
+from obsmem.integrations.openai_agents.models import (
+    actor_model_of,
+    cache_breakpoint,
+    through_litellm,
+    with_cache_breakpoint,
+)
 from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
@@ -130,6 +135,8 @@ class ObservationalSession:
         """The limit of the current run (the session's, or its RunConfig's)."""
         self._limit_for_next_run: int | None = UNSET
         """The limit a RunConfig set for the run being prepared (see ``settings_class``)."""
+        self._litellm = False
+        """Whether the agent's model is LiteLLM's (which takes a breakpoint for Anthropic)."""
         self._approving: frozenset[str] = frozenset()
         """The agent's tools that may wait for an approval (``needs_approval``): a call of one
         stored without its output is held back until the output comes."""
@@ -228,6 +235,8 @@ class ObservationalSession:
         step, self._step_from = self._step_from, None
         new, self._input = self._input or [], None
         self._door.actor_model = actor_model_of(data.agent.model) or self._door.actor_model
+        if data.agent.model is not None:
+            self._litellm = through_litellm(data.agent.model)
         items = await self._on_memory(
             self._context(recall=offers_recall(tools), keep_raw_from=step, new=new)
         )
@@ -463,7 +472,8 @@ class ObservationalSession:
         )
         self._stored(context.stored_input)
         shown = bounded(context.messages, self._run_limit, self._run_from)
-        items = with_cache_breakpoint(to_agents_items(shown), self._door.actor_model)
+        mark = cache_breakpoint(self._door.actor_model, litellm=self._litellm)
+        items = with_cache_breakpoint(to_agents_items(shown), mark)
         return cast("list[TResponseInputItem]", items)
 
     async def _messages(self, items: Sequence[Any]) -> list[Message]:
