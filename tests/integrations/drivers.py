@@ -21,7 +21,7 @@ from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 
 from .helpers import RESOURCE
 
-DOORS = ("agent", "pydantic-ai", "openai-agents", "langgraph", "langchain")
+DOORS = ("agent", "pydantic-ai", "openai-agents", "langgraph", "langgraph-compacting", "langchain")
 """Every front door, as ``make_driver`` names them."""
 
 
@@ -330,6 +330,30 @@ class LangGraphDriver(Driver):
         return str(state["messages"][-1].content)
 
 
+class CompactingDriver(LangGraphDriver):
+    """``create_react_agent`` on ``lg.compacting(llm)`` with the pre-model hook only: the
+    wrapper stores each answer at once."""
+
+    def build(self, **kwargs: Any) -> Any:
+        from langchain_core.tools import StructuredTool
+        from langgraph.prebuilt import create_react_agent
+
+        from obsmem.integrations.langgraph import LangGraphMemory, recall_tool
+
+        lg = LangGraphMemory(self.memory, resource=RESOURCE, recall=self.recall)
+        tools: list[Any] = [StructuredTool.from_function(self.tools.lookup)]
+        if self.recall and self.memory.retrieval:
+            tools.append(recall_tool(self.memory, resource=RESOURCE))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents
+            return create_react_agent(
+                lg.compacting(langchain_model(self.brain)),
+                tools,
+                pre_model_hook=lg.pre_model_hook,
+                **kwargs,
+            )
+
+
 class CreateAgentDriver(LangGraphDriver):
     """``langchain.agents.create_agent`` with ``ObservationalMemoryMiddleware`` (which offers
     ``recall`` itself) and a checkpointer; the conversation is named in the run's config."""
@@ -360,6 +384,7 @@ _DRIVERS: dict[str, type[Driver]] = {
     "pydantic-ai": CapabilityDriver,
     "openai-agents": SdkDriver,
     "langgraph": LangGraphDriver,
+    "langgraph-compacting": CompactingDriver,
     "langchain": CreateAgentDriver,
 }
 

@@ -27,12 +27,12 @@ from obsmem.testing import scripted_observer, scripted_reflector
 from .drivers import (
     DOORS,
     Brain,
-    CreateAgentDriver,
     LangGraphDriver,
     Reply,
     SdkDriver,
     Tools,
     _pydantic_ai_model,  # pyright: ignore[reportPrivateUsage]
+    make_driver,
 )
 from .helpers import RESOURCE
 
@@ -119,8 +119,8 @@ async def _turn_collecting(door: str, memory: Memory, text: str) -> list[dict[st
         finally:
             unsubscribe()
     else:
-        kind = LangGraphDriver if door == "langgraph" else CreateAgentDriver
-        graph_driver = kind(memory, brain, tools, thread="tb", recall=False)
+        graph_driver = make_driver(door, memory, brain, tools, thread="tb", recall=False)
+        assert isinstance(graph_driver, LangGraphDriver)
         async for chunk in graph_driver.graph.astream(
             {"messages": [("user", text)]}, config=graph_driver.config(), stream_mode="custom"
         ):

@@ -152,6 +152,29 @@ def _langgraph_hooks(memory: Memory, thread: str) -> Turn:
     return _graph_turn(graph, thread)
 
 
+def _langgraph_compacting(memory: Memory, thread: str, *, post_hook: bool = False) -> Turn:
+    """``create_react_agent`` on ``lg.compacting(llm)``, which stores the answer itself: with
+    the pre-model hook only, or with the post-model hook too (which then finds it stored)."""
+    import warnings
+
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.prebuilt import create_react_agent
+
+    from obsmem.integrations.langgraph import LangGraphMemory
+
+    lg = LangGraphMemory(memory)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents
+        graph = create_react_agent(
+            lg.compacting(_chat_model()),
+            [],
+            pre_model_hook=lg.pre_model_hook,
+            post_model_hook=lg.post_model_hook if post_hook else None,
+            checkpointer=InMemorySaver(),
+        )
+    return _graph_turn(graph, thread)
+
+
 def _middleware(memory: Memory, thread: str) -> Turn:
     from langchain.agents import create_agent
     from langgraph.checkpoint.memory import InMemorySaver
@@ -184,6 +207,11 @@ DOORS = [
     DoorCase("langgraph_node", _langgraph_node),
     DoorCase("langgraph_model_node", _langgraph_model_node),
     DoorCase("langgraph_hooks", _langgraph_hooks),
+    DoorCase("langgraph_compacting", _langgraph_compacting),
+    DoorCase(
+        "langgraph_compacting_and_post_hook",
+        lambda memory, thread: _langgraph_compacting(memory, thread, post_hook=True),
+    ),
     DoorCase("create_agent_middleware", _middleware),
 ]
 

@@ -11,9 +11,9 @@ For ``langchain.agents.create_agent`` use the middleware in :mod:`obsmem.integra
   ``lg = LangGraphMemory(memory)``, then ``create_react_agent(lg.compacting(llm), tools,
   pre_model_hook=lg.pre_model_hook, post_model_hook=lg.post_model_hook)``. The hooks are
   runnables, so ``invoke``/``stream`` and ``ainvoke``/``astream`` work; the wrapped model sends
-  the agent's ``prompt`` and memory's system message as one and retries once after an overflow
-  (:mod:`.compacting`). ``pre_model_hook(memory)``/``post_model_hook(memory)`` make the hooks
-  alone.
+  the agent's ``prompt`` and memory's system message as one, retries once after an overflow
+  and stores each answer at once (:mod:`.compacting`). ``pre_model_hook(memory)`` and
+  ``post_model_hook(memory)`` make the hooks alone.
 
 Before every model call, what is new in the graph state (the turn's input, then each step's tool
 calls and results) is stored and memory assembles the context: observations as one system

@@ -11,6 +11,10 @@ and the wrapper sends the model memory's new, smaller context, with whatever the
 tells ``lg`` the actor's model (so the hooks know it too). It is not a ``BaseChatModel``:
 ``create_react_agent(response_format=...)`` needs the chat model itself.
 
+It stores the answer at once, as the post-model hook does (so ``create_react_agent`` needs no
+``post_model_hook`` for that; with one, the hook finds the answer stored and makes no store
+call).
+
 It also sends one system message: ``create_react_agent`` puts its ``prompt`` in front of the
 hook's messages, which start with memory's system message once there are observations, and
 strict chat templates (llama.cpp's, vLLM's) refuse a second one. The wrapper joins them (the
@@ -19,6 +23,7 @@ prompt first, memory's last, its prompt-cache breakpoint kept).
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +56,14 @@ def _one_system(value: Any) -> Any:
     return [joined_system(messages[:lead]), *messages[lead:]]
 
 
+def _with_id(reply: BaseMessage) -> BaseMessage:
+    """``reply`` with an id (LangGraph keeps it in the state), so the post-model hook and the
+    next run know the stored answer by it."""
+    if not reply.id:
+        reply.id = f"run-{uuid.uuid4()}"
+    return reply
+
+
 def _messages(value: Any) -> list[Any] | None:
     if isinstance(value, PromptValue):
         return list(value.to_messages())
@@ -79,7 +92,7 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> BaseMessage:
         try:
-            return self.model.invoke(_one_system(input), config, **kwargs)
+            reply = self.model.invoke(_one_system(input), config, **kwargs)
         except Exception as error:
             again = self._plan(input, error, config)
             if again is None:
@@ -90,13 +103,19 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
                 call.flush()
             if retry is None:
                 raise
-            return self.model.invoke(_one_system([*lead, *retry]), config, **kwargs)
+            input = [*lead, *retry]
+            reply = self.model.invoke(_one_system(input), config, **kwargs)
+        kept = self._kept(input, config)
+        if kept is not None:
+            with self.lg.bind(config, model=self.model) as call:
+                call.run(self.lg.store_new(call.door, [*kept.state, _with_id(reply)]))
+        return reply
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> BaseMessage:
         try:
-            return await self.model.ainvoke(_one_system(input), config, **kwargs)
+            reply = await self.model.ainvoke(_one_system(input), config, **kwargs)
         except Exception as error:
             again = self._plan(input, error, config)
             if again is None:
@@ -107,7 +126,26 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
                 call.flush()
             if retry is None:
                 raise
-            return await self.model.ainvoke(_one_system([*lead, *retry]), config, **kwargs)
+            input = [*lead, *retry]
+            reply = await self.model.ainvoke(_one_system(input), config, **kwargs)
+        kept = self._kept(input, config)
+        if kept is not None:
+            with self.lg.bind(config, model=self.model) as call:
+                await self.lg.store_new(call.door, [*kept.state, _with_id(reply)])
+        return reply
+
+    def _kept(self, input: Any, config: RunnableConfig | None) -> KeptInput | None:
+        """What the pre-model hook made ``input`` (the model's whole input) from, or None when
+        it did not (a call outside a graph run, or without the hook): the answer is then
+        stored by the post-model hook or at the next run."""
+        sent = _messages(input)
+        if sent is None:
+            return None
+        try:
+            ref = self.lg.ref(config if config is not None else current_config(), runtime_context())
+        except ConfigError:
+            return None
+        return self.lg.last_input(ref.thread, sent)
 
     def _plan(
         self, input: Any, error: Exception, config: RunnableConfig | None
@@ -116,16 +154,10 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
         agent's prompt put in front of the hook's messages, and what the hook made it from;
         None otherwise (the model's error is raised as it is)."""
         overflow = context_overflow(error)
-        sent = _messages(input)
-        if overflow is None or sent is None:
+        kept = self._kept(input, config) if overflow is not None else None
+        if overflow is None or kept is None:
             return None
-        try:
-            ref = self.lg.ref(config if config is not None else current_config(), runtime_context())
-        except ConfigError:  # called outside a graph run: no conversation, no retry
-            return None
-        kept = self.lg.last_input(ref.thread, sent)
-        if kept is None:
-            return None
+        sent = _messages(input) or []
         return overflow, sent[: len(sent) - len(kept.sent)], kept
 
     async def _smaller(
