@@ -303,20 +303,27 @@ class LangGraphDriver(Driver):
         super().__init__(*args, **kwargs)
         self.graph = self.build()
 
-    def build(self, **kwargs: Any) -> Any:
+    def graph_tools(self) -> list[Any]:
+        """``lookup``, and ``recall`` when retrieval is on and the driver offers it."""
         from langchain_core.tools import StructuredTool
-        from langgraph.prebuilt import create_react_agent
 
-        from obsmem.integrations.langgraph import post_model_hook, pre_model_hook, recall_tool
+        from obsmem.integrations.langgraph import recall_tool
 
         tools: list[Any] = [StructuredTool.from_function(self.tools.lookup)]
         if self.recall and self.memory.retrieval:
             tools.append(recall_tool(self.memory, resource=RESOURCE))
+        return tools
+
+    def build(self, **kwargs: Any) -> Any:
+        from langgraph.prebuilt import create_react_agent
+
+        from obsmem.integrations.langgraph import post_model_hook, pre_model_hook
+
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents
             return create_react_agent(
                 langchain_model(self.brain),
-                tools,
+                self.graph_tools(),
                 pre_model_hook=pre_model_hook(self.memory, resource=RESOURCE, recall=self.recall),
                 post_model_hook=post_model_hook(self.memory, resource=RESOURCE),
                 **kwargs,
@@ -335,20 +342,16 @@ class CompactingDriver(LangGraphDriver):
     wrapper stores each answer at once."""
 
     def build(self, **kwargs: Any) -> Any:
-        from langchain_core.tools import StructuredTool
         from langgraph.prebuilt import create_react_agent
 
-        from obsmem.integrations.langgraph import LangGraphMemory, recall_tool
+        from obsmem.integrations.langgraph import LangGraphMemory
 
         lg = LangGraphMemory(self.memory, resource=RESOURCE, recall=self.recall)
-        tools: list[Any] = [StructuredTool.from_function(self.tools.lookup)]
-        if self.recall and self.memory.retrieval:
-            tools.append(recall_tool(self.memory, resource=RESOURCE))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # create_react_agent's move to langchain.agents
             return create_react_agent(
                 lg.compacting(langchain_model(self.brain)),
-                tools,
+                self.graph_tools(),
                 pre_model_hook=lg.pre_model_hook,
                 **kwargs,
             )
