@@ -68,7 +68,7 @@ def _reply(request: httpx2.Request, model: str) -> httpx2.Response:
     return httpx2.Response(200, json=body)
 
 
-async def _bodies(api: str, name: str) -> list[dict[str, Any]]:
+async def _bodies(api: str, name: str, *, run_config_model: bool = False) -> list[dict[str, Any]]:
     """Every request body of a conversation long enough to observe, through the session."""
     bodies: list[dict[str, Any]] = []
 
@@ -84,23 +84,40 @@ async def _bodies(api: str, name: str) -> list[dict[str, Any]]:
         if api == "responses"
         else OpenAIChatCompletionsModel(name, openai_client=client)
     )
-    await _converse(model)
+    actors = await _converse(model, run_config_model=run_config_model)
+    assert set(actors) == {f"openai/{name}"}, "memory knows the actor from the first turn"
     return bodies
 
 
-async def _converse(model: Model) -> None:
-    """A conversation long enough to observe, through the session, on ``model``."""
+async def _converse(model: Model, *, run_config_model: bool = False) -> list[str]:
+    """A conversation long enough to observe, through the session, on ``model`` (the agent's,
+    or with ``run_config_model`` the RunConfig's, which the session is told); the actor's model
+    memory noted for the thread after each turn."""
     memory = make_memory()
-    session = ObservationalSession(memory, session_id="sdk-cache", resource=RESOURCE)
-    agent = Agent(name="helper", instructions="Be brief.", model=model)
-    config = RunConfig(
-        tracing_disabled=True, call_model_input_filter=session.call_model_input_filter
+    session = ObservationalSession(
+        memory,
+        session_id="sdk-cache",
+        resource=RESOURCE,
+        model=model if run_config_model else None,
     )
+    agent = Agent(
+        name="helper", instructions="Be brief.", model=None if run_config_model else model
+    )
+    config = RunConfig(
+        tracing_disabled=True,
+        call_model_input_filter=session.call_model_input_filter,
+        model=model if run_config_model else None,
+    )
+    actors: list[str] = []
     for i in range(TURNS):
         result = await Runner.run(agent, user_turn(i), session=session, run_config=config)
         assert result.final_output == answer_text(0)
         await memory.settle()
+        thread = await memory.thread("sdk-cache")
+        assert thread is not None
+        actors.append(str(thread.metadata.get("om:last_actor_model")))
     await memory.aclose()
+    return actors
 
 
 def _leading_system(body: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -129,6 +146,17 @@ async def test_a_gpt_5_6_actor_gets_a_breakpoint_after_the_observations(api: str
         assert part["prompt_cache_breakpoint"] == BREAKPOINT, "memory's prefix ends marked"
         assert "prompt_cache_breakpoint" not in json.dumps([before, rest]), "one breakpoint"
         assert "<observations>" in json.dumps(before), "the breakpoint sits after the log"
+
+
+async def test_a_run_config_model_the_session_is_told_of_gets_its_breakpoint() -> None:
+    """The input filter sees only the agent, whose model a ``RunConfig.model`` replaces (and
+    an agent without one runs on the Runner's default): the session's ``model=`` names it."""
+    bodies = await _bodies("responses", "gpt-6.1-terra", run_config_model=True)
+    observed = [b for b in bodies if "<observations>" in json.dumps(b)]
+    assert observed
+    for body in observed:
+        system, _ = _leading_system(body)
+        assert system[-1]["content"][-1]["prompt_cache_breakpoint"] == BREAKPOINT
 
 
 @pytest.mark.parametrize("api", ["responses", "chat"])

@@ -90,7 +90,10 @@ class ObservationalSession:
     default, also given by None) forgets nothing, ``"forget"`` forgets this thread's memory.
     ``session_settings``: ``SessionSettings(limit=n)`` sends at most ``n`` items of the history
     from before each run, after memory's notes. ``own_loop``: memory's work runs on the
-    memory's own loop thread (sync code; ``with session:`` turns it on).
+    memory's own loop thread (sync code; ``with session:`` turns it on). ``model``: the model
+    the Runner calls when it is not the agent's own (a ``RunConfig.model``, or the Runner's
+    default model for an agent that names none), which the input filter cannot see: memory
+    then knows the actor (images by its provider's rules, its prompt-cache breakpoint).
     """
 
     def __init__(
@@ -103,8 +106,11 @@ class ObservationalSession:
         on_clear: ClearChoice | None = "new_thread",
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         own_loop: bool = False,
+        model: Any = None,
     ) -> None:
         self.memory = memory
+        self.model = model
+        """The model the Runner calls in place of the agent's (None: the agent's own)."""
         self._ref = ThreadRef.of({"resource": resource, "thread": session_id})
         self.session_id = session_id
         self.inner = inner
@@ -130,12 +136,12 @@ class ObservationalSession:
         self._shown: list[Any] | None = None
         """What the filter last sent the model, and the items stored since: the history a
         run gets when the filter replaces it (None: read it from memory)."""
-        self._door = Door(memory, self._ref)
+        self._door = Door(memory, self._ref, actor_model=actor_model_of(model))
         self._run_limit: int | None = None
         """The limit of the current run (the session's, or its RunConfig's)."""
         self._limit_for_next_run: int | None = UNSET
         """The limit a RunConfig set for the run being prepared (see ``settings_class``)."""
-        self._litellm = False
+        self._litellm = through_litellm(model)
         """Whether the agent's model is LiteLLM's (which takes a breakpoint for Anthropic)."""
         self._approving: frozenset[str] = frozenset()
         """The agent's tools that may wait for an approval (``needs_approval``): a call of one
@@ -168,6 +174,7 @@ class ObservationalSession:
         on_clear: ClearChoice | None = "new_thread",
         session_settings: SessionSettings | Mapping[str, Any] | None = None,
         own_loop: bool = False,
+        model: Any = None,
     ) -> ObservationalSession:
         """Observational memory over ``inner``, which keeps the full history (thread id: the inner
         session's ``session_id``). Adding, popping and clearing apply to both."""
@@ -179,6 +186,7 @@ class ObservationalSession:
             on_clear=on_clear,
             session_settings=session_settings,
             own_loop=own_loop,
+            model=model,
         )
 
     def __repr__(self) -> str:
@@ -234,9 +242,10 @@ class ObservationalSession:
         )
         step, self._step_from = self._step_from, None
         new, self._input = self._input or [], None
-        self._door.actor_model = actor_model_of(data.agent.model) or self._door.actor_model
-        if data.agent.model is not None:
-            self._litellm = through_litellm(data.agent.model)
+        called = self.model if self.model is not None else data.agent.model
+        self._door.actor_model = actor_model_of(called) or self._door.actor_model
+        if called is not None:
+            self._litellm = through_litellm(called)
         items = await self._on_memory(
             self._context(recall=offers_recall(tools), keep_raw_from=step, new=new)
         )
