@@ -9,8 +9,12 @@ remembered favorite color when anything it was sent mentions one. It counts requ
 from __future__ import annotations
 
 import contextlib
+import os
 import re
-from typing import Any
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
 
 from .strict_server import StrictServer, strict_server_thread
 
@@ -87,3 +91,35 @@ class LoopbackServer:
     def __exit__(self, *exc: object) -> None:
         assert self._context is not None
         self._context.__exit__(None, None, None)
+
+
+class LocalRun(NamedTuple):
+    """A program run by :func:`run_on_a_local_server`: how it ended, the model names its
+    requests asked for, and the rules of the server they broke."""
+
+    result: subprocess.CompletedProcess[str]
+    models: set[Any]
+    refusals: list[str]
+
+
+def run_on_a_local_server(
+    args: list[str], cwd: Path, *, model_id: str = "qwen2.5:0.5b", timeout: float = 180
+) -> LocalRun:
+    """``python args...`` as a new user with a local server runs it: only ``OPENAI_BASE_URL``
+    set (no API key, no ``OBSMEM_MODEL``), pointing at a server that serves one named model and
+    refuses any other, as vLLM and Ollama do."""
+    with LoopbackServer(model_id=model_id, named_model_only=True) as server:
+        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+        env.pop("OBSMEM_MODEL", None)
+        env["OPENAI_BASE_URL"] = server.base_url
+        result = subprocess.run(
+            [sys.executable, *args],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+        return LocalRun(
+            result, {r.get("model") for r in server.stats.requests}, list(server.stats.refusals)
+        )

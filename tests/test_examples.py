@@ -87,21 +87,9 @@ def test_quickstart_with_only_openai_base_url_at_a_server_of_one_named_model(
 ) -> None:
     """Only ``OPENAI_BASE_URL``, at a server that serves one named model and refuses others:
     the quick start asks it which, for its agent and for memory."""
-    from .loopback_openai import LoopbackServer
+    from .loopback_openai import run_on_a_local_server
 
-    with LoopbackServer(model_id="qwen2.5:0.5b", named_model_only=True) as server:
-        env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
-        env.pop("OBSMEM_MODEL", None)
-        env["OPENAI_BASE_URL"] = server.base_url
-        result = subprocess.run(
-            [sys.executable, str(QUICKSTART)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        models = {r.get("model") for r in server.stats.requests}
+    result, models, _ = run_on_a_local_server([str(QUICKSTART)], tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "Your favorite color is blue." in result.stdout
     assert models == {"qwen2.5:0.5b"}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .loopback_openai import LoopbackServer, is_memory_call
+from .loopback_openai import LoopbackServer, is_memory_call, run_on_a_local_server
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -123,23 +123,7 @@ def test_with_only_openai_base_url_memory_asks_the_server_for_its_model(tmp_path
         "    await memory.aclose()\n"
         "asyncio.run(main())\n"
     )
-    with LoopbackServer(model_id="qwen2.5:0.5b", named_model_only=True) as server:
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.endswith("_API_KEY") and k != "OBSMEM_MODEL"
-        }
-        env["OPENAI_BASE_URL"] = server.base_url
-        result = subprocess.run(
-            [sys.executable, "-c", script],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=120,
-        )
-        models = {r.get("model") for r in server.stats.requests}
-        refusals = list(server.stats.refusals)
+    result, models, refusals = run_on_a_local_server(["-c", script], tmp_path, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "BEFORE: openai/local" in result.stdout
     assert "favorite color is blue" in result.stdout

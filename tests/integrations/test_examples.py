@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ..loopback_openai import LoopbackServer
+from ..loopback_openai import LoopbackServer, run_on_a_local_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NAMES = [
@@ -86,19 +86,7 @@ def test_with_only_openai_base_url_at_a_server_of_one_named_model(
     """A new user's local server (vLLM, Ollama: one named model, any other name refused) and
     only ``OPENAI_BASE_URL`` set, no key: each example asks the server for its model and runs,
     the LangChain chat model included (it needs some key, which a local server ignores)."""
-    with LoopbackServer(model_id="qwen2.5:0.5b", named_model_only=True) as server:
-        env = offline_env()
-        env["OPENAI_BASE_URL"] = server.base_url
-        result = subprocess.run(
-            [sys.executable, str(EXAMPLES / name)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=180,
-        )
-        models = {r.get("model") for r in server.stats.requests}
-        refusals = list(server.stats.refusals)
+    result, models, refusals = run_on_a_local_server([str(EXAMPLES / name)], tmp_path)
     assert result.returncode == 0, result.stderr
     assert "Your favorite color is blue." in result.stdout
     assert refusals == []
