@@ -1,9 +1,9 @@
 """Prompt-cache breakpoints at the Agents SDK door, on the request bodies the SDK's own models
 send: a GPT-5.6-or-later actor, which matches a cached prefix only at a breakpoint, gets one at
-the end of memory's system messages, on the Responses API and on Chat Completions (answered
-in-process); an earlier model gets none; an Anthropic model through ``LitellmModel`` gets
-Anthropic's ``cache_control`` there (LiteLLM writes the breakpoint so, against a loopback
-Messages API)."""
+the end of memory's system messages at every step of a tool loop, on the Responses API and on
+Chat Completions (answered in-process); an earlier model gets none; an Anthropic model through
+``LitellmModel`` gets Anthropic's ``cache_control`` there (LiteLLM writes the breakpoint so,
+against a loopback Messages API)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx2
 import pytest
-from agents import Agent, RunConfig, Runner
+from agents import Agent, RunConfig, Runner, function_tool
 from agents.models.interface import Model
 from agents.models.openai_chatcompletions import OpenAIChatCompletionsModel
 from agents.models.openai_responses import OpenAIResponsesModel
@@ -31,8 +31,17 @@ from .helpers import RESOURCE, TURNS, answer_text, make_memory, user_turn
 BREAKPOINT = {"mode": "explicit"}
 
 
+def _calls_first(body: dict[str, Any]) -> bool:
+    """The request answers a user's message (not a tool's result): the model calls a tool."""
+    items = body.get("input", body.get("messages"))
+    last = items[-1] if isinstance(items, list) and items else {}
+    return last.get("role") == "user"
+
+
 def _reply(request: httpx2.Request, model: str) -> httpx2.Response:
-    """A text answer in the shape of the API ``request`` went to."""
+    """In the shape of the API ``request`` went to: a call of ``lookup`` for a user's message,
+    the text answer after its result."""
+    call = _calls_first(json.loads(request.content))
     if request.url.path.endswith("/responses"):
         text = {"type": "output_text", "text": answer_text(0), "annotations": []}
         usage = {
@@ -49,23 +58,42 @@ def _reply(request: httpx2.Request, model: str) -> httpx2.Response:
             "created_at": 0,
             "model": model,
             "status": "completed",
-            "output": [{**output, "content": [text]}],
+            "output": [
+                {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"}
+                if call
+                else {**output, "content": [text]}
+            ],
             "parallel_tool_calls": True,
             "tool_choice": "auto",
             "tools": [],
             "usage": usage,
         }
         return httpx2.Response(200, json=body)
-    answer = {"role": "assistant", "content": answer_text(0)}
+    answer: dict[str, Any] = {"role": "assistant", "content": answer_text(0)}
+    if call:
+        function = {"name": "lookup", "arguments": "{}"}
+        answer = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": function}],
+        }
     body = {
         "id": "chat",
         "object": "chat.completion",
         "created": 0,
         "model": model,
-        "choices": [{"index": 0, "message": answer, "finish_reason": "stop"}],
+        "choices": [
+            {"index": 0, "message": answer, "finish_reason": "tool_calls" if call else "stop"}
+        ],
         "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
     return httpx2.Response(200, json=body)
+
+
+@function_tool
+def lookup() -> str:
+    """Look the weather up."""
+    return "Sunny in Lisbon, 24 degrees."
 
 
 async def _bodies(api: str, name: str, *, run_config_model: bool = False) -> list[dict[str, Any]]:
@@ -86,6 +114,7 @@ async def _bodies(api: str, name: str, *, run_config_model: bool = False) -> lis
     )
     actors = await _converse(model, run_config_model=run_config_model)
     assert set(actors) == {f"openai/{name}"}, "memory knows the actor from the first turn"
+    assert len(bodies) == 2 * TURNS, "each turn is a tool loop: the call, then the answer"
     return bodies
 
 
@@ -101,7 +130,10 @@ async def _converse(model: Model, *, run_config_model: bool = False) -> list[str
         model=model if run_config_model else None,
     )
     agent = Agent(
-        name="helper", instructions="Be brief.", model=None if run_config_model else model
+        name="helper",
+        instructions="Be brief.",
+        model=None if run_config_model else model,
+        tools=[lookup],
     )
     config = RunConfig(
         tracing_disabled=True,
