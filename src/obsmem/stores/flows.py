@@ -71,6 +71,12 @@ class Op:
     many: bool = False
     lock_of: str = ""
 
+    def locking_sql(self) -> str:
+        """The statement with its ``FOR UPDATE`` when it locks (PostgreSQL's form)."""
+        if not self.lock:
+            return self.sql
+        return self.sql + (f" FOR UPDATE OF {self.lock_of}" if self.lock_of else " FOR UPDATE")
+
 
 @dataclass(frozen=True, slots=True)
 class Batch:

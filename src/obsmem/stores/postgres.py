@@ -1,6 +1,7 @@
 """PostgresStore: the store for services with several workers.
 
-psycopg 3 (async) with a connection pool. Every store method is one flow
+psycopg 3 (async) with a connection pool; each flow runs as libpq pipelines, one network round
+trip a statement or batch (:mod:`obsmem.stores.pg_pipeline`). Every store method is one flow
 (:mod:`obsmem.stores.flows`, the same statements the SQLite store runs) inside one transaction
 that locks the rows it changes first (``SELECT ... FOR UPDATE``: the thread when appending
 messages or merging metadata, the record for every memory transition), re-reads them, checks
@@ -13,11 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
-import weakref
 from collections.abc import AsyncGenerator, Callable
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MissingExtraError, StoreError
 from ..messages import utcnow
@@ -36,14 +34,8 @@ T = TypeVar("T")
 _MIGRATION_LOCK = 0x6F62736D656D  # "obsmem": one process migrates at a time
 
 
-def _locked(op: Op) -> str:
-    if not op.lock:
-        return op.sql
-    return op.sql + (f" FOR UPDATE OF {op.lock_of}" if op.lock_of else " FOR UPDATE")
-
-
 def _pg(op: Op) -> str:
-    return _locked(op).replace("?", "%s")
+    return op.locking_sql().replace("?", "%s")
 
 
 async def _execute(conn: Any, op: Op) -> Rows:
@@ -71,113 +63,33 @@ async def _drive_within(conn: Any, flow: Flow[T]) -> T:
         return done.value  # type: ignore[no-any-return]
 
 
-_PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
-"""Per connection, the names of the statements prepared on it."""
-
-
-@functools.lru_cache(maxsize=512)
-def _named(statement: str) -> tuple[str, str]:
-    """A statement's prepared name, and its text with numbered parameters."""
-    name = "obsmem_" + hashlib.blake2b(statement.encode(), digest_size=8).hexdigest()
-    parts = statement.split("?")
-    numbered = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
-    return name, numbered
-
-
-async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) -> list[Rows]:
-    """Send ``ops`` (with BEGIN before and COMMIT after when asked) as one multi-statement
-    query in one network round trip; each op's rows. Each statement runs as ``EXECUTE`` of a
-    statement prepared on the connection (the PREPARE goes in front the first time), so the
-    server plans it once per connection, and the parameters are bound client-side: psycopg's
-    pipeline mode costs several times the client time for the same round trip."""
-    from psycopg import AsyncClientCursor
-    from psycopg.pq import ExecStatus
-
-    tuples_ok = ExecStatus.TUPLES_OK
-    prepared = _PREPARED.setdefault(conn, set())
-    statements: list[str] = ["BEGIN"] if begin else []
-    params: list[Any] = []
-    owner: list[int | None] = [None] * len(statements)  # the op of each statement's result
-    preparing: list[str] = []
-    for index, op in enumerate(ops):
-        name, numbered = _named(_locked(op))
-        if name not in prepared and name not in preparing:
-            statements.append(f"PREPARE {name} AS {numbered}")
-            owner.append(None)
-            preparing.append(name)
-        for row in op.params if op.many else (op.params,):
-            statements.append(
-                f"EXECUTE {name}({', '.join('%s' for _ in row)})" if row else f"EXECUTE {name}"
-            )
-            params.extend(row)
-            owner.append(index)
-    if commit:
-        statements.append("COMMIT")
-        owner.append(None)
-    results: list[Rows] = [[] for _ in ops]
-    try:
-        async with AsyncClientCursor(conn) as cur:
-            await cur.execute(cast(Any, "; ".join(statements)), params)
-            for index in owner:
-                # The result's status, not ``cur.description``, which builds a Column per field.
-                result = cur.pgresult
-                if index is not None and result is not None and result.status == tuples_ok:
-                    results[index] = await cur.fetchall()
-                cur.nextset()
-    except BaseException:
-        _PREPARED.pop(conn, None)  # which ran is unknown: forget them all (DEALLOCATE below)
-        raise
-    prepared.update(preparing)
-    return results
-
-
-async def _drive(conn: Any, flow: Flow[T]) -> T:
-    """Run ``flow`` in a transaction on ``conn`` (in autocommit mode: BEGIN and COMMIT are sent
-    here). Each statement, or each batch, is one network round trip, with the BEGIN before it
-    when one is due and the COMMIT after it when the batch ends the transaction. A flow that
-    goes on after such a batch starts a new transaction; one that ends without one sends its
-    COMMIT alone; one that raises is rolled back."""
-    from psycopg import AsyncClientCursor
-    from psycopg.pq import TransactionStatus
-
-    in_transaction = False
-    try:
-        item = next(flow)
-        while True:
-            ops = item.ops if isinstance(item, Batch) else (item,)
-            ends = isinstance(item, Batch) and item.end
-            results = await _send(conn, ops, begin=not in_transaction, commit=ends)
-            in_transaction = not ends
-            item = flow.send(results if isinstance(item, Batch) else results[0])
-    except StopIteration as done:
-        if in_transaction:
-            await _send(conn, (), begin=False, commit=True)
-        return done.value  # type: ignore[no-any-return]
-    except BaseException:
-        with contextlib.suppress(Exception):
-            async with AsyncClientCursor(conn) as cur:
-                if conn.pgconn.transaction_status != TransactionStatus.IDLE:
-                    await cur.execute("ROLLBACK")
-                if conn not in _PREPARED:  # a failed batch: which statements it prepared is unknown
-                    await cur.execute("DEALLOCATE ALL")
-        raise
-
-
 class _PostgresDriver:
     def __init__(
         self, dsn: str, *, min_size: int, max_size: int, timeout: float, read_only: bool = False
     ) -> None:
         try:
             from psycopg_pool import AsyncConnectionPool  # needs psycopg itself
+
+            from . import pg_pipeline
         except ImportError as exc:
             raise MissingExtraError("PostgreSQL storage", "postgres", package="psycopg") from exc
+        from psycopg import NotSupportedError, capabilities
+
+        try:
+            capabilities.has_pipeline(check=True)
+        except NotSupportedError as exc:  # psycopg on a system libpq older than 14
+            raise StoreError(
+                f"PostgresStore sends each transaction as one pipeline, and {exc}; install "
+                'psycopg with its own libpq: pip install "psycopg[binary]"'
+            ) from exc
+        self._drive = pg_pipeline.drive
         self.dsn = dsn
         self.timeout = timeout
         self.name = f"PostgresStore({dsn.split('@')[-1]!r})"
         self.read_only = read_only
         # Read-only: every transaction of every connection is READ ONLY (the server refuses
         # writes), and nothing is migrated or created.
-        # Autocommit: the flows' transactions are begun and committed by ``_drive``, in the same
+        # Autocommit: the flows' transactions are delimited by ``pg_pipeline.drive``, in the same
         # round trips as their statements.
         kwargs: dict[str, Any] = {"autocommit": True}
         if read_only:
@@ -216,9 +128,9 @@ class _PostgresDriver:
             await self._prepare()
             async with self._connection() as conn:
                 try:
-                    return await _drive(conn, make(write))
+                    return await self._drive(conn, make(write))
                 except NeedsWrite:
-                    return await _drive(conn, make(True))
+                    return await self._drive(conn, make(True))
         except StoreError:
             raise
         except Exception as exc:

@@ -1,0 +1,160 @@
+"""The PostgreSQL driver's pipelines under what goes wrong: a statement failing inside a
+transaction of several round trips, a call cancelled while the server is still working, a batch
+too large for the socket, and parameters that would break SQL if they were quoted into it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import psycopg
+import pytest
+
+from obsmem.errors import StoreError
+from obsmem.messages import Message, utcnow
+from obsmem.stores import PostgresStore
+from obsmem.stores import schema as sql
+from obsmem.stores import transitions as tr
+from obsmem.stores.flows import Batch, Flow, Op
+from obsmem.stores.rows import thread_to_row
+
+
+@pytest.fixture
+async def store(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
+    s = PostgresStore(postgres_dsn, min_size=1, max_size=1)  # every call on the same connection
+    await s.list_resources()  # creates the schema
+    try:
+        yield s
+    finally:
+        await s.aclose()
+
+
+def _thread_op(thread_id: str) -> Op:
+    return Op(sql.INSERT_THREAD, thread_to_row(tr.new_thread(thread_id, "u1", now=utcnow())))
+
+
+async def test_a_failure_in_a_later_round_trip_undoes_the_earlier_ones(
+    store: PostgresStore,
+) -> None:
+    """A flow whose transaction spans round trips (BEGIN with the first, COMMIT with the last)
+    and fails in the second keeps nothing of the first; the connection, and the statements
+    prepared on it before the failure, serve the next call."""
+
+    def fails_later(_: bool) -> Flow[None]:
+        yield _thread_op("t-first")  # BEGIN and this, in one round trip
+        yield Batch((_thread_op("t-second"), Op("SELECT 1/0")), end=True)
+
+    with pytest.raises(StoreError, match="division by zero"):
+        await store._driver.run(fails_later, write=True)  # pyright: ignore[reportPrivateUsage]
+    assert await store.get_thread("t-first") is None
+    assert await store.get_thread("t-second") is None
+
+    def succeeds(_: bool) -> Flow[None]:  # the same statement again, prepared before the failure
+        yield _thread_op("t-first")
+        yield Batch((_thread_op("t-second"),), end=True)
+
+    await store._driver.run(succeeds, write=True)  # pyright: ignore[reportPrivateUsage]
+    assert await store.get_thread("t-first") is not None
+    assert await store.get_thread("t-second") is not None
+
+
+async def test_a_call_cancelled_mid_exchange_leaves_a_connection_that_works(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    """Cancelled while the server runs its statement, the call raises CancelledError and its
+    connection is closed (the pool opens another), never handed on with its answer unread."""
+    marker = "obsmem-pipeline-cancel-test"
+
+    def slow(_: bool) -> Flow[None]:
+        yield Op(f"SELECT pg_sleep(30) /* {marker} */")
+
+    task = asyncio.ensure_future(store._driver.run(slow, write=False))  # pyright: ignore[reportPrivateUsage]
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as watcher:
+        for _ in range(2_000):  # until the server runs it (bounded: 20 s at most)
+            cur = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE query LIKE %s AND state = 'active'",
+                (f"%{marker}%",),
+            )
+            row = await cur.fetchone()
+            if row is not None and row[0] > 0:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the slow statement never reached the server")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.create_thread("t-after", "u1")
+        await store.append_messages("t-after", [Message.user("still works")])
+        assert [m.text for m in await store.list_messages("t-after")] == ["still works"]
+        # The server finds the client gone only when it answers: end its sleep now.
+        await watcher.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE %s "
+            "AND pid <> pg_backend_pid()",
+            (f"%{marker}%",),
+        )
+
+
+async def test_a_batch_larger_than_the_socket_buffers_goes_through(store: PostgresStore) -> None:
+    """Thirty messages of 400 kB in one append (12 MB, one pipeline): the driver reads the
+    server's answers while it is still sending, so neither side waits on the other."""
+    await store.create_thread("t-big", "u1")
+    messages = [Message.user(f"{i:02d} " + "x" * 400_000) for i in range(30)]
+    stored = await store.append_messages("t-big", messages)
+    assert [m.seq for m in stored] == list(range(1, 31))
+    back = await store.list_messages("t-big")
+    assert [m.text for m in back] == [m.text for m in messages]
+
+
+async def test_a_batch_whose_answers_fill_the_socket_while_it_is_sent(
+    store: PostgresStore,
+) -> None:
+    """Forty statements in one pipeline that each echo 400 kB: the server answers the first ones
+    while the driver still sends the rest (16 MB each way), and every answer comes back whole."""
+    texts = [f"{i:02d}" + "y" * 400_000 for i in range(40)]
+
+    def echo(_: bool) -> Flow[list[str]]:
+        results = yield Batch(tuple(Op("SELECT CAST(? AS TEXT)", (t,)) for t in texts), end=True)
+        return [rows[0][0] for rows in results]
+
+    run = store._driver.run(echo, write=False)  # pyright: ignore[reportPrivateUsage]
+    assert await asyncio.wait_for(run, timeout=60) == texts
+
+
+HOSTILE = [
+    "it's a 'quote'",
+    "back\\slash \\' and \\\\",
+    "$1 $2 ? %s %(x)s {0}",
+    "'); DROP TABLE messages; --",
+    "E'\\x00' U&'\\0041' $$dollar$$ $tag$x$tag$",
+    "emoji 🧠 and 中文",
+]
+
+
+async def test_parameters_are_never_read_as_sql(store: PostgresStore) -> None:
+    """Ids, text and metadata that would break a statement quoted by hand are stored and read
+    back exactly: the server binds them."""
+    thread_id = "t-'; DROP TABLE threads; --"
+    await store.create_thread(thread_id, "u-$1 ?", metadata={"k'": "v\\'"})
+    messages = [Message.user(text) for text in HOSTILE]
+    await store.append_messages(thread_id, messages)
+    back = await store.list_messages(thread_id)
+    assert [m.text for m in back] == HOSTILE
+    thread = await store.get_thread(thread_id)
+    assert thread is not None
+    assert thread.resource_id == "u-$1 ?"
+    assert thread.metadata == {"k'": "v\\'"}
+    assert await store.list_resources() == ["u-$1 ?"]
+
+
+def test_a_libpq_without_pipelines_is_named_with_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from psycopg import NotSupportedError, capabilities
+
+    def old_libpq(check: bool = False) -> bool:
+        if check:
+            raise NotSupportedError("the feature 'pipeline' requires libpq 14.0 or newer")
+        return False
+
+    monkeypatch.setattr(capabilities, "has_pipeline", old_libpq)
+    with pytest.raises(StoreError, match=r'libpq 14\.0 or newer.*pip install "psycopg\[binary\]"'):
+        PostgresStore("postgresql://localhost/obsmem")
