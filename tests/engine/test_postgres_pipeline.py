@@ -158,3 +158,37 @@ def test_a_libpq_without_pipelines_is_named_with_the_fix(monkeypatch: pytest.Mon
     monkeypatch.setattr(capabilities, "has_pipeline", old_libpq)
     with pytest.raises(StoreError, match=r'libpq 14\.0 or newer.*pip install "psycopg\[binary\]"'):
         PostgresStore("postgresql://localhost/obsmem")
+
+
+async def test_connections_the_server_ended_fail_their_calls_then_the_store_heals(
+    postgres_dsn: str, postgres_admin: str
+) -> None:
+    """A restart or failover ends every connection the pool holds: each call that meets one
+    fails with StoreError (the server may or may not have run it, so it is not run again), the
+    pool replaces them, and the calls after work, with nothing stored twice."""
+    store = PostgresStore(postgres_dsn, min_size=2, max_size=2)
+    try:
+        await store.create_thread("t-ended", "u1")
+        await store.append_messages("t-ended", [Message.user("before", id="m-before")])
+        database = postgres_dsn.rsplit("/", 1)[1]
+        async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
+            await admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (database,),
+            )
+        errors: list[str] = []
+        for _ in range(4):  # two pooled connections to meet, then fresh ones
+            try:
+                await store.append_messages("t-ended", [Message.user("after", id="m-after")])
+                break
+            except StoreError as exc:
+                errors.append(str(exc))
+        else:
+            pytest.fail(f"the store never healed: {errors}")
+        assert 1 <= len(errors) <= 2, errors
+        assert all("server closed the connection" in e for e in errors), errors
+        back = await store.list_messages("t-ended")
+        assert [(m.seq, m.text) for m in back] == [(1, "before"), (2, "after")]
+    finally:
+        await store.aclose()

@@ -129,13 +129,21 @@ async def _read_pipeline(
     error: Exception | None = None
     position = 0
     adapt = session.adapt
+    ended = False  # the last result read ended a statement's results
     while True:
         while pg.is_busy():
             await _ready(pg.socket, write=False)
             pg.consume_input()
         result = pg.get_result()
         if result is None:  # the end of one statement's results
+            if ended:  # nothing more will come, yet no sync came: the connection broke
+                raise pg_errors.OperationalError(
+                    "the connection ended in the middle of a pipeline: "
+                    + pg.get_error_message(adapt.encoding)
+                )
+            ended = True
             continue
+        ended = False
         status = result.status
         if status == _SYNC:
             break
