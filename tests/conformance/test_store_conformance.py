@@ -307,6 +307,23 @@ async def test_commit_observation_never_moves_the_cursor_back(store: Store) -> N
     await assert_record_invariants(store, key)
 
 
+async def test_token_counts_in_whole_floats_are_stored_as_integers(store: Store) -> None:
+    """A custom estimator may count in floats (12.0): every store takes them as the integers
+    they are (PostgreSQL binds parameters as text, and "12.0" is no BIGINT)."""
+    key, record = await _thread_with_messages(store, 5)
+    await observe(
+        store,
+        record,
+        observations="obs",
+        observation_tokens=3.0,  # pyright: ignore[reportArgumentType]
+        cursor={"t1": 4},
+        observed_tokens=400.0,  # pyright: ignore[reportArgumentType]
+    )
+    head = await store.get_record(key)
+    assert head is not None
+    assert (head.observation_tokens, head.total_tokens_observed) == (3, 400)
+
+
 async def test_commit_observation_checks_where_it_started(store: Store) -> None:
     key, record = await _thread_with_messages(store, 5)
     stale_from = dict(record.cursor)

@@ -5,7 +5,7 @@ too large for the socket, and parameters that would break SQL if they were quote
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import psycopg
 import pytest
@@ -192,3 +192,104 @@ async def test_connections_the_server_ended_fail_their_calls_then_the_store_heal
         assert [(m.seq, m.text) for m in back] == [(1, "before"), (2, "after")]
     finally:
         await store.aclose()
+
+
+def _backend_pid(_: bool) -> Flow[int]:
+    rows = yield Op("SELECT pg_backend_pid()")
+    return int(rows[0][0])
+
+
+async def _pid(store: PostgresStore) -> int:
+    return await store._driver.run(_backend_pid, write=False)  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_a_commit_that_fails_at_the_sync_names_its_error_and_keeps_the_connection(
+    store: PostgresStore, postgres_dsn: str
+) -> None:
+    """A whole-transaction batch whose commit fails (a deferred constraint checked at the
+    pipeline's sync) raises that error, and the connection serves the next call."""
+    async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as admin:
+        await admin.execute(
+            "CREATE TABLE deferred_ids (id INT, CONSTRAINT one_each UNIQUE (id) "
+            "DEFERRABLE INITIALLY DEFERRED)"
+        )
+    pid = await _pid(store)
+
+    def twice(_: bool) -> Flow[None]:
+        insert = Op("INSERT INTO deferred_ids (id) VALUES (?)", (1,))
+        yield Batch((insert, insert), end=True)
+
+    with pytest.raises(StoreError, match="one_each"):
+        await store._driver.run(twice, write=True)  # pyright: ignore[reportPrivateUsage]
+    assert await _pid(store) == pid
+    await store.create_thread("t-next", "u1")
+    assert await store.get_thread("t-next") is not None
+
+
+async def test_statements_the_server_dropped_or_invalidated_are_prepared_again(
+    store: PostgresStore,
+) -> None:
+    """A pooler that resets the session (DEALLOCATE ALL) or another worker's schema change
+    ("cached plan must not change result type") costs the call that meets it one more round
+    trip, never an error, on the same connection."""
+    await store.create_thread("t-stale", "u1")
+    pid = await _pid(store)
+    async with store._pg._connection() as conn:  # pyright: ignore[reportPrivateUsage]
+        await conn.execute("DEALLOCATE ALL")  # behind the driver's back
+    assert (await store.get_thread("t-stale")) is not None
+    async with store._pg._connection() as conn:  # pyright: ignore[reportPrivateUsage]
+        await conn.execute("ALTER TABLE threads ALTER COLUMN title TYPE VARCHAR(500)")
+    thread = await store.get_thread("t-stale")
+    assert thread is not None
+    assert thread.resource_id == "u1"
+    assert await _pid(store) == pid
+
+
+async def test_a_value_psycopg_refuses_fails_the_call_and_keeps_the_connection(
+    store: PostgresStore,
+) -> None:
+    pid = await _pid(store)
+    with pytest.raises(StoreError, match="NUL"):
+        await store.create_thread("t-\x00", "u1")
+    assert await _pid(store) == pid
+
+
+async def test_prepared_statements_per_connection_are_bounded(
+    store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``MAX_PREPARED`` distinct statements a connection's are deallocated and prepared
+    again as used, so a long-lived connection's server process does not grow without end."""
+    from obsmem.stores import pg_pipeline
+
+    monkeypatch.setattr(pg_pipeline, "MAX_PREPARED", 4)
+
+    def add(k: int) -> Callable[[bool], Flow[int]]:
+        def flow(_: bool) -> Flow[int]:
+            rows = yield Op(f"SELECT CAST(? AS INT) + {k}", (1,))
+            return int(rows[0][0])
+
+        return flow
+
+    def prepared(_: bool) -> Flow[int]:
+        rows = yield Op("SELECT count(*) FROM pg_prepared_statements")
+        return int(rows[0][0])
+
+    for k in range(12):
+        assert await store._driver.run(add(k), write=False) == 1 + k  # pyright: ignore[reportPrivateUsage]
+        count = await store._driver.run(prepared, write=False)  # pyright: ignore[reportPrivateUsage]
+        assert count <= 4 + 1, count  # what was kept, and this statement
+
+
+async def test_connections_leave_nothing_behind_in_the_driver(postgres_dsn: str) -> None:
+    import gc
+
+    from obsmem.stores import pg_pipeline
+
+    gc.collect()
+    before = len(pg_pipeline._PREPARED)  # pyright: ignore[reportPrivateUsage]
+    store = PostgresStore(postgres_dsn, min_size=2, max_size=2)
+    await store.create_thread("t-gone", "u1")
+    await asyncio.gather(*(store.get_thread("t-gone") for _ in range(4)))
+    await store.aclose()
+    gc.collect()
+    assert len(pg_pipeline._PREPARED) == before  # pyright: ignore[reportPrivateUsage]

@@ -13,15 +13,14 @@ import contextlib
 import functools
 import hashlib
 import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
-from psycopg import abc
 from psycopg import errors as pg_errors
 from psycopg.adapt import PyFormat, Transformer
-from psycopg.pq import ExecStatus, PipelineStatus
+from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
 
-from .flows import Batch, Flow, Op, Rows
+from .flows import Batch, Flow, NeedsWrite, Op, Rows
 
 __all__ = ["drive"]
 
@@ -33,81 +32,179 @@ _COMMAND_OK, _TUPLES_OK, _FATAL, _SYNC = (
     ExecStatus.FATAL_ERROR,
     ExecStatus.PIPELINE_SYNC,
 )
+_IDLE = TransactionStatus.IDLE
 _READABLE, _WRITABLE = 1, 2
 
 
-@dataclass(slots=True)
-class _Session:
-    """What the driver keeps per connection: the names of the statements prepared on it, and
-    psycopg's adapters for its parameters and rows (the connection's own types and encoding)."""
+_STALE = frozenset({"26000", "42P05", "0A000"})
+"""SQLSTATEs that say the connection's prepared statements are not what the driver holds: one
+is gone (its session was reset, by a pooler or a ``DEALLOCATE``), one exists already, or a
+schema change invalidated one's plan ("cached plan must not change result type")."""
 
-    prepared: set[bytes]
-    adapt: abc.Transformer
-
-
-_SESSIONS: weakref.WeakKeyDictionary[Any, _Session] = weakref.WeakKeyDictionary()
+MAX_PREPARED = 256
+"""Most statements kept prepared on one connection: past that, the next round trip deallocates
+them all first and prepares again what it uses (a server process keeps each one's plan)."""
 
 
-def _session(conn: Any) -> _Session:
-    session = _SESSIONS.get(conn)
-    if session is None:
-        session = _SESSIONS[conn] = _Session(set(), Transformer.from_context(conn))
-    return session
+class _Prepared:
+    """What the driver knows of one connection's prepared statements."""
+
+    __slots__ = ("names", "reset")
+
+    def __init__(self) -> None:
+        self.names: set[bytes] = set()
+        self.reset = False
+        """Deallocate every statement at the start of the next round trip (the names are
+        forgotten already)."""
+
+    def forget(self) -> None:
+        self.names.clear()
+        self.reset = True
+
+
+_PREPARED: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
+"""Per connection, the statements prepared on it."""
+
+
+class _Stale(Exception):
+    """The connection's prepared statements were not what the driver held (it has forgotten
+    them now); the transaction that met it was rolled back whole, so its flow may run again."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 @functools.lru_cache(maxsize=512)
-def _named(statement: str) -> tuple[bytes, bytes]:
-    """A statement's prepared name, and its text with numbered parameters."""
+def _named(statement: str, lock: bool, lock_of: str) -> tuple[bytes, bytes]:
+    """A statement's prepared name, and its text (with its ``FOR UPDATE``) with numbered
+    parameters."""
+    statement = Op(statement, lock=lock, lock_of=lock_of).locking_sql()
     name = "obsmem_" + hashlib.blake2b(statement.encode(), digest_size=8).hexdigest()
     parts = statement.split("?")
     numbered = parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], start=1))
     return name.encode(), numbered.encode()
 
 
-async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, commit: bool) -> list[Rows]:
+async def drive(conn: Any, make: Callable[[bool], Flow[T]], *, write: bool) -> T:
+    """Run the flow ``make(write)`` in a transaction on ``conn``; when it raises
+    :class:`~obsmem.stores.flows.NeedsWrite`, ``make(True)``. When the connection's prepared
+    statements turn out not to be what the driver held (a pooler reset the session, a schema
+    change invalidated a plan) before anything of the flow was committed, the flow runs once
+    more with its statements prepared anew."""
+    try:
+        return await _drive_or_write(conn, make, write)
+    except _Stale:
+        pass
+    try:
+        return await _drive_or_write(conn, make, write)
+    except _Stale as again:
+        raise again.error from None
+
+
+async def _drive_or_write(conn: Any, make: Callable[[bool], Flow[T]], write: bool) -> T:
+    try:
+        return await _drive(conn, make(write))
+    except NeedsWrite:
+        return await _drive(conn, make(True))
+
+
+async def _drive(conn: Any, flow: Flow[T]) -> T:
+    """Run ``flow`` in a transaction on ``conn`` (in autocommit mode: the transaction is
+    delimited here). Each statement, or each batch, is one network round trip: a batch that
+    ends the transaction and started it is a transaction by itself; otherwise BEGIN goes before
+    the first and COMMIT after the one that ends it. A flow that goes on after such a batch
+    starts a new transaction; one that ends without one sends its COMMIT alone; one that raises
+    is rolled back."""
+    in_transaction = committed = False
+    try:
+        item = next(flow)
+        while True:
+            ops = item.ops if isinstance(item, Batch) else (item,)
+            ends = isinstance(item, Batch) and item.end
+            results = await _send(
+                conn, ops, begin=not in_transaction, end=_COMMIT if ends else None
+            )
+            in_transaction, committed = not ends, committed or ends
+            item = flow.send(results if isinstance(item, Batch) else results[0])
+    except StopIteration as done:
+        if in_transaction:
+            await _send(conn, (), begin=False, end=_COMMIT)
+        return done.value  # type: ignore[no-any-return]
+    except BaseException as exc:
+        if not conn.closed and conn.pgconn.transaction_status != _IDLE:
+            with contextlib.suppress(Exception):
+                await _send(conn, (), begin=False, end=_ROLLBACK)
+        if isinstance(exc, _Stale) and committed:  # part of the flow is in: not to run again
+            raise exc.error from None
+        raise
+
+
+_COMMIT, _ROLLBACK = b"COMMIT", b"ROLLBACK"
+
+
+async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | None) -> list[Rows]:
     """Run ``ops`` in one network round trip; each op's rows.
 
     They go as one pipeline (libpq's pipeline mode, on the connection psycopg opened): each
     statement is prepared once per connection (its Parse goes ahead of its first use) and runs
     with its parameters bound by the server, so nothing is quoted into SQL text and the server
-    plans it once. A batch that is the whole transaction (``begin`` and ``commit``) sends neither
-    BEGIN nor COMMIT: everything up to a pipeline's sync is one transaction, committed at the
-    sync, or rolled back whole when a statement fails. Otherwise BEGIN goes in front when asked
-    and COMMIT behind. A failed statement's error is raised once the pipeline is read to its
-    end, so the connection is ready for the ROLLBACK; one whose exchange was cut off (cancelled,
-    or the server gone) is closed, and the pool replaces it."""
+    plans it once. A batch that is the whole transaction (``begin``, and ``end`` is COMMIT)
+    sends neither BEGIN nor COMMIT: everything up to a pipeline's sync is one transaction,
+    committed at the sync, or rolled back whole when a statement (or the commit) fails.
+    Otherwise BEGIN goes in front when asked and ``end`` (COMMIT or ROLLBACK) behind. A failed
+    statement's error is raised once the pipeline is read to its end, so the connection is ready
+    for the next one; one whose exchange was cut off (cancelled, or the server gone) is closed,
+    and the pool replaces it."""
+    adapt = Transformer.from_context(conn)
+    # Everything is dumped before anything is sent: a value psycopg refuses (a NUL in text)
+    # fails the call with the connection untouched.
+    statements: list[tuple[int, bytes, bytes, list[Any] | None]] = []
+    for index, op in enumerate(ops):
+        name, numbered = _named(op.sql, op.lock, op.lock_of)
+        for row in op.params if op.many else (op.params,):
+            params = list(adapt.dump_sequence(row, [_TEXT] * len(row))) if row else None
+            statements.append((index, name, numbered, params))
+    prepared = _PREPARED.get(conn)
+    if prepared is None:
+        prepared = _PREPARED[conn] = _Prepared()
+    if begin and len(prepared.names) >= MAX_PREPARED:
+        prepared.forget()
+    whole = begin and end == _COMMIT
     pg = conn.pgconn
-    session = _session(conn)
-    dump = session.adapt.dump_sequence
-    expected: list[int | bytes | None] = []  # per result: the op's index, a name being prepared
+    # Per result: the op's index, the name of a statement being prepared (b"": DEALLOCATE ALL).
+    expected: list[int | bytes | None] = []
     preparing: set[bytes] = set()
-    whole = begin and commit
     pg.enter_pipeline_mode()
     try:
+        if begin and prepared.reset:  # at a transaction's start, never inside a failed one
+            pg.send_query_params(b"DEALLOCATE ALL", None)
+            expected.append(b"")
         if begin and not whole:
             pg.send_query_params(b"BEGIN", None)
             expected.append(None)
-        for index, op in enumerate(ops):
-            name, numbered = _named(op.locking_sql())
-            if name not in session.prepared and name not in preparing:
+        for index, name, numbered, params in statements:
+            if name not in prepared.names and name not in preparing:
                 pg.send_prepare(name, numbered)
                 expected.append(name)
                 preparing.add(name)
-            for row in op.params if op.many else (op.params,):
-                pg.send_query_prepared(name, dump(row, [_TEXT] * len(row)) if row else None)
-                expected.append(index)
-        if commit and not whole:
-            pg.send_query_params(b"COMMIT", None)
+            pg.send_query_prepared(name, params)
+            expected.append(index)
+        if end is not None and not whole:
+            pg.send_query_params(end, None)
             expected.append(None)
         pg.pipeline_sync()
         await _flush(pg)
-        results, error = await _read_pipeline(pg, expected, len(ops), session)
+        results, error = await _read_pipeline(pg, expected, len(ops), prepared, adapt)
         pg.exit_pipeline_mode()
     except BaseException:
         if pg.pipeline_status != PipelineStatus.OFF:  # cut off mid-exchange: not to be used again
             pg.finish()
         raise
     if error is not None:
+        if error.sqlstate in _STALE:
+            prepared.forget()
+            raise _Stale(error)
         raise error
     return results
 
@@ -121,14 +218,18 @@ async def _flush(pg: Any) -> None:
 
 
 async def _read_pipeline(
-    pg: Any, expected: list[int | bytes | None], count: int, session: _Session
-) -> tuple[list[Rows], Exception | None]:
-    """Read a pipeline's results to its sync: each op's rows, and the first failed statement's
-    error; the names it prepared are kept."""
+    pg: Any,
+    expected: list[int | bytes | None],
+    count: int,
+    prepared: _Prepared,
+    adapt: Any,
+) -> tuple[list[Rows], pg_errors.Error | None]:
+    """Read a pipeline's results to its sync: each op's rows, and the first error (a
+    statement's, or the implicit commit's at the sync); the names it prepared are kept, and a
+    DEALLOCATE ALL that ran is done with."""
     results: list[Rows] = [[] for _ in range(count)]
-    error: Exception | None = None
+    error: pg_errors.Error | None = None
     position = 0
-    adapt = session.adapt
     ended = False  # the last result read ended a statement's results
     while True:
         while pg.is_busy():
@@ -147,13 +248,17 @@ async def _read_pipeline(
         status = result.status
         if status == _SYNC:
             break
-        what = expected[position]
+        # Past the statements sent: the implicit transaction's commit failing at the sync (a
+        # deferred constraint, a serialization failure).
+        what = expected[position] if position < len(expected) else None
         position += 1
         if status == _FATAL:
             error = error or pg_errors.error_from_result(result, encoding=adapt.encoding)
         elif isinstance(what, bytes):
-            if status == _COMMAND_OK:  # kept even when the transaction fails: not transactional
-                session.prepared.add(what)
+            if status == _COMMAND_OK and what:  # prepared: kept even when the transaction fails
+                prepared.names.add(what)
+            elif status == _COMMAND_OK:  # the DEALLOCATE ALL in front
+                prepared.reset = False
         elif what is not None and status == _TUPLES_OK:
             adapt.set_pgresult(result)
             results[what].extend(adapt.load_rows(0, result.ntuples, tuple))
@@ -178,30 +283,3 @@ async def _ready(fd: int, *, write: bool) -> int:
         loop.remove_reader(fd)
         if write:
             loop.remove_writer(fd)
-
-
-async def drive(conn: Any, flow: Flow[T]) -> T:
-    """Run ``flow`` in a transaction on ``conn`` (in autocommit mode: the transaction is
-    delimited here). Each statement, or each batch, is one network round trip: a batch that
-    ends the transaction and started it is a transaction by itself; otherwise BEGIN goes before
-    the first and COMMIT after the one that ends it. A flow that goes on after such a batch
-    starts a new transaction; one that ends without one sends its COMMIT alone; one that raises
-    is rolled back."""
-    in_transaction = False
-    try:
-        item = next(flow)
-        while True:
-            ops = item.ops if isinstance(item, Batch) else (item,)
-            ends = isinstance(item, Batch) and item.end
-            results = await _send(conn, ops, begin=not in_transaction, commit=ends)
-            in_transaction = not ends
-            item = flow.send(results if isinstance(item, Batch) else results[0])
-    except StopIteration as done:
-        if in_transaction:
-            await _send(conn, (), begin=False, commit=True)
-        return done.value  # type: ignore[no-any-return]
-    except BaseException:
-        if not conn.closed:
-            with contextlib.suppress(Exception):
-                await conn.rollback()  # nothing when the transaction is already over
-        raise

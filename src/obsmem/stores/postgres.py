@@ -22,7 +22,7 @@ from ..messages import utcnow
 from . import flows
 from . import schema as sql
 from .codec import dt_to_text
-from .flows import Batch, Flow, NeedsWrite, Op, Rows
+from .flows import Batch, Flow, Op, Rows
 from .sqlstore import SQLStore
 
 if TYPE_CHECKING:
@@ -91,7 +91,9 @@ class _PostgresDriver:
         # writes), and nothing is migrated or created.
         # Autocommit: the flows' transactions are delimited by ``pg_pipeline.drive``, in the same
         # round trips as their statements.
-        kwargs: dict[str, Any] = {"autocommit": True}
+        # prepare_threshold=None: psycopg prepares nothing itself (the driver prepares its own
+        # statements, and psycopg's ROLLBACK would deallocate them all).
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
         if read_only:
             kwargs["options"] = "-c default_transaction_read_only=on"
         self._pool: AsyncConnectionPool[Any] = AsyncConnectionPool(
@@ -127,10 +129,7 @@ class _PostgresDriver:
         try:
             await self._prepare()
             async with self._connection() as conn:
-                try:
-                    return await self._drive(conn, make(write))
-                except NeedsWrite:
-                    return await self._drive(conn, make(True))
+                return await self._drive(conn, make, write=write)
         except StoreError:
             raise
         except Exception as exc:
