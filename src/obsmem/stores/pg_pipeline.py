@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import functools
 import hashlib
-import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -46,15 +45,17 @@ MAX_PREPARED = 256
 them all first and prepares again what it uses (a server process keeps each one's plan)."""
 
 
-class _Prepared:
-    """What the driver knows of one connection's prepared statements."""
+class _Session:
+    """What the driver keeps with one connection (as its ``_obsmem_session``: it goes with the
+    connection): psycopg's adapters for its parameters and rows, and its prepared statements."""
 
-    __slots__ = ("names", "reset")
+    __slots__ = ("adapt", "names", "reset")
 
-    def __init__(self) -> None:
+    def __init__(self, conn: Any) -> None:
+        self.adapt = Transformer.from_context(conn)  # the connection's types and encoding
         self.names: set[bytes] = set()
         self.reset = False
-        """Deallocate every statement at the start of the next round trip (the names are
+        """Deallocate every statement at the start of the next transaction (the names are
         forgotten already)."""
 
     def forget(self) -> None:
@@ -62,8 +63,12 @@ class _Prepared:
         self.reset = True
 
 
-_PREPARED: weakref.WeakKeyDictionary[Any, _Prepared] = weakref.WeakKeyDictionary()
-"""Per connection, the statements prepared on it."""
+def _session(conn: Any) -> _Session:
+    session: _Session | None = getattr(conn, "_obsmem_session", None)
+    if session is None:
+        session = _Session(conn)
+        conn._obsmem_session = session
+    return session
 
 
 class _Stale(Exception):
@@ -156,7 +161,8 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
     statement's error is raised once the pipeline is read to its end, so the connection is ready
     for the next one; one whose exchange was cut off (cancelled, or the server gone) is closed,
     and the pool replaces it."""
-    adapt = Transformer.from_context(conn)
+    session = _session(conn)
+    adapt = session.adapt
     # Everything is dumped before anything is sent: a value psycopg refuses (a NUL in text)
     # fails the call with the connection untouched.
     statements: list[tuple[int, bytes, bytes, list[Any] | None]] = []
@@ -165,11 +171,8 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
         for row in op.params if op.many else (op.params,):
             params = list(adapt.dump_sequence(row, [_TEXT] * len(row))) if row else None
             statements.append((index, name, numbered, params))
-    prepared = _PREPARED.get(conn)
-    if prepared is None:
-        prepared = _PREPARED[conn] = _Prepared()
-    if begin and len(prepared.names) >= MAX_PREPARED:
-        prepared.forget()
+    if begin and len(session.names) >= MAX_PREPARED:
+        session.forget()
     whole = begin and end == _COMMIT
     pg = conn.pgconn
     # Per result: the op's index, the name of a statement being prepared (b"": DEALLOCATE ALL).
@@ -177,14 +180,14 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
     preparing: set[bytes] = set()
     pg.enter_pipeline_mode()
     try:
-        if begin and prepared.reset:  # at a transaction's start, never inside a failed one
+        if begin and session.reset:  # at a transaction's start, never inside a failed one
             pg.send_query_params(b"DEALLOCATE ALL", None)
             expected.append(b"")
         if begin and not whole:
             pg.send_query_params(b"BEGIN", None)
             expected.append(None)
         for index, name, numbered, params in statements:
-            if name not in prepared.names and name not in preparing:
+            if name not in session.names and name not in preparing:
                 pg.send_prepare(name, numbered)
                 expected.append(name)
                 preparing.add(name)
@@ -195,7 +198,7 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
             expected.append(None)
         pg.pipeline_sync()
         await _flush(pg)
-        results, error = await _read_pipeline(pg, expected, len(ops), prepared, adapt)
+        results, error = await _read_pipeline(pg, expected, len(ops), session)
         pg.exit_pipeline_mode()
     except BaseException:
         if pg.pipeline_status != PipelineStatus.OFF:  # cut off mid-exchange: not to be used again
@@ -203,7 +206,7 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
         raise
     if error is not None:
         if error.sqlstate in _STALE:
-            prepared.forget()
+            session.forget()
             raise _Stale(error)
         raise error
     return results
@@ -221,12 +224,12 @@ async def _read_pipeline(
     pg: Any,
     expected: list[int | bytes | None],
     count: int,
-    prepared: _Prepared,
-    adapt: Any,
+    session: _Session,
 ) -> tuple[list[Rows], pg_errors.Error | None]:
     """Read a pipeline's results to its sync: each op's rows, and the first error (a
     statement's, or the implicit commit's at the sync); the names it prepared are kept, and a
     DEALLOCATE ALL that ran is done with."""
+    adapt = session.adapt
     results: list[Rows] = [[] for _ in range(count)]
     error: pg_errors.Error | None = None
     position = 0
@@ -256,12 +259,13 @@ async def _read_pipeline(
             error = error or pg_errors.error_from_result(result, encoding=adapt.encoding)
         elif isinstance(what, bytes):
             if status == _COMMAND_OK and what:  # prepared: kept even when the transaction fails
-                prepared.names.add(what)
+                session.names.add(what)
             elif status == _COMMAND_OK:  # the DEALLOCATE ALL in front
-                prepared.reset = False
+                session.reset = False
         elif what is not None and status == _TUPLES_OK:
             adapt.set_pgresult(result)
             results[what].extend(adapt.load_rows(0, result.ntuples, tuple))
+    adapt.set_pgresult(None)  # the session keeps no answer (a 5 MB one) past its round trip
     return results, error
 
 
