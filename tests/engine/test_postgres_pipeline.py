@@ -296,3 +296,22 @@ async def test_closed_connections_are_not_kept_alive_by_the_driver(postgres_dsn:
     assert alive() > before
     await store.aclose()
     assert alive() == before
+
+
+async def test_calls_one_after_another_reuse_the_connection_given_back_last(
+    postgres_dsn: str,
+) -> None:
+    """Once overlapping calls have made the pool open several connections, calls one after
+    another run on the one given back last (its server process warm), not on each in turn."""
+    store = PostgresStore(postgres_dsn, min_size=1, max_size=3)
+    try:
+
+        def overlapping(_: bool) -> Flow[None]:
+            yield Op("SELECT pg_sleep(0.05)")  # long enough for the three to overlap
+
+        await asyncio.gather(*(store._driver.run(overlapping, write=False) for _ in range(3)))  # pyright: ignore[reportPrivateUsage]
+        assert store._pg._pool.get_stats()["pool_size"] >= 2  # pyright: ignore[reportPrivateUsage]
+        pids = [await _pid(store) for _ in range(6)]
+        assert len(set(pids)) == 1, pids
+    finally:
+        await store.aclose()
