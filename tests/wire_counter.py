@@ -4,6 +4,7 @@ Put it in front of a server (``WireCounter(host, port)``; connect to ``counter.p
 passes every byte through unchanged. A round trip is counted each time a client sends after the
 server last spoke on that connection (or sends first): a client that sends a batch of statements
 and waits for their results costs one, a client that waits for each statement costs one each.
+``silent`` makes it a network cut that closes nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ class WireCounter:
     port_to: int
     round_trips: int = 0
     port: int = 0
+    silent: bool = False
+    """Swallow what either side sends, keeping both connections open: a peer that vanished
+    without a word (a network cut)."""
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
 
@@ -60,6 +64,8 @@ class WireCounter:
         client: bool,
     ) -> None:
         while data := await reader.read(65536):
+            if self.silent:
+                continue
             if client:
                 if link.server_spoke:
                     self.round_trips += 1

@@ -1,9 +1,11 @@
 """Network round trips on PostgreSQL, counted on the wire: a loopback forwarder in front of the
 test server counts each time a client sends after the server last spoke. A plain turn takes at
-most two (one per store call), a turn that observes four, and a lost commit race two."""
+most two (one per store call), a turn that observes four, and a lost commit race two. The same
+forwarder, gone silent, is a network that stops answering."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from urllib.parse import urlsplit
@@ -12,6 +14,7 @@ import pytest
 
 from obsmem.engine import ObservationalMemory
 from obsmem.errors import ConflictError, StoreError
+from obsmem.messages import Message
 from obsmem.snapshot import Subject
 from obsmem.stores import Commit, CommitObservation, LoadRequest, PostgresStore
 from obsmem.stores import schema as sql
@@ -140,3 +143,39 @@ async def test_a_whole_transaction_in_one_batch_is_all_or_nothing(
     stored = await store.get_thread("t-whole")
     assert stored is not None
     assert stored.resource_id == "u1"
+
+
+async def test_a_call_the_network_stops_answering_fails_in_time_and_the_next_works(
+    postgres_dsn: str,
+) -> None:
+    """A server or network that stops answering without closing the connection (a cut cable,
+    a frozen host) fails the call at ``call_timeout`` with StoreError, never a hang; its
+    connection is dropped, and once the network answers again so does the store."""
+    url = urlsplit(postgres_dsn)
+    assert url.hostname is not None
+    assert url.port is not None
+    counter = WireCounter(url.hostname, url.port)
+    await counter.start()
+    store = PostgresStore(
+        postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"),
+        min_size=1,
+        max_size=2,
+        call_timeout=0.5,
+    )
+    try:
+        await store.create_thread("t-cut", "u1")
+        counter.silent = True
+        cut = store.append_messages("t-cut", [Message.user("lost?", id="m-cut")])
+        with pytest.raises(StoreError, match=r"no answer from PostgreSQL within 0\.5 s"):
+            await asyncio.wait_for(cut, timeout=30)  # a hang fails the test, not the suite
+        counter.silent = False
+        await store.append_messages("t-cut", [Message.user("lost?", id="m-cut")])
+        assert [m.text for m in await store.list_messages("t-cut")] == ["lost?"]
+    finally:
+        await store.aclose()
+        await counter.aclose()
+
+
+def test_call_timeout_must_be_a_positive_number() -> None:
+    with pytest.raises(ValueError, match=r"call_timeout=0.*above 0"):
+        PostgresStore("postgresql://localhost/obsmem", call_timeout=0)

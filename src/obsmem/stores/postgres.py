@@ -88,7 +88,14 @@ def _lifo_pool(base: type[AsyncConnectionPool[Any]]) -> type[AsyncConnectionPool
 
 class _PostgresDriver:
     def __init__(
-        self, dsn: str, *, min_size: int, max_size: int, timeout: float, read_only: bool = False
+        self,
+        dsn: str,
+        *,
+        min_size: int,
+        max_size: int,
+        timeout: float,
+        call_timeout: float,
+        read_only: bool = False,
     ) -> None:
         try:
             from psycopg_pool import AsyncConnectionPool, PoolTimeout  # needs psycopg itself
@@ -108,6 +115,7 @@ class _PostgresDriver:
         self._drive = pg_pipeline.drive
         self.dsn = dsn
         self.timeout = timeout
+        self.call_timeout = call_timeout
         self.name = f"PostgresStore({dsn.split('@')[-1]!r})"
         self.read_only = read_only
         # Read-only: every transaction of every connection is READ ONLY (the server refuses
@@ -154,11 +162,18 @@ class _PostgresDriver:
             await self._prepare()
             conn = await self._getconn()
             try:
-                return await self._drive(conn, make, write=write)
+                async with asyncio.timeout(self.call_timeout):
+                    return await self._drive(conn, make, write=write)
             finally:
                 await self._pool.putconn(conn)
         except StoreError:
             raise
+        except TimeoutError as exc:  # cut off: its connection was closed, the pool opens another
+            raise StoreError(
+                f"{self.name}: no answer from PostgreSQL within {self.call_timeout:g} s (the "
+                "server or the network stopped answering); the call was given up and its "
+                "connection dropped, the next call opens another"
+            ) from exc
         except Exception as exc:
             raise StoreError(f"PostgreSQL error on {self.name}: {exc}") from exc
 
@@ -271,15 +286,29 @@ class PostgresStore(SQLStore):
         min_size: int = 1,
         max_size: int = 10,
         timeout: float = 10.0,
+        call_timeout: float = 60.0,
         read_only: bool = False,
     ) -> None:
         """``timeout``: seconds to wait for a connection before a call fails with
-        StoreError (the pool keeps trying to connect in the background). ``read_only``: every
-        transaction is READ ONLY and the schema is checked, never created or migrated."""
+        StoreError (the pool keeps trying to connect in the background). ``call_timeout``:
+        seconds a call waits for PostgreSQL's answer before it fails with StoreError and drops
+        its connection (a server or network that stopped answering without closing it).
+        ``read_only``: every transaction is READ ONLY and the schema is checked, never created
+        or migrated."""
         self.dsn = dsn
         self.read_only = read_only
+        if not call_timeout > 0:
+            raise ValueError(
+                f"PostgresStore(call_timeout={call_timeout!r}): give the seconds a call may wait "
+                "for PostgreSQL's answer, a number above 0 (default 60)"
+            )
         self._pg = _PostgresDriver(
-            dsn, min_size=min_size, max_size=max_size, timeout=timeout, read_only=read_only
+            dsn,
+            min_size=min_size,
+            max_size=max_size,
+            timeout=timeout,
+            call_timeout=call_timeout,
+            read_only=read_only,
         )
         super().__init__(self._pg)
 
