@@ -6,8 +6,10 @@ forwarder, gone silent, is a network that stops answering."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,21 +29,28 @@ from ..wire_counter import WireCounter
 from .helpers import Conversation, Recorder
 
 
-@pytest.fixture
-async def counted(postgres_dsn: str) -> AsyncIterator[tuple[PostgresStore, WireCounter]]:
+@contextlib.asynccontextmanager
+async def _forwarded(
+    postgres_dsn: str, **options: Any
+) -> AsyncIterator[tuple[PostgresStore, WireCounter]]:
+    """A store whose connections go through a WireCounter in front of the test server."""
     url = urlsplit(postgres_dsn)
     assert url.hostname is not None
     assert url.port is not None
     counter = WireCounter(url.hostname, url.port)
     await counter.start()
-    store = PostgresStore(
-        postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"), min_size=1, max_size=1
-    )
+    store = PostgresStore(postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"), **options)
     try:
         yield store, counter
     finally:
         await store.aclose()
         await counter.aclose()
+
+
+@pytest.fixture
+async def counted(postgres_dsn: str) -> AsyncIterator[tuple[PostgresStore, WireCounter]]:
+    async with _forwarded(postgres_dsn, min_size=1, max_size=1) as both:
+        yield both
 
 
 def _engine(store: PostgresStore, conv: Conversation) -> ObservationalMemory:
@@ -151,18 +160,10 @@ async def test_a_call_the_network_stops_answering_fails_in_time_and_the_next_wor
     """A server or network that stops answering without closing the connection (a cut cable,
     a frozen host) fails the call at ``call_timeout`` with StoreError, never a hang; its
     connection is dropped, and once the network answers again so does the store."""
-    url = urlsplit(postgres_dsn)
-    assert url.hostname is not None
-    assert url.port is not None
-    counter = WireCounter(url.hostname, url.port)
-    await counter.start()
-    store = PostgresStore(
-        postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"),
-        min_size=1,
-        max_size=2,
-        call_timeout=0.5,
-    )
-    try:
+    async with _forwarded(postgres_dsn, min_size=1, max_size=2, call_timeout=0.5) as (
+        store,
+        counter,
+    ):
         await store.create_thread("t-cut", "u1")
         counter.silent = True
         cut = store.append_messages("t-cut", [Message.user("lost?", id="m-cut")])
@@ -171,9 +172,6 @@ async def test_a_call_the_network_stops_answering_fails_in_time_and_the_next_wor
         counter.silent = False
         await store.append_messages("t-cut", [Message.user("lost?", id="m-cut")])
         assert [m.text for m in await store.list_messages("t-cut")] == ["lost?"]
-    finally:
-        await store.aclose()
-        await counter.aclose()
 
 
 def test_call_timeout_must_be_a_positive_number() -> None:

@@ -180,7 +180,7 @@ class _PostgresDriver:
     async def _getconn(self) -> Any:
         """A pooled connection within ``timeout`` seconds, or StoreError saying what to check.
         (Taken and given back by hand: the pool's context manager also runs psycopg's
-        connection exit, a commit that costs a turn about 0.1 ms.)"""
+        connection exit, a commit that cost a turn about 0.07 ms.)"""
         try:
             return await self._pool.getconn(timeout=self.timeout)
         except self._pool_timeout as exc:
