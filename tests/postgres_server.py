@@ -80,25 +80,30 @@ class ThrowawayPostgres:
             "-E",
             "UTF8",
         )
-        options = (
+        self._pg_ctl("-o", self._options, "start")
+
+    @property
+    def _options(self) -> str:
+        return (
             f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.data} -c fsync=off "
             "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
         )
-        self._run(
-            str(self.bindir / "pg_ctl"),
-            "-D",
-            str(self.data),
-            "-l",
-            str(self.data / "log"),
-            "-w",
-            "-o",
-            options,
-            "start",
-        )
+
+    def _pg_ctl(self, *args: str) -> None:
+        """``pg_ctl`` on this server, waiting (``-w``) until what it does is done."""
+        pg_ctl = str(self.bindir / "pg_ctl")
+        self._run(pg_ctl, "-D", str(self.data), "-l", str(self.data / "log"), "-w", *args)
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop the server (``mode``: ``fast`` ends every session with a termination notice,
+        ``immediate`` as if it crashed) and start it again on the same port and data; returns
+        once it accepts connections again."""
+        self._pg_ctl("-m", mode, "stop")
+        self._pg_ctl("-o", self._options, "start")
 
     def stop(self) -> None:
         with contextlib.suppress(RuntimeError):
-            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+            self._pg_ctl("-m", "fast", "stop")
         shutil.rmtree(self.data, ignore_errors=True)
 
     @property

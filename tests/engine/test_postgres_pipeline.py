@@ -1,10 +1,12 @@
 """The PostgreSQL driver's pipelines under what goes wrong: a statement failing inside a
 transaction of several round trips, a call cancelled while the server is still working, a batch
-too large for the socket, and parameters that would break SQL if they were quoted into it."""
+too large for the socket, pooled connections the server ended, and parameters that would break
+SQL if they were quoted into it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Callable
 
 import psycopg
@@ -160,23 +162,57 @@ def test_a_libpq_without_pipelines_is_named_with_the_fix(monkeypatch: pytest.Mon
         PostgresStore("postgresql://localhost/obsmem")
 
 
-async def test_connections_the_server_ended_fail_their_calls_then_the_store_heals(
-    postgres_dsn: str, postgres_admin: str
+async def _end_sessions(postgres_dsn: str, postgres_admin: str) -> None:
+    """End every session on the test's database as an administrator would, and return once
+    their server processes are gone (a restart or failover ends them the same way)."""
+    database = postgres_dsn.rsplit("/", 1)[1]
+    async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
+        cur = await admin.execute(
+            "SELECT bool_and(pg_terminate_backend(pid, 20000)) FROM pg_stat_activity "
+            "WHERE datname = %s AND pid <> pg_backend_pid()",
+            (database,),
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        assert row[0] is True
+
+
+async def test_connections_the_server_ended_are_replaced_before_a_call_meets_them(
+    postgres_dsn: str, postgres_admin: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A restart or failover ends every connection the pool holds: each call that meets one
-    fails with StoreError (the server may or may not have run it, so it is not run again), the
-    pool replaces them, and the calls after work, with nothing stored twice."""
+    """A pooled connection the server ended while it sat idle is found before use (its socket
+    has the server's farewell to read), never handed to a call: no call fails, and one WARNING
+    says how many were replaced."""
+    store = PostgresStore(postgres_dsn, min_size=2, max_size=2)
+    try:
+        await store.create_thread("t-ended", "u1")
+        await asyncio.gather(*(store.get_thread("t-ended") for _ in range(4)))
+        await _end_sessions(postgres_dsn, postgres_admin)
+        caplog.set_level(logging.WARNING, logger="obsmem")
+        await store.append_messages("t-ended", [Message.user("after", id="m-after")])
+        assert [m.text for m in await store.list_messages("t-ended")] == ["after"]
+        warned = [r.getMessage() for r in caplog.records if r.name == "obsmem"]
+        assert len(warned) == 1, warned
+        assert "PostgreSQL had closed" in warned[0]
+    finally:
+        await store.aclose()
+
+
+async def test_a_connection_ended_after_its_look_before_use_fails_its_call_only(
+    postgres_dsn: str, postgres_admin: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection whose end the look before use did not see yet (here: a look that sees
+    nothing) fails the call that meets it with StoreError, and the call is not run again (the
+    server may have committed it); the pool replaces it and the calls after work, with nothing
+    stored twice."""
+    from obsmem.stores import pg_pipeline
+
+    monkeypatch.setattr(pg_pipeline, "may_be_closed", lambda conn: False)
     store = PostgresStore(postgres_dsn, min_size=2, max_size=2)
     try:
         await store.create_thread("t-ended", "u1")
         await store.append_messages("t-ended", [Message.user("before", id="m-before")])
-        database = postgres_dsn.rsplit("/", 1)[1]
-        async with await psycopg.AsyncConnection.connect(postgres_admin, autocommit=True) as admin:
-            await admin.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE datname = %s AND pid <> pg_backend_pid()",
-                (database,),
-            )
+        await _end_sessions(postgres_dsn, postgres_admin)
         errors: list[str] = []
         for _ in range(4):  # two pooled connections to meet, then fresh ones
             try:
@@ -201,6 +237,39 @@ def _backend_pid(_: bool) -> Flow[int]:
 
 async def _pid(store: PostgresStore) -> int:
     return await store._driver.run(_backend_pid, write=False)  # pyright: ignore[reportPrivateUsage]
+
+
+async def test_a_pooled_connection_with_a_notification_to_read_is_pinged_and_kept(
+    store: PostgresStore,
+    postgres_dsn: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Something unasked on an idle connection's socket that is not the server's farewell (a
+    notification) costs the next call one ping; the call runs on that connection and nothing
+    is replaced or logged."""
+    from obsmem.stores import pg_pipeline
+
+    driver = store._pg  # pyright: ignore[reportPrivateUsage]
+    pings: list[object] = []
+
+    async def counted_ping(conn: object) -> None:
+        pings.append(conn)
+        await pg_pipeline.ping(conn)
+
+    monkeypatch.setattr(driver, "_ping", counted_ping)
+    pid = await _pid(store)
+    assert pings == []  # nothing to read: no ping
+    async with driver._connection() as conn:  # pyright: ignore[reportPrivateUsage]
+        await conn.execute("LISTEN obsmem_test")
+        async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as other:
+            await other.execute("NOTIFY obsmem_test")
+        await pg_pipeline._ready(conn.pgconn.socket, write=False)  # pyright: ignore[reportPrivateUsage]
+    caplog.set_level(logging.WARNING)
+    assert await _pid(store) == pid
+    assert len(pings) == 1
+    assert driver._pool.get_stats().get("connections_lost", 0) == 0  # pyright: ignore[reportPrivateUsage]
+    assert [r.getMessage() for r in caplog.records] == []
 
 
 async def test_a_commit_that_fails_at_the_sync_names_its_error_and_keeps_the_connection(

@@ -12,16 +12,17 @@ import asyncio
 import contextlib
 import functools
 import hashlib
+import select
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from psycopg import errors as pg_errors
 from psycopg.adapt import PyFormat, Transformer
-from psycopg.pq import ExecStatus, PipelineStatus, TransactionStatus
+from psycopg.pq import ConnStatus, ExecStatus, PipelineStatus, TransactionStatus
 
 from .flows import Batch, Flow, NeedsWrite, Op, Rows
 
-__all__ = ["drive"]
+__all__ = ["drive", "may_be_closed", "ping"]
 
 T = TypeVar("T")
 _TEXT = PyFormat.TEXT
@@ -32,7 +33,9 @@ _COMMAND_OK, _TUPLES_OK, _FATAL, _SYNC = (
     ExecStatus.PIPELINE_SYNC,
 )
 _IDLE = TransactionStatus.IDLE
+_OK = ConnStatus.OK
 _READABLE, _WRITABLE = 1, 2
+_POLL = getattr(select, "poll", None)  # not on Windows: select() there
 
 
 _STALE = frozenset({"26000", "42P05", "0A000"})
@@ -210,6 +213,36 @@ async def _send(conn: Any, ops: tuple[Op, ...], *, begin: bool, end: bytes | Non
             raise _Stale(error)
         raise error
     return results
+
+
+def may_be_closed(conn: Any) -> bool:
+    """Whether the pooled ``conn`` may have been closed by the server, told without a round
+    trip: an idle connection's socket has nothing to read unless the server sent something
+    unasked, as a server ending the session does (its termination notice, then the end of the
+    stream: a restart, an administrator, an idle timeout). Something else unasked (a notice)
+    makes it a false alarm, which :func:`ping` clears."""
+    pg = conn.pgconn
+    if pg.status != _OK or pg.transaction_status != _IDLE:
+        return True
+    try:
+        fd = pg.socket
+        if _POLL is not None:
+            poll = _POLL()
+            poll.register(fd, select.POLLIN)
+            return bool(poll.poll(0))  # readable, or hung up, or failed
+        return bool(select.select([fd], [], [], 0)[0])
+    except (OSError, ValueError, pg_errors.Error):  # no socket any more
+        return True
+
+
+async def ping(conn: Any) -> None:
+    """One round trip that asks nothing (a pipeline's sync alone); raises unless ``conn`` is
+    open, idle and answered. Cut off (a timeout), the connection is closed."""
+    if conn.pgconn.status != _OK:
+        raise pg_errors.OperationalError("the connection is closed")
+    await _send(conn, (), begin=False, end=None)
+    if conn.pgconn.transaction_status != _IDLE:
+        raise pg_errors.OperationalError("the connection is not idle")
 
 
 async def _flush(pg: Any) -> None:

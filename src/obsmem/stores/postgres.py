@@ -16,6 +16,8 @@ import asyncio
 import collections
 import contextlib
 import functools
+import logging
+import time
 from collections.abc import AsyncGenerator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["PostgresStore"]
 
 T = TypeVar("T")
+log = logging.getLogger("obsmem")
 _MIGRATION_LOCK = 0x6F62736D656D  # "obsmem": one process migrates at a time
 
 
@@ -113,6 +116,8 @@ class _PostgresDriver:
                 'psycopg with its own libpq: pip install "psycopg[binary]"'
             ) from exc
         self._drive = pg_pipeline.drive
+        self._may_be_closed = pg_pipeline.may_be_closed
+        self._ping = pg_pipeline.ping
         self.dsn = dsn
         self.timeout = timeout
         self.call_timeout = call_timeout
@@ -135,6 +140,8 @@ class _PostgresDriver:
         self._ready = False
         self._ready_lock = asyncio.Lock()
         self._closed = False
+        self._culling: asyncio.Future[None] | None = None
+        self._closed_found = 0  # pooled connections found closed, for the culling's warning
         self.pgvector = False
 
     async def _prepare(self) -> AsyncConnectionPool[Any]:
@@ -180,15 +187,87 @@ class _PostgresDriver:
     async def _getconn(self) -> Any:
         """A pooled connection within ``timeout`` seconds, or StoreError saying what to check.
         (Taken and given back by hand: the pool's context manager also runs psycopg's
-        connection exit, a commit that cost a turn about 0.07 ms.)"""
+        connection exit, a commit that cost a turn about 0.07 ms.)
+
+        Never one the server closed while it sat in the pool (a restart ends them all): each is
+        looked at before use without a round trip (``pg_pipeline.may_be_closed``: its socket
+        has the server's farewell to read), and only one that may be closed is pinged; a closed
+        one is given back (the pool opens another), the pool's other idle ones are checked at
+        once, and the call takes another, with no pause in between. A connection that breaks
+        after that look (the farewell not arrived yet, or a restart during the call) fails its
+        call with StoreError, and the call is not run again: a batch that is a whole
+        transaction may have been committed before the answer was lost."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            conn = await self._take(deadline)
+            if not self._may_be_closed(conn):
+                return conn
+            try:
+                answered = await self._answers(conn, deadline)
+            except BaseException:
+                await self._pool.putconn(conn)
+                raise
+            if answered:
+                return conn
+            await self._pool.putconn(conn)  # closed: the pool replaces it
+            if answered is False:
+                await self._cull_closed(deadline)
+
+    async def _take(self, deadline: float) -> Any:
         try:
-            return await self._pool.getconn(timeout=self.timeout)
+            return await self._pool.getconn(timeout=deadline - time.monotonic())
         except self._pool_timeout as exc:
             raise StoreError(
                 f"{self.name}: no connection to PostgreSQL within {self.timeout:g} s; is the "
                 "server running and the DSN right (host, port, database, user, password)? "
                 f"The next call tries again. ({exc})"
             ) from exc
+
+    async def _answers(self, conn: Any, deadline: float) -> bool | None:
+        """Ping ``conn`` within the time left to get a connection: True when it answered,
+        False when it is closed (it is now), None when it gave no answer in time (closed too)."""
+        try:
+            async with asyncio.timeout(min(self.call_timeout, deadline - time.monotonic())):
+                await self._ping(conn)
+        except TimeoutError:
+            answered = None
+        except Exception:
+            answered = False
+        else:
+            return True
+        if not conn.closed:
+            await conn.close()
+        return answered
+
+    async def _cull_closed(self, deadline: float) -> None:
+        """A pooled connection turned out closed by the server: check the pool's other idle
+        connections now (psycopg_pool's ``check``: the closed ones are replaced), once for the
+        calls that found one meanwhile, and wait for it within the time left."""
+        self._closed_found += 1
+        if self._culling is None:
+            self._culling = asyncio.ensure_future(self._cull())
+        # A task: a call cancelled meanwhile leaves the check to finish (psycopg_pool's check
+        # holds the idle connections while it runs).
+        await asyncio.wait({self._culling}, timeout=max(0.0, deadline - time.monotonic()))
+
+    async def _cull(self) -> None:
+        lost = 0
+        try:
+            before = self._pool.get_stats().get("connections_lost", 0)
+            await self._pool.check()
+            lost = self._pool.get_stats().get("connections_lost", 0) - before
+        except Exception:  # a psycopg_pool without check: they are replaced as calls meet them
+            pass
+        finally:
+            self._culling = None
+        found, self._closed_found = self._closed_found + max(0, lost), 0
+        log.warning(
+            "%s: PostgreSQL had closed %d pooled connection%s (a server restart?); found "
+            "before use and replaced with new ones",
+            self.name,
+            found,
+            "" if found == 1 else "s",
+        )
 
     @contextlib.asynccontextmanager
     async def _connection(self) -> AsyncGenerator[Any]:
@@ -209,6 +288,10 @@ class _PostgresDriver:
         if self._closed:
             return
         self._closed = True
+        culling = self._culling
+        if culling is not None:
+            await asyncio.wait({culling}, timeout=self.timeout)
+            culling.cancel()  # not awaited: a check cut off may wait on its connection
         if self._pool_opened:
             await self._pool.close()
 
