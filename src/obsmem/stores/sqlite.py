@@ -12,12 +12,20 @@ on a connection that never waits: if another process holds the write lock, the t
 backs out at once and goes to the worker thread instead. Everything else, everything that may
 wait on a lock, and every WAL checkpoint (the one step that syncs the disk) runs on the store's
 worker thread, so the event loop never waits on another process or on a disk sync.
+
+The file at the path: SQLite keeps its files open and does not notice when the database file is
+deleted, moved away or replaced by another file (a restore), so its connections would go on
+writing into a file nothing reads again. The store remembers which file it opened (device and
+inode) and checks the path before every call and after every write: a file that is no longer
+there makes every call fail with a StoreError saying so, until the same file is back (a
+read-only store reads whatever obsmem database is at the path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import queue
 import sqlite3
@@ -25,7 +33,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Literal, TypeAlias, TypeVar
 
 from ..errors import ConfigError, StoreError
 from . import flows
@@ -36,6 +44,9 @@ from .sqlstore import SQLStore
 __all__ = ["SQLiteStore"]
 
 T = TypeVar("T")
+log = logging.getLogger("obsmem")
+_Gone: TypeAlias = Literal["deleted", "replaced"]
+"""What happened to the database file at the path: deleted (or moved away), or replaced."""
 
 
 class _Worker:
@@ -85,8 +96,10 @@ def _settle(future: asyncio.Future[Any], result: Any, error: BaseException | Non
         future.set_result(result)
 
 
-class _Contended(Exception):
-    """The inline connection found the database locked: run on the worker thread instead."""
+class _ToWorker(Exception):
+    """The inline connection cannot run this call (the database is locked by another process,
+    or its file is not at its path): the worker thread runs it, waiting for the lock, or raises
+    the error."""
 
 
 INLINE_WRITES_PER_CHECKPOINT = 200
@@ -110,6 +123,15 @@ class _SQLiteDriver:
         self._inline_lock = threading.Lock()
         self._inline_writes = 0
         self._closed = False
+        self._file = path
+        """The absolute path opened (SQLite makes the path absolute when it opens it: a later
+        change of working directory changes nothing)."""
+        self._identity: tuple[int, int] | None = None
+        """(st_dev, st_ino) of the file the connections opened; None before, and for memory."""
+        self._gone: _Gone | None = None
+        """What happened to the file while it is not at its path (one warning each time)."""
+        self._gone_lock = threading.Lock()
+        self._wal_released = False
 
     async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
         if self._closed:
@@ -123,8 +145,8 @@ class _SQLiteDriver:
         ):
             try:
                 return self._run_inline(inline, make, write)
-            except _Contended:
-                pass  # another process holds the lock: wait for it on the worker thread
+            except _ToWorker:
+                pass  # another process holds the lock, or the file is gone: see on the worker
             finally:
                 self._inline_lock.release()
         if write:
@@ -134,6 +156,8 @@ class _SQLiteDriver:
     def _run_inline(
         self, conn: sqlite3.Connection, make: Callable[[bool], Flow[T]], write: bool
     ) -> T:
+        if self._check() is not None:
+            raise _ToWorker
         try:
             try:
                 result = _drive(conn, make(write), write=write)
@@ -142,23 +166,111 @@ class _SQLiteDriver:
                 result = _drive(conn, make(True), write=True)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
-                raise _Contended from exc
+                raise _ToWorker from exc
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
         if write:
             self._inline_writes += 1
+            if (gone := self._check()) is not None:
+                raise self._error(gone, wrote=True)
         return result
 
     def _run(self, make: Callable[[bool], Flow[T]], write: bool) -> T:
         try:
-            conn = self._conn if self._conn is not None else self._open()
+            conn = self._connection()
             try:
-                return _drive(conn, make(write), write=write)
+                result = _drive(conn, make(write), write=write)
             except NeedsWrite:
-                return _drive(conn, make(True), write=True)
+                write = True
+                result = _drive(conn, make(True), write=True)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
+        if write and (gone := self._check()) is not None:
+            raise self._error(gone, wrote=True)
+        return result
+
+    def _connection(self) -> sqlite3.Connection:
+        """The worker's connection, opened on first use, once the file is known to be the one
+        at the path."""
+        conn = self._conn
+        if conn is None:
+            return self._open()
+        gone = self._check()
+        if gone is None:
+            return conn
+        if self.read_only and gone == "replaced":  # it changes nothing: read the new file
+            conn.close()
+            self._conn = None
+            return self._open_read_only()
+        if not self.read_only and not self._wal_released:
+            self._release_wal(conn)
+        raise self._error(gone)
+
+    # -- the file at the path --------------------------------------------------------------------
+
+    def _moved(self) -> _Gone | None:
+        """None while the file opened is the one at the path (or cannot be told: memory, not
+        opened yet, the path unreadable); else "deleted" or "replaced". One ``os.stat``."""
+        identity = self._identity
+        if identity is None:
+            return None
+        try:
+            st = os.stat(self._file)
+        except (FileNotFoundError, NotADirectoryError):
+            return "deleted"
+        except OSError:
+            return None
+        return None if (st.st_dev, st.st_ino) == identity else "replaced"
+
+    def _check(self) -> _Gone | None:
+        """``_moved()``, with one warning when the file goes and one when it is back."""
+        gone = self._moved()
+        if gone != self._gone:
+            with self._gone_lock:
+                if gone != self._gone:
+                    if gone is None:
+                        log.warning(
+                            "%s: the SQLite database file is back at its path; calls work again",
+                            self._file,
+                        )
+                        self._wal_released = False
+                    else:
+                        log.warning("%s", self._error(gone))
+                    self._gone = gone
+        return gone
+
+    def _error(self, gone: _Gone, *, wrote: bool = False) -> StoreError:
+        file = self._file
+        if self.read_only:
+            if gone == "deleted":
+                what = "was deleted or moved away; calls work again once a database is there"
+            else:
+                what = "was replaced by another file; reading the file now at that path"
+        elif gone == "deleted":
+            what = (
+                "was deleted or moved away while this process had it open, so calls fail: put "
+                "it back, or restart the process to start a new, empty database at that path"
+            )
+        else:
+            what = (
+                "was replaced by another file while this process had it open, so calls fail: "
+                "put the original back, or restart the process to open the file now at that path"
+            )
+        if wrote:
+            what += (
+                " (this call's change went into the file this process opened, not into one at "
+                "that path)"
+            )
+        return StoreError(f"{file}: the SQLite database file {what}")
+
+    def _release_wal(self, conn: sqlite3.Connection) -> None:
+        """Copy the WAL into the file this process opened (wherever it is now) and empty it: the
+        ``-wal`` file at the path would otherwise be read as part of the file now there, or of
+        one made there (old pages in another file: lost writes or a malformed database)."""
+        self._wal_released = True
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _open(self) -> sqlite3.Connection:
         if self.read_only:
@@ -181,6 +293,7 @@ class _SQLiteDriver:
             conn.execute("PRAGMA foreign_keys = ON")
             _migrate(conn, self.path)
             if self.path != ":memory:":  # a second ":memory:" connection is another database
+                self._remember_file(os.path.abspath(self.path))
                 self._inline = self._open_inline()
         except BaseException:
             conn.close()
@@ -221,8 +334,21 @@ class _SQLiteDriver:
                     "writing (any obsmem command that stores) to upgrade it"
                 )
             )
+        self._remember_file(os.path.abspath(self.path))
         self._conn = conn
         return conn
+
+    def _remember_file(self, file: str) -> None:
+        """The file just opened is the one the calls check for at ``file``."""
+        try:
+            st = os.stat(file)
+        except OSError as exc:
+            raise StoreError(
+                f"{file}: the database file went away as it was opened ({exc})"
+            ) from exc
+        self._file = file
+        self._identity = (st.st_dev, st.st_ino)
+        self._gone = None
 
     def _open_inline(self) -> sqlite3.Connection:
         """The connection for quick transactions on the event loop: it never waits on a lock
@@ -263,6 +389,13 @@ class _SQLiteDriver:
         self._closed = True
 
         def close() -> None:
+            if (
+                not self.read_only
+                and self._conn is not None
+                and not self._wal_released
+                and self._moved() is not None
+            ):
+                self._release_wal(self._conn)
             with self._inline_lock:
                 if self._inline is not None:
                     self._inline.close()
