@@ -12,6 +12,7 @@ import pytest
 from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from obsmem.options import resolve_options
 from obsmem.planner import (
+    BACKOFF_LONGEST_SECONDS,
     Backoff,
     Batch,
     activatable_chunks,
@@ -29,6 +30,7 @@ from obsmem.planner import (
     plan_reflection,
     raw_cut,
     reflection_slice,
+    retry_time_passed,
     suppression_after,
     sync_batches,
 )
@@ -305,7 +307,8 @@ def test_reflection_slice_covers_the_oldest_half_of_the_threshold() -> None:
 
 # -- back-off after failures ----------------------------------------------------------------------
 
-T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+T0 = 1_000.0
+"""A reading of the monotonic clock back-offs are timed on (seconds)."""
 
 
 @pytest.mark.parametrize(
@@ -326,16 +329,41 @@ def test_backoff_waits_double_up_to_a_cap(failures: int, spread: float, seconds:
         backoff = backoff_after(backoff, now=T0, error="boom", spread=spread)
     assert backoff is not None
     assert backoff.failures == failures
-    assert (backoff.retry_at - T0).total_seconds() == pytest.approx(seconds, abs=1e-3)
+    assert backoff.retry_at - T0 == pytest.approx(seconds, abs=1e-3)
+    assert backoff.wait == pytest.approx(seconds, abs=1e-3)
     assert not may_retry(backoff, T0)
     assert may_retry(backoff, backoff.retry_at)
     assert may_retry(None, T0)
 
 
-def _backed_off(seconds_ago: float) -> tuple[Backoff, datetime]:
+WALL = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("ahead", "passed"),
+    [
+        (None, True),
+        (-1.0, True),
+        (0.0, True),
+        (5.0, False),
+        (BACKOFF_LONGEST_SECONDS, False),  # the longest back-off there is
+        # Further ahead than any back-off: written by a clock that ran ahead, or read by one
+        # that stepped back (2 hours here); waiting for it would stall memory for as long.
+        (BACKOFF_LONGEST_SECONDS + 1, True),
+        (2 * 3600.0, True),
+    ],
+)
+def test_a_stored_retry_time_further_ahead_than_any_back_off_has_passed(
+    ahead: float | None, passed: bool
+) -> None:
+    retry_at = WALL + timedelta(seconds=ahead) if ahead is not None else None
+    assert retry_time_passed(retry_at, WALL) is passed
+
+
+def _backed_off(seconds_ago: float) -> tuple[Backoff, float]:
     """A first failure, and the time ``seconds_ago`` seconds after it."""
     backoff = backoff_after(None, now=T0, error="Observer down", spread=0.5)
-    return backoff, T0 + timedelta(seconds=seconds_ago)
+    return backoff, T0 + seconds_ago
 
 
 @pytest.mark.parametrize(

@@ -27,6 +27,7 @@ from typing import Any
 
 from . import cycles, planner, views
 from .background import Background
+from .clocks import ReplyTimes, steady_clock_for
 from .cycles import Deps, Failure, Outcome
 from .embeddings import Embedder, resolve_embedder
 from .errors import ConfigError, MemoryUnavailableError, check_id
@@ -92,12 +93,17 @@ class ObservationalMemory:
         hooks: Hooks | None = None,
         tz: tzinfo = UTC,
         clock: Callable[[], datetime] = utcnow,
+        steady_clock: Callable[[], float] | None = None,
         sync_timeout: float = 60.0,
         background_timeout: float = 300.0,
         working_memory: WorkingMemory | None = None,
         embedder: Embedder | str | None = None,
         caller: ModelCaller | None = None,
     ) -> None:
+        """``clock`` is the wall clock: the times stored and shown. ``steady_clock`` times every
+        wait (back-off, idle time) in seconds that never go back; by default the system's
+        monotonic clock, or, with a ``clock`` of your own (a replay), one read off it that
+        ignores its steps back (:mod:`obsmem.clocks`)."""
         resolved = resolve_options(options)
         if resolved is None:
             raise ConfigError(
@@ -121,6 +127,8 @@ class ObservationalMemory:
             hooks=hooks or Hooks(),
             tz=tz,
             clock=clock,
+            steady=(steady := steady_clock or steady_clock_for(clock)),
+            replies=ReplyTimes(clock, steady, remember=MAX_REMEMBERED_LOGS),
             sync_timeout=sync_timeout,
             background_timeout=background_timeout,
             config=options.snapshot(),
@@ -297,6 +305,9 @@ class ObservationalMemory:
                 patches=patches,
             ),
         )
+        replies = [m for m in snapshot.stored if m.role == "assistant"]
+        if replies:
+            self._deps.replies.stored(thread_id, replies[-1].created_at)
         key = subject.key
         decision = planner.plan_after_reply(
             self.options,
@@ -304,7 +315,7 @@ class ObservationalMemory:
             observation_tokens=snapshot.record.observation_tokens,
             buffering_in_flight=self._running(f"obs:{key}"),
             observer_backoff=self._outcomes.state(key).observer,
-            now=self._deps.now(),
+            now=self._deps.steady(),
         )
         if decision is not None:
             self._background.spawn(

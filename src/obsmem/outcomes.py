@@ -12,6 +12,7 @@ import logging
 import random
 from collections import OrderedDict
 from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from typing import Any
 
 from . import cycles, planner, views
@@ -82,8 +83,14 @@ class Outcomes:
 
     def backoff(self, previous: Backoff | None, error: str) -> Backoff:
         return planner.backoff_after(
-            previous, now=self._deps.now(), error=error, spread=random.random()
+            previous, now=self._deps.steady(), error=error, spread=random.random()
         )
+
+    def retry_time(self, backoff: Backoff | None) -> datetime | None:
+        """When ``backoff`` ends, on the wall clock (for the stored failure state and people)."""
+        if backoff is None:
+            return None
+        return self._deps.now() + timedelta(seconds=backoff.retry_at - self._deps.steady())
 
     def model_label(self, role: Role) -> str:
         return views.model_label(self._deps.memory_model(role))
@@ -130,7 +137,7 @@ class Outcomes:
             error=error,
             model=self.model_label(role),
             now=self._deps.now(),
-            next_retry_at=backoff.retry_at,
+            next_retry_at=self.retry_time(backoff),
             left_out=self._left_out(snapshot),
         )
         self.update(key, **{role: backoff, f"{role}_failure": failure})
@@ -160,7 +167,7 @@ class Outcomes:
                 error=error,
                 model=self.model_label("observer"),
                 now=self._deps.now(),
-                next_retry_at=backoff.retry_at if backoff else None,
+                next_retry_at=self.retry_time(backoff),
                 left_out=0,
                 thread_id=thread_id,
             )
@@ -244,13 +251,25 @@ class Outcomes:
     def raise_if_failing(self, snapshot: Snapshot) -> None:
         """``failure_policy="raise"``: a turn whose log is failing raises, naming the cause."""
         state = self.state(snapshot.subject.key)
-        known = [
-            f for f in (state.observer_failure, state.reflector_failure) if f is not None
-        ] or self.failures(snapshot)
         # A role whose back-off has passed was just tried again (maybe in the background):
-        # only one still waiting out its back-off fails the turn.
-        now = self._deps.now()
-        failing = [f for f in known if f.next_retry_at is None or f.next_retry_at > now]
+        # only one still waiting out its back-off fails the turn. This engine's own back-off
+        # is timed on the monotonic clock; another worker's only by the retry time it stored.
+        steady = self._deps.steady()
+        failing = [
+            failure
+            for failure, backoff in (
+                (state.observer_failure, state.observer),
+                (state.reflector_failure, state.reflector),
+            )
+            if failure is not None and not planner.may_retry(backoff, steady)
+        ]
+        if state.observer_failure is None and state.reflector_failure is None:
+            now = self._deps.now()
+            failing = [
+                f
+                for f in self.failures(snapshot)
+                if f.next_retry_at is None or not planner.retry_time_passed(f.next_retry_at, now)
+            ]
         if failing:
             summary = " ".join(f.summary() for f in failing)
             raise MemoryUnavailableError(

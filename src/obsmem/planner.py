@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Literal, TypeAlias
 
 from .messages import Message
@@ -23,6 +23,7 @@ from .window import ThreadWindow, take_prefix
 
 __all__ = [
     "BACKOFF_BASE_SECONDS",
+    "BACKOFF_LONGEST_SECONDS",
     "BACKOFF_MAX_SECONDS",
     "ActivationTrigger",
     "Backoff",
@@ -45,6 +46,7 @@ __all__ = [
     "plan_reflection",
     "raw_cut",
     "reflection_slice",
+    "retry_time_passed",
     "suppression_after",
     "sync_batches",
 ]
@@ -164,7 +166,7 @@ def plan_observation(
     idle_expired: bool = False,
     provider_changed: bool = False,
     observer_backoff: Backoff | None = None,
-    now: datetime | None = None,
+    now: float | None = None,
     activatable: int | None = None,
     catching_up: bool = False,
     step_tokens: int = 0,
@@ -317,7 +319,7 @@ def plan_reflection(
     idle_expired: bool = False,
     provider_changed: bool = False,
     reflector_backoff: Backoff | None = None,
-    now: datetime | None = None,
+    now: float | None = None,
     suppressed_at: int | None = None,
 ) -> ReflectionPlan:
     """Decide the log's fate at this step: start, activate or run a reflection, or nothing.
@@ -409,28 +411,50 @@ BACKOFF_JITTER = 0.25
 """Each wait is spread by up to ±25%, so workers that failed together do not retry together."""
 
 
+BACKOFF_LONGEST_SECONDS = BACKOFF_MAX_SECONDS * (1 + BACKOFF_JITTER)
+"""No back-off is longer: a stored retry time further ahead than this was set by a clock that
+ran ahead, or is read by one that stepped back, and counts as passed."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Backoff:
-    """Failures in a row of one role's model calls for one log, and when to try again."""
+    """Failures in a row of one role's model calls for one log, and when to try again.
+
+    Times are seconds on the engine's monotonic clock (``Deps.steady``), never the wall clock:
+    a wall clock stepping back cannot stretch a back-off, nor one stepping forward cut it."""
 
     failures: int
-    retry_at: datetime
+    retry_at: float
+    wait: float
+    """Seconds from the failure to ``retry_at``."""
     error: str
 
 
-def backoff_after(previous: Backoff | None, *, now: datetime, error: str, spread: float) -> Backoff:
-    """The back-off after one more failure. ``spread`` in [0, 1) picks where in the jitter band
-    this wait falls (the caller draws it at random). The wait is bounded, so memory work always
-    resumes once the model answers again, whatever the window size by then."""
+def backoff_after(previous: Backoff | None, *, now: float, error: str, spread: float) -> Backoff:
+    """The back-off after one more failure at ``now`` (monotonic seconds). ``spread`` in
+    [0, 1) picks where in the jitter band this wait falls (the caller draws it at random). The
+    wait is bounded, so memory work always resumes once the model answers again, whatever the
+    window size by then."""
     failures = (previous.failures if previous is not None else 0) + 1
     wait = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 30))
     wait *= 1 + BACKOFF_JITTER * (2 * spread - 1)
-    return Backoff(failures=failures, retry_at=now + timedelta(seconds=wait), error=error)
+    return Backoff(failures=failures, retry_at=now + wait, wait=wait, error=error)
 
 
-def may_retry(backoff: Backoff | None, now: datetime | None) -> bool:
-    """Whether a model call may start at ``now`` (always, without a back-off)."""
+def may_retry(backoff: Backoff | None, now: float | None) -> bool:
+    """Whether a model call may start at ``now`` (monotonic seconds; always, without a
+    back-off)."""
     return backoff is None or now is None or now >= backoff.retry_at
+
+
+def retry_time_passed(retry_at: datetime | None, now: datetime) -> bool:
+    """Whether a retry time stored by some worker (wall clock) has passed at ``now``. One
+    further ahead than the longest back-off counts as passed: the clock that wrote it ran
+    ahead, or this one stepped back, and no back-off waits that long."""
+    if retry_at is None:
+        return True
+    ahead = (retry_at - now).total_seconds()
+    return ahead <= 0 or ahead > BACKOFF_LONGEST_SECONDS
 
 
 # -- what a cycle covers -------------------------------------------------------------------------
@@ -502,7 +526,7 @@ def plan_after_reply(
     observation_tokens: int,
     buffering_in_flight: bool,
     observer_backoff: Backoff | None = None,
-    now: datetime | None = None,
+    now: float | None = None,
 ) -> ReplyPlan:
     """Whether storing a reply starts background buffering (``buffer_on_idle`` flushes what is
     unbuffered at once; otherwise an interval's worth must be waiting)."""

@@ -105,6 +105,7 @@ class Turns:
                 previous_model=signals.previous_model,
                 current_model=signals.current_model,
                 last_activity_at=signals.last_activity_at,
+                idle_ms=signals.idle_ms,
             )
             activated = await cycles.activate_chunks(deps, snapshot, count=plan.activate, why=why)
             snapshot = activated or await reload(deps, subject)
@@ -151,7 +152,7 @@ class Turns:
             idle_expired=signals.observation_idle,
             provider_changed=signals.provider_changed,
             observer_backoff=self._outcomes.state(key).observer,
-            now=self._deps.now(),
+            now=self._deps.steady(),
             activatable=planner.activatable_chunks(record.chunks, steps),
         )
 
@@ -178,7 +179,7 @@ class Turns:
             idle_expired=signals.reflection_idle,
             provider_changed=signals.reflection_provider_changed,
             reflector_backoff=state.reflector,
-            now=deps.now(),
+            now=deps.steady(),
             suppressed_at=state.suppressed_reflection_at,
         )
         if plan.activate_buffered and plan.trigger is not None:
@@ -240,4 +241,5 @@ class Turns:
         )
 
     def signals(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> views.CacheSignals:
-        return views.cache_signals(snapshot, self._deps.options, actor_model, now=self._deps.now())
+        idle = self._deps.replies.idle_seconds(snapshot.subject.thread_id, snapshot.last_reply_at)
+        return views.cache_signals(snapshot, self._deps.options, actor_model, idle_seconds=idle)

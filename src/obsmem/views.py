@@ -164,20 +164,27 @@ class CacheSignals:
     reflection_provider_changed: bool = False
     """The actor's model changed and ``reflection.activate_on_provider_change`` is on."""
     last_activity_at: datetime | None = None
+    idle_ms: float | None = None
+    """Since the assistant last spoke (None without a reply)."""
     previous_model: str | None = None
     current_model: str | None = None
 
 
 def cache_signals(
-    snapshot: Snapshot, options: ResolvedOptions, actor_model: ModelSpec | None, *, now: datetime
+    snapshot: Snapshot,
+    options: ResolvedOptions,
+    actor_model: ModelSpec | None,
+    *,
+    idle_seconds: float | None,
 ) -> CacheSignals:
-    """The cache signals at ``now``: the actor's model against the one the thread last saw, and
-    how long since the assistant last spoke against the idle settings."""
+    """The cache signals now: the actor's model against the one the thread last saw, and how
+    long since the assistant last spoke (``idle_seconds``, None without a reply:
+    :class:`obsmem.clocks.ReplyTimes`) against the idle settings."""
     obs, ref = options.observation, options.reflection
     current = model_label(actor_model) if actor_model is not None else None
     previous = snapshot.thread_metadata.get(META_LAST_MODEL) if current else None
     last = snapshot.last_reply_at
-    idle_ms = (now - last).total_seconds() * 1000 if last is not None else None
+    idle_ms = idle_seconds * 1000 if idle_seconds is not None else None
     changed = current is not None and previous is not None and previous != current
     return CacheSignals(
         current_model=current,
@@ -185,6 +192,7 @@ def cache_signals(
         provider_changed=bool(obs.activate_on_provider_change and changed),
         reflection_provider_changed=bool(ref.activate_on_provider_change and changed),
         last_activity_at=last,
+        idle_ms=idle_ms,
         observation_idle=_expired(obs.activate_after_idle, idle_ms, actor_model),
         reflection_idle=_expired(ref.activate_after_idle, idle_ms, actor_model),
     )

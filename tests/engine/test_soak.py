@@ -17,7 +17,7 @@ import tracemalloc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from obsmem.engine import ObservationalMemory, PreparedContext
 from obsmem.errors import ObsmemError, StoreError
 from obsmem.events import Event
 from obsmem.messages import Message, TextPart, ToolCallPart
-from obsmem.planner import BACKOFF_MAX_SECONDS, may_retry
+from obsmem.planner import BACKOFF_LONGEST_SECONDS, may_retry
 from obsmem.stores import Commit, CommitResult, LoadRequest, SQLiteStore
 from obsmem.testing import Fault, scripted_observer, scripted_reflector
 
@@ -323,7 +323,7 @@ async def test_soak(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
         # An engine may still hold the back-off of a failure another engine has since healed,
         # or of a Reflector answer rejected in the last rounds: every back-off ends within its
         # bound (jitter included), so the next turn after it calls the model again.
-        now = factory.clock() + timedelta(seconds=BACKOFF_MAX_SECONDS * 1.25)
+        now = engine._deps.steady() + BACKOFF_LONGEST_SECONDS
         for state in engine._logs.values():
             assert may_retry(state.observer, now), state
             assert may_retry(state.reflector, now), state

@@ -35,6 +35,8 @@ class Activation:
     previous_model: str | None = None
     current_model: str | None = None
     last_activity_at: datetime | None = None
+    idle_ms: float | None = None
+    """How long the thread was idle (the monotonic clock's measure, :mod:`obsmem.clocks`)."""
 
 
 async def activate_chunks(
@@ -106,7 +108,7 @@ def _report(
     thread_id: str,
 ) -> None:
     now = deps.now()
-    ttl = why.trigger == "ttl" and why.last_activity_at is not None
+    ttl = why.trigger == "ttl"
     changed = why.trigger == "provider_change"
     for chunk in chunks:
         deps.bus.emit(
@@ -124,11 +126,7 @@ def _report(
                 triggered_by=why.trigger,
                 observations=chunk.observations,
                 last_activity_at=why.last_activity_at,
-                ttl_expired_ms=(
-                    (now - why.last_activity_at).total_seconds() * 1000
-                    if ttl and why.last_activity_at is not None
-                    else None
-                ),
+                ttl_expired_ms=why.idle_ms if ttl else None,
                 previous_model=why.previous_model if changed else None,
                 current_model=why.current_model if changed else None,
             )

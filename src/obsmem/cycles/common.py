@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any
 
+from ..clocks import ReplyTimes
 from ..embeddings import Embedder
 from ..errors import ModelError, StoreError
 from ..events import EventBus, Hooks, ThreadUpdateEvent
@@ -51,6 +52,7 @@ class Deps:
     hooks: Hooks
     tz: tzinfo
     clock: Callable[[], datetime]
+    """The wall clock: what is stored and shown."""
     sync_timeout: float
     background_timeout: float
     working_memory: WorkingMemory | None = None
@@ -69,6 +71,11 @@ class Deps:
     """Resource scope: threads the Observer keeps leaving out, each backing off on its own."""
     ledger: Ledger = field(default_factory=Ledger)
     """The cycle ledger's rows of this engine's cycles, written with their commits."""
+    steady: Callable[[], float]
+    """The monotonic clock every wait is measured on (back-off, idle time): seconds that never
+    go back whatever the wall clock does (:mod:`obsmem.clocks`)."""
+    replies: ReplyTimes
+    """When this engine stored each thread's latest reply, for idle time."""
 
     def now(self) -> datetime:
         return self.clock()

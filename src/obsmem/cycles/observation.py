@@ -8,7 +8,6 @@ import random
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from ..answers import ParsedOutput, match_thread_blocks
 from ..errors import ModelError, ObserverOutputError
@@ -90,7 +89,7 @@ async def observe_sync(
             )
             snapshot = activated or await reload(deps, snapshot.subject)
             continue
-        now = deps.now()
+        now = deps.steady()
         windows = windows_of(snapshot, window_estimator(deps, snapshot), deps.cached)
         batches = sync_batches(
             [w for w in windows if may_retry(deps.thread_backoff.get(w.thread_id), now)],
@@ -134,7 +133,7 @@ MAX_THREAD_BACKOFFS = 10_000
 
 
 def _back_off_stuck(
-    deps: Deps, stuck: Sequence[str], thread_errors: dict[str, str], *, now: datetime
+    deps: Deps, stuck: Sequence[str], thread_errors: dict[str, str], *, now: float
 ) -> None:
     """Resource scope: a thread the Observer left out even when asked alone backs off on its
     own (its error in ``thread_errors``); the loop goes on with the others. At most
