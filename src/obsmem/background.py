@@ -16,6 +16,7 @@ from . import cycles, planner
 from .cycles import Deps, Failure, Outcome
 from .cycles.common import main_window
 from .cycles.writes import reload
+from .errors import StoreError
 from .outcomes import Outcomes
 from .snapshot import Snapshot
 
@@ -49,8 +50,16 @@ class Background:
         def done(t: asyncio.Task[None]) -> None:
             if self.tasks.get(name) is t:
                 del self.tasks[name]
-            if not t.cancelled() and t.exception() is not None:
-                log.error("obsmem background task %s failed", name, exc_info=t.exception())
+            error = None if t.cancelled() else t.exception()
+            if isinstance(error, StoreError):  # the store's failure, not a bug: no traceback
+                log.warning(
+                    "obsmem: background memory work %s stopped: the store failed: %s. Fix: "
+                    "check the store; the work starts again at a later turn once it answers",
+                    name,
+                    error,
+                )
+            elif error is not None:
+                log.error("obsmem background task %s failed", name, exc_info=error)
 
         task.add_done_callback(done)
 
@@ -68,9 +77,7 @@ class Background:
                 return
             outcome = await cycles.buffer_chunk(deps, snapshot, batch)
             after = outcome.snapshot if isinstance(outcome, Outcome) else None
-            await self._outcomes.observer(
-                after or snapshot, outcome.error if isinstance(outcome, Failure) else None
-            )
+            await self._outcomes.observer(after or snapshot, *Outcomes.ended(outcome))
             if isinstance(outcome, Failure) or outcome.snapshot is None:
                 return
             snapshot = outcome.snapshot
@@ -89,12 +96,11 @@ class Background:
         async with self._catch_up_slots:
             snapshot = await reload(self._deps, snapshot.subject)
             result = await cycles.catch_up(self._deps, snapshot, step_from=step_from)
-        await self._outcomes.observer(result.snapshot, result.error)
+        await self._outcomes.observer(result.snapshot, result.error, store=result.store)
         await self._outcomes.threads(result)
 
     async def reflection_task(self, snapshot: Snapshot) -> None:
         outcome = await cycles.buffer_reflection(self._deps, snapshot)
         if outcome is not None:
-            error = outcome.error if isinstance(outcome, Failure) else None
             after = outcome.snapshot if isinstance(outcome, Outcome) else None
-            await self._outcomes.reflector(after or snapshot, error)
+            await self._outcomes.reflector(after or snapshot, *Outcomes.ended(outcome))

@@ -367,7 +367,7 @@ class ObservationalMemory:
         result = await cycles.observe_sync(
             self._deps, await self._load(subject), keep_tokens=0, trigger="manual"
         )
-        await self._outcomes.observer(result.snapshot, result.error)
+        await self._outcomes.observer(result.snapshot, result.error, store=result.store)
         await self._outcomes.threads(result)
         return result.error is None and not result.thread_errors
 
@@ -401,7 +401,7 @@ class ObservationalMemory:
             step_from={thread_id: start} if (start := step_from or keep_raw_from) else None,
             trigger=trigger,
         )
-        await self._outcomes.observer(result.snapshot, result.error)
+        await self._outcomes.observer(result.snapshot, result.error, store=result.store)
         after = result.snapshot.record.cursor
         return any(after.get(t, 0) > before.get(t, 0) for t in after)
 

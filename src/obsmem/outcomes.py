@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from . import cycles, planner, views
-from .cycles import Deps, SyncObservation
+from .cycles import Deps, Failure, Outcome, SyncObservation
 from .cycles.common import main_window
 from .errors import MemoryUnavailableError, ObsmemError
 from .failures import FailureState, Role, cause_of, failures_in, next_failure
@@ -97,16 +97,39 @@ class Outcomes:
 
     # -- after a cycle ---------------------------------------------------------------------------
 
-    async def observer(self, snapshot: Snapshot, error: str | None) -> None:
-        await self.outcome("observer", snapshot, error)
+    @staticmethod
+    def ended(outcome: Outcome | Failure | None) -> tuple[str | None, bool]:
+        """A cycle's error (None when it succeeded) and whether it is the store's."""
+        if isinstance(outcome, Failure):
+            return outcome.error, outcome.store
+        return None, False
 
-    async def reflector(self, snapshot: Snapshot, error: str | None) -> None:
-        await self.outcome("reflector", snapshot, error)
+    async def observer(self, snapshot: Snapshot, error: str | None, store: bool = False) -> None:
+        await self.outcome("observer", snapshot, error, store=store)
 
-    async def outcome(self, role: Role, snapshot: Snapshot, error: str | None) -> None:
+    async def reflector(self, snapshot: Snapshot, error: str | None, store: bool = False) -> None:
+        await self.outcome("reflector", snapshot, error, store=store)
+
+    async def outcome(
+        self, role: Role, snapshot: Snapshot, error: str | None, *, store: bool = False
+    ) -> None:
         """After a cycle of ``role``: the back-off, and the failure state stored with the log
-        (with a WARNING once per cause, and once when it heals)."""
+        (with a WARNING once per cause, and once when it heals). A failure of the store
+        (``store``) is the store's, not the role's: a WARNING that says so, no back-off and no
+        failure state of the role (the store could not take it anyway)."""
         key = snapshot.subject.key
+        if store and error is not None:
+            self.warn_once(
+                (key, "store"),
+                error,
+                f"obsmem: memory for {key}: the store failed during {role} work, so its "
+                f"result was not saved (the {role.capitalize()} is not at fault): "
+                f"{error.rstrip('. ')}. Fix: check the store named above; memory work resumes "
+                "by itself once it answers",
+            )
+            return
+        if self.warned.pop((key, "store"), None) is not None:
+            log.warning("obsmem: memory for %s works again: the store answered", key)
         state = self.state(key)
         previous: Backoff | None = getattr(state, role)
         remembered: FailureState | None = getattr(state, f"{role}_failure")

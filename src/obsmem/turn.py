@@ -11,7 +11,7 @@ from typing import Any
 
 from . import cycles, planner, views
 from .background import Background
-from .cycles import Activation, Deps, Failure, Outcome
+from .cycles import Activation, Deps, Outcome
 from .cycles.common import windows
 from .cycles.writes import reload
 from .errors import ConfigError
@@ -118,7 +118,7 @@ class Turns:
                 trigger="turn-sync",
             )
             snapshot = result.snapshot
-            await self._outcomes.observer(snapshot, result.error)
+            await self._outcomes.observer(snapshot, result.error, store=result.store)
             await self._outcomes.threads(result)
         if plan.start_buffering:
             self._background.spawn(f"obs:{subject.key}", self._background.buffer_loop(snapshot))
@@ -191,9 +191,7 @@ class Turns:
             if isinstance(outcome, Outcome) and outcome.snapshot is not None:
                 snapshot = outcome.snapshot
                 after = snapshot.record.observation_tokens
-            await self._outcomes.reflector(
-                snapshot, outcome.error if isinstance(outcome, Failure) else None
-            )
+            await self._outcomes.reflector(snapshot, *Outcomes.ended(outcome))
             self._outcomes.update(
                 key,
                 suppressed_reflection_at=planner.suppression_after(

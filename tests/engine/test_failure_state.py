@@ -15,6 +15,7 @@ import pytest
 
 from obsmem import Memory, MemoryUnavailableError
 from obsmem.cli import main
+from obsmem.errors import StoreError
 from obsmem.failures import failures_in
 from obsmem.stores import SQLiteStore, Store
 from obsmem.testing import scripted_observer, scripted_reflector
@@ -373,4 +374,101 @@ async def test_an_unknown_provider_is_told_its_own_fix(
     assert "unknown provider 'foo'" in warning
     assert "Fix: give the model as 'provider/model'" in warning
     assert "set that key" not in warning
+    await memory.aclose()
+
+
+class _CommitsFail:
+    """A store whose commits fail while ``failing`` is set, as PostgreSQL does while it
+    restarts (everything else passes through)."""
+
+    ERROR = (
+        "PostgreSQL error on PostgresStore('127.0.0.1:5432/obsmem'): server closed the "
+        "connection unexpectedly"
+    )
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.failing = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def commit(self, change: Any) -> Any:
+        if self.failing:
+            raise StoreError(self.ERROR)
+        return await self._store.commit(change)
+
+
+async def test_a_store_error_in_background_work_is_the_store_failing_not_the_observer(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The Observer answers, then the commit of its chunk fails in the store. The WARNING
+    blames the store and gives the store's advice; the Observer is neither blamed nor put into
+    back-off, so once the store answers the next turn buffers at once."""
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    flaky = _CommitsFail(store)
+    memory = Memory(
+        flaky,  # type: ignore[arg-type]
+        observational_memory={
+            "observation": {"model": scripted_observer(), "messageTokens": 2_000},
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    assert memory.om is not None
+    events = Recorder()
+    memory.subscribe(events)
+    ref = {"resource": "u1", "thread": "t1"}
+    conv = Conversation()
+    flaky.failing = True
+    while not events.of("data-om-buffering-failed"):
+        await memory.context(ref, [conv.user(200)], actor_model=None)
+        await memory.save(ref, [conv.assistant(200)], actor_model=None)
+        await memory.om.settle()
+    [failed] = events.of("data-om-buffering-failed")
+    assert "server closed the connection" in failed.error
+    [warning] = _warnings(caplog)
+    assert "the store failed during observer work" in warning
+    assert "server closed the connection unexpectedly" in warning
+    assert "check the store" in warning
+    assert "Observer (" not in warning  # not the role's failure ...
+    assert "check that the server for" not in warning  # ... nor the model server's advice
+    thread = await store.get_thread("t1")
+    assert thread is not None
+    assert failures_in(thread.metadata) == {}
+    assert memory.om._logs.get("thread:t1") is None  # pyright: ignore[reportPrivateUsage]
+
+    flaky.failing = False
+    await memory.context(ref, [conv.user(200)], actor_model=None)
+    await memory.save(ref, [conv.assistant(200)], actor_model=None)
+    await memory.om.settle()
+    assert events.of("data-om-buffering-end"), "the Observer was held back after a store error"
+    assert any("works again: the store answered" in w for w in _warnings(caplog))
+    assert (await memory.status(ref)).state == "healthy"
+    await memory.aclose()
+
+
+async def test_background_work_the_store_stops_is_a_warning_not_a_bug_report(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store error outside a cycle (a catch-up reloading its snapshot) ends that background
+    task with a WARNING naming the store's error, without the traceback a bug gets."""
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    memory = Memory(
+        _CommitsFail(SQLiteStore(":memory:")),  # type: ignore[arg-type]
+        observational_memory={"model": scripted_observer()},
+    )
+    assert memory.om is not None
+    background = memory.om._background  # pyright: ignore[reportPrivateUsage]
+
+    async def reload_fails() -> None:
+        raise StoreError(_CommitsFail.ERROR)
+
+    background.spawn("catch-up:thread:t1", reload_fails())
+    await memory.om.settle()
+    [record] = [r for r in caplog.records if r.name == "obsmem"]
+    assert record.levelno == logging.WARNING
+    assert record.exc_info is None
+    message = record.getMessage()
+    assert "background memory work catch-up:thread:t1 stopped: the store failed" in message
+    assert "server closed the connection unexpectedly" in message
     await memory.aclose()

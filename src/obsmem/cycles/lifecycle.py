@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import ObserverOutputError
+from ..errors import ObserverOutputError, StoreError
 from ..events import (
     BufferingEndEvent,
     BufferingFailedEvent,
@@ -101,6 +101,9 @@ class Failure:
     """The model answered, but nothing in it could be used (empty, cut off, looping): a
     problem of the messages it was shown as much as of the model (in resource scope, of those
     threads), unlike a call that failed."""
+    store: bool = False
+    """The store failed (a :class:`~obsmem.errors.StoreError`: an outage, a vanished file),
+    not the model: nothing for the role to back off from."""
 
 
 async def run_cycle(
@@ -165,7 +168,11 @@ async def _run(
             deps.ledger.queue(row)  # stored with the failure state
         _emit_failed(deps, cycle, error, ms_since(started))
         await notify(end_hook, _with(ctx, error=error))
-        return Failure(error=error, unusable_answer=isinstance(exc, ObserverOutputError))
+        return Failure(
+            error=error,
+            unusable_answer=isinstance(exc, ObserverOutputError),
+            store=isinstance(exc, StoreError),
+        )
     _emit_end(deps, cycle, outcome, ms_since(started))
     await notify(end_hook, _with(ctx, observations=outcome.observations))
     return outcome

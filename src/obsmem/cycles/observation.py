@@ -49,6 +49,8 @@ class SyncObservation:
     on its own (``Deps.thread_backoff``) while the other threads are observed."""
     advanced: tuple[str, ...] = ()
     """Resource scope: threads whose messages were observed (a failure of their own is over)."""
+    store: bool = False
+    """The error is the store's (:attr:`Failure.store`), not the Observer's."""
 
 
 async def observe_sync(
@@ -76,9 +78,13 @@ async def observe_sync(
     thread_errors: dict[str, str] = {}
     advanced: list[str] = []
 
-    def ended(error: str | None = None) -> SyncObservation:
+    def ended(error: str | None = None, *, store: bool = False) -> SyncObservation:
         return SyncObservation(
-            snapshot=snapshot, error=error, thread_errors=thread_errors, advanced=tuple(advanced)
+            snapshot=snapshot,
+            error=error,
+            thread_errors=thread_errors,
+            advanced=tuple(advanced),
+            store=store,
         )
 
     while True:
@@ -109,7 +115,7 @@ async def observe_sync(
                 # resource's other threads go on (the log itself is fine).
                 _back_off_stuck(deps, [b.thread_id for b in batches], thread_errors, now=now)
                 continue
-            return ended(outcome.error)
+            return ended(outcome.error, store=outcome.store)
         before = snapshot.record.cursor
         snapshot = outcome.snapshot or await reload(deps, snapshot.subject)
         stuck = [
