@@ -52,6 +52,9 @@ class Expect:
     resource_scope: bool = False
     """Parse with ``multi_thread=True`` (the Observer shown several threads)."""
     empty: bool = False
+    well_formed: bool | None = None
+    """For an empty answer: whether it is in the format (a closed ``<observations>`` block),
+    which for small talk means nothing was worth noting, not a failure."""
     degenerate: bool = False
     fences: bool = False
     """Code-fence lines belong to the observations (a snippet the user approved)."""
@@ -352,14 +355,21 @@ EXPECTED: dict[str, Expect] = {
     # ---- empty and unusable answers ----------------------------------------------------------
     "empty_observations.txt": Expect(
         empty=True,
+        well_formed=True,
         current_task="Primary: Waiting for the user to share the error log.",
         suggested_response="Ask the user to paste the full stack trace.",
     ),
-    "empty_observations_inline.txt": Expect(empty=True, drop=("No new information",)),
-    "refusal.txt": Expect(empty=True, drop=("sorry",)),
-    "refusal_cannot_help.txt": Expect(empty=True, drop=("cannot help", "medical")),
-    "date_header_only.txt": Expect(empty=True, current_task="Chat with the user."),
-    "date_headers_only_untagged.txt": Expect(empty=True),
+    "empty_observations_inline.txt": Expect(
+        empty=True, well_formed=True, drop=("No new information",)
+    ),
+    "refusal.txt": Expect(empty=True, well_formed=False, drop=("sorry",)),
+    "refusal_cannot_help.txt": Expect(
+        empty=True, well_formed=False, drop=("cannot help", "medical")
+    ),
+    "date_header_only.txt": Expect(
+        empty=True, well_formed=True, current_task="Chat with the user."
+    ),
+    "date_headers_only_untagged.txt": Expect(empty=True, well_formed=False),
     # ---- line endings ------------------------------------------------------------------------
     "crlf_line_endings.txt": Expect(
         keep=(
@@ -651,6 +661,8 @@ def test_model_output(name: str) -> None:
     obs = parsed.observations
 
     assert parsed.is_empty is exp.empty
+    if exp.well_formed is not None:
+        assert parsed.well_formed is exp.well_formed
     for fact in exp.keep:
         assert fact in obs, f"lost: {fact!r}"
     obs_lines = obs.split("\n")

@@ -49,6 +49,10 @@ class ParsedOutput:
     """The JSON object of an ``<extracted-values>`` section (ignored when it is not valid)."""
     threads: Mapping[str, ParsedOutput] = field(default_factory=dict[str, "ParsedOutput"])
     """Resource scope: one entry per ``<thread id="…">`` block inside ``<observations>``."""
+    well_formed: bool = False
+    """The answer is in the format asked for: an ``<observations>`` block opened and closed
+    (empty or not), as a model that follows the format writes it when nothing is worth noting;
+    an echo or rambling has none."""
 
     @property
     def is_empty(self) -> bool:
@@ -200,6 +204,7 @@ def parse_output(
         sections={**stray_sections, **top.sections},
         extracted_values=top.extracted_values or stray.extracted_values,
         threads=threads,
+        well_formed=blocks is not None and _OBS_CLOSE.search(text) is not None,
     )
 
 

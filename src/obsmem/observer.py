@@ -442,6 +442,8 @@ async def observe_exchange(
         parsed = parse_output(
             result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
         )
+        if parsed.is_empty and nothing_to_note(parsed, input_tokens, multi_thread=multi):
+            return ObserverExchange(parsed=parsed, result=result, request=request)
         if parsed.is_empty:
             problem = "empty (not one observation in it)"
             advice = (
@@ -454,6 +456,20 @@ async def observe_exchange(
         f"The Observer's answer was {problem} twice in a row; no observations were recorded and "
         f"the messages stay unobserved. {advice}"
     )
+
+
+NOTHING_TO_NOTE_TOKENS = 400
+"""Messages this short (their transcript's tokens) may hold nothing worth noting: small talk,
+thanks, an acknowledgement. A well-formed empty answer for them finishes the cycle."""
+
+
+def nothing_to_note(parsed: ParsedOutput, input_tokens: int, *, multi_thread: bool) -> bool:
+    """Whether an answer without observations is the Observer's judgement, not its failure:
+    a well-formed ``<observations>`` block (the format followed) for a single thread's short
+    messages. An empty answer to messages with substance, or one without the format (an echo,
+    rambling), stays a failure; several threads' messages are asked again one thread at a
+    time."""
+    return parsed.well_formed and not multi_thread and input_tokens <= NOTHING_TO_NOTE_TOKENS
 
 
 _RAMBLES = (

@@ -128,7 +128,9 @@ GUIDELINES = """\
 - When the assistant gave a long, detailed answer the user may want again, keep enough of it to \
 reproduce it.
 - Every observation line starts with "* " and an emoji.
-- ✅ lines say exactly what was completed."""
+- ✅ lines say exactly what was completed.
+- When the new messages hold nothing worth keeping (small talk, thanks, an acknowledgement), \
+write an empty <observations></observations> block, and your other sections as usual."""
 
 _HINT_SECTIONS = {
     "current-task": (

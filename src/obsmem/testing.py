@@ -22,9 +22,12 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 __all__ = ["Fault", "ModelCalls", "scripted_observer", "scripted_reflector"]
 
-Fault: TypeAlias = Literal["error", "transient", "hang", "empty", "degenerate", "untagged"]
+Fault: TypeAlias = Literal[
+    "error", "transient", "hang", "empty", "degenerate", "untagged", "nothing-to-note"
+]
 """How a scripted call fails: a non-retryable error, an HTTP 503, never answering, an empty
-answer, a degenerate (repeating) answer, or list lines without the ``<observations>`` tags."""
+answer, a degenerate (repeating) answer, list lines without the ``<observations>`` tags, or a
+well-formed empty block with hints (``nothing-to-note``: the answer to small talk)."""
 FaultFn: TypeAlias = Callable[[int], Fault | None]
 
 _LINE = re.compile(r"^(User|Assistant|Tool Result [^:]*|Tool Call [^:(]*)(?: \(([^)]*)\))?: (.*)$")
@@ -70,6 +73,12 @@ async def _apply_fault(fault: Fault | None) -> str | None:
         return ""
     if fault == "degenerate":
         return "<observations>\n" + "* 🟡 the same thing again and again\n" * 400
+    if fault == "nothing-to-note":  # the format followed, and nothing worth keeping
+        return (
+            "<observations>\n</observations>\n"
+            "<current-task>Answer the user's small talk.</current-task>\n"
+            "<suggested-response>Say you are glad to help.</suggested-response>"
+        )
     return None
 
 
