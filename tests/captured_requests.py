@@ -65,7 +65,8 @@ class CapturedApi:
         from pydantic_ai.providers.google import GoogleProvider
 
         return GoogleModel(
-            "gemini-2.5-flash", provider=GoogleProvider(api_key="test", http_client=client)
+            self.model_name or "gemini-2.5-flash",
+            provider=GoogleProvider(api_key="test", http_client=client),
         )
 
     def _handle(self, request: httpx2.Request) -> httpx2.Response:
@@ -77,6 +78,12 @@ class CapturedApi:
             return httpx2.Response(
                 200,
                 content=_anthropic_events(answer).encode(),
+                headers={"content-type": "text/event-stream"},
+            )
+        if "streamGenerateContent" in request.url.path:  # Gemini streams one event per chunk
+            return httpx2.Response(
+                200,
+                content=f"data: {json.dumps(answer)}\r\n\r\n".encode(),
                 headers={"content-type": "text/event-stream"},
             )
         return httpx2.Response(200, json=answer)

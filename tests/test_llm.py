@@ -479,3 +479,68 @@ async def test_retry_listener_and_give_up_message_name_the_server_answer() -> No
         )
     assert told == [(2, error, 1.0), (3, error, 0.5)]
     assert "last error: HTTP 502: bad gateway upstream. Check" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("model_name", "role", "thinking"),
+    [
+        ("gemini-2.5-flash", "observer", {"thinking_budget": 215}),
+        ("gemini-2.5-flash", "reflector", {"thinking_budget": 1_024}),
+        # Gemini 3 and later take a level, not a budget: bounded, not the provider's default.
+        (
+            "gemini-3.5-flash-lite",
+            "observer",
+            {"include_thoughts": False, "thinking_level": "MINIMAL"},
+        ),
+        (
+            "gemini-3.5-flash-lite",
+            "reflector",
+            {"include_thoughts": False, "thinking_level": "LOW"},
+        ),
+        (
+            "gemini-3.5-flash-lite",
+            "extractor",
+            {"include_thoughts": False, "thinking_level": "LOW"},
+        ),
+        # A model without the minimal level gets its lowest.
+        (
+            "gemini-3.1-pro-preview",
+            "observer",
+            {"include_thoughts": False, "thinking_level": "LOW"},
+        ),
+    ],
+)
+async def test_gemini_memory_models_think_within_bounds_and_have_an_output_cap(
+    model_name: str, role: str, thinking: dict[str, object]
+) -> None:
+    from .captured_requests import CapturedApi
+
+    api = CapturedApi("gemini", script=["<observations>\n* 🔴 (10:00) noted\n</observations>"])
+    api.model_name = model_name
+    sent = LLMRequest(
+        role=role,  # type: ignore[arg-type]
+        model=api.model(),
+        system="s",
+        user=["u"],
+        max_output_tokens=2_000,
+    )
+    await ModelCaller().call(sent)
+    [body] = api.requests
+    config = body["generationConfig"]
+    assert config["maxOutputTokens"] == 2_000
+    assert config["thinkingConfig"] == thinking
+
+
+async def test_a_gemini_thinking_setting_of_the_users_own_wins() -> None:
+    from .captured_requests import CapturedApi
+
+    api = CapturedApi("gemini", model_name="gemini-3.5-flash-lite")
+    sent = LLMRequest(
+        role="observer",
+        model=api.model(),
+        system="s",
+        user=["u"],
+        model_settings={"google_thinking_config": {"thinking_level": "HIGH"}},
+    )
+    await ModelCaller().call(sent)
+    assert api.requests[0]["generationConfig"]["thinkingConfig"] == {"thinking_level": "HIGH"}
