@@ -424,9 +424,9 @@ async def test_a_store_error_in_background_work_is_the_store_failing_not_the_obs
         await memory.context(ref, [conv.user(200)], actor_model=None)
         await memory.save(ref, [conv.assistant(200)], actor_model=None)
         await memory.om.settle()
-    [failed] = events.of("data-om-buffering-failed")
-    assert "server closed the connection" in failed.error
-    [warning] = _warnings(caplog)
+    failed = events.of("data-om-buffering-failed")
+    assert all("server closed the connection" in f.error for f in failed)
+    [warning] = _warnings(caplog)  # once per cause, however many cycles met it
     assert "the store failed during observer work" in warning
     assert "server closed the connection unexpectedly" in warning
     assert "check the store" in warning
