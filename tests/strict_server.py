@@ -19,9 +19,11 @@ rule the way those servers do:
 - with ``named_model_only``, a request for another model than ``model_id`` is a 404, as vLLM
   answers it (``The model `local` does not exist.``).
 
-``answer(request)`` gives the reply text, or an iterator of pieces to stream (it may never end: the
-server stops when the client hangs up, and counts what it sent). Every request is kept in
-``requests``; ``refusals`` lists the rules broken.
+``answer(request)`` gives the reply text, or an iterator (or async iterator) of pieces to stream (it
+may never end, or wait: the server stops when the client hangs up, as llama.cpp does, noticing it
+at its next write or while it waits for the next piece, and counts what it sent). A request not
+streamed gets the pieces joined, once they end. Every request is kept in ``requests``;
+``refusals`` lists the rules broken.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import inspect
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,8 +66,12 @@ class _EmptyStream:
 
 EMPTY_STREAM = _EmptyStream()
 
+Pieces = Iterable[str] | AsyncIterable[str]
+"""An answer streamed piece by piece (an async iterator may wait between pieces)."""
+
 Answer = Callable[
-    [dict[str, Any]], "str | ToolCalls | _EmptyStream | Iterable[str] | Awaitable[str | ToolCalls]"
+    [dict[str, Any]],
+    "str | ToolCalls | _EmptyStream | Pieces | Awaitable[str | ToolCalls | Pieces]",
 ]
 
 
@@ -111,7 +117,7 @@ class StrictServer:
     refusals: list[str] = field(default_factory=list[str])
     streamed_pieces: int = 0
     hung_up: int = 0
-    """Streams the client closed before they ended."""
+    """Answers the client hung up on before they ended (streamed or not)."""
     port: int = 0
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[Any]] = field(default_factory=set[asyncio.Task[Any]])
@@ -119,17 +125,32 @@ class StrictServer:
     _writers: set[asyncio.StreamWriter] = field(default_factory=set[asyncio.StreamWriter])
     _hang_ups: asyncio.Condition = field(default_factory=asyncio.Condition)
 
+    loop: asyncio.AbstractEventLoop | None = None
+    """The loop the server runs on (another thread's, with ``strict_server_thread``)."""
+
     async def wait_hung_up(self, count: int) -> None:
-        """Until the client has hung up on ``count`` streams (the server noticed, as a real one
-        does on its next write, and stopped generating)."""
+        """Until the client has hung up on ``count`` answers (the server noticed, as a real one
+        does, and stopped generating)."""
         async with asyncio.timeout(10), self._hang_ups:
             await self._hang_ups.wait_for(lambda: self.hung_up >= count)
+
+    def wait_hung_up_from(self, count: int) -> None:
+        """:meth:`wait_hung_up` from a thread other than the server's (its loop runs in
+        ``strict_server_thread``)."""
+        assert self.loop is not None
+        asyncio.run_coroutine_threadsafe(self.wait_hung_up(count), self.loop).result(15)
+
+    async def _hang_up(self) -> None:
+        async with self._hang_ups:
+            self.hung_up += 1
+            self._hang_ups.notify_all()
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
     async def start(self) -> StrictServer:
+        self.loop = asyncio.get_running_loop()
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -288,11 +309,13 @@ class StrictServer:
                 else:
                     await self._json(writer, 200, _completion(body, None, tool_calls=calls))
                 return
+            pieces: Pieces = [reply] if isinstance(reply, str) else reply
             if body.get("stream"):
-                await self._stream(writer, body, [reply] if isinstance(reply, str) else reply)
+                await self._stream(writer, body, pieces, hang_up=_eof(reader))
                 return
-            text = reply if isinstance(reply, str) else "".join(reply)
-            await self._json(writer, 200, _completion(body, text))
+            text = await self._joined(pieces, _eof(reader))
+            if text is not None:
+                await self._json(writer, 200, _completion(body, text))
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
@@ -366,13 +389,31 @@ class StrictServer:
         )
         await writer.drain()
 
+    async def _joined(self, pieces: Pieces, hang_up: asyncio.Future[bytes]) -> str | None:
+        """The pieces of an answer not streamed, joined; None when the client hung up first
+        (noticed between pieces, as a server notices while it generates)."""
+        joined: list[str] = []
+        try:
+            async for piece in _pieces(pieces, hang_up):
+                if self._closing:
+                    return None
+                joined.append(piece)
+                await asyncio.sleep(0)  # a model that never stops must not stall the server
+        except ConnectionError:
+            await self._hang_up()
+            return None
+        finally:
+            hang_up.cancel()
+        return "".join(joined)
+
     async def _stream(
         self,
         writer: asyncio.StreamWriter,
         body: dict[str, Any],
-        pieces: Iterable[str],
+        pieces: Pieces,
         *,
         tool_calls: list[dict[str, Any]] | None = None,
+        hang_up: asyncio.Future[bytes] | None = None,
     ) -> None:
         writer.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
@@ -380,7 +421,7 @@ class StrictServer:
         )
         created = int(time.time())
         try:
-            for piece in pieces:
+            async for piece in _pieces(pieces, hang_up):
                 if self._closing:
                     return
                 chunk = {
@@ -425,9 +466,41 @@ class StrictServer:
             writer.write(f"data: {json.dumps(done)}\n\ndata: [DONE]\n\n".encode())
             await writer.drain()
         except ConnectionError:
-            async with self._hang_ups:
-                self.hung_up += 1
-                self._hang_ups.notify_all()
+            await self._hang_up()
+        finally:
+            if hang_up is not None:
+                hang_up.cancel()
+
+
+def _eof(reader: asyncio.StreamReader) -> asyncio.Future[bytes]:
+    """Done when the client closes its side of the connection (the request is read already)."""
+    return asyncio.ensure_future(reader.read(1))
+
+
+async def _pieces(pieces: Pieces, hang_up: asyncio.Future[bytes] | None) -> AsyncIterator[str]:
+    """The pieces of an answer, ending with ConnectionError when ``hang_up`` (the client closing
+    the connection) comes first."""
+    iterator = aiter(pieces) if isinstance(pieces, AsyncIterable) else _async(pieces)
+    while True:
+        if hang_up is not None and hang_up.done():
+            raise ConnectionError("the client hung up")
+        following = asyncio.ensure_future(anext(iterator))
+        if hang_up is not None:
+            await asyncio.wait({following, hang_up}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                raise ConnectionError("the client hung up")
+        try:
+            yield await following
+        except StopAsyncIteration:
+            return
+
+
+async def _async(pieces: Iterable[str]) -> AsyncIterator[str]:
+    for piece in pieces:
+        yield piece
 
 
 def _completion(
