@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -344,6 +345,47 @@ def test_doctor_names_a_model_that_runs_away(tmp_path: Path) -> None:
     assert "max_tokens" not in result.stdout
     assert "obsmem doctor --model" not in result.stdout
     assert "verdict: not ready." in result.stdout
+
+
+ASYNCIO_NOISE = re.compile(
+    r"Task was destroyed but it is pending|was never awaited|Task exception was never retrieved"
+    r"|Unclosed|unclosed|Event loop is closed"
+)
+"""What asyncio (and aiohttp/httpx) print when tasks, coroutines or connections are left behind."""
+
+
+def test_doctor_finds_a_model_that_always_rambles_reachable(tmp_path: Path) -> None:
+    """Every answer rambles on, the start-up check's too, and the server ignores max_tokens:
+    the check's answer is cut off at its cap (the model answered: it is reachable), and the
+    observation step says the model ran past obsmem's cap."""
+    from .strict_server import rambling, strict_server_thread
+
+    with strict_server_thread(answer=rambling()) as server:
+        result = _run(["doctor", "--timeout", "60"], tmp_path, _on(server.base_url))
+        server.wait_hung_up_from(1)
+    assert "reachable      yes" in result.stdout, result.stdout
+    from obsmem.cli.errors import CHECK_OUTPUT_TOKENS
+
+    check = server.requests[0]
+    assert "single word OK" in str(check["messages"])
+    assert check["max_completion_tokens"] == CHECK_OUTPUT_TOKENS
+    assert "rambled past obsmem's output cap" in result.stdout
+    assert result.returncode == 1  # not ready as an Observer, which is another matter
+    assert not ASYNCIO_NOISE.search(result.stderr), result.stderr
+
+
+def test_replay_starts_with_a_model_that_rambles(tmp_path: Path) -> None:
+    """The start-up check of ``obsmem replay`` passes for a model that rambles on."""
+    from .strict_server import rambling, strict_server_thread
+
+    said = [{"role": "user", "content": "My favorite color is blue."}]
+    said.append({"role": "assistant", "content": "Noted."})
+    (tmp_path / "chat.jsonl").write_text("\n".join(json.dumps(x) for x in said))
+    with strict_server_thread(answer=rambling()) as server:
+        result = _run(["replay", "chat.jsonl", "--quiet"], tmp_path, _on(server.base_url))
+    assert result.returncode == 0, result.stderr
+    assert "1 turns" in result.stdout
+    assert not ASYNCIO_NOISE.search(result.stderr), result.stderr
 
 
 def test_demo_reports_a_server_error_as_a_server_error(tmp_path: Path) -> None:

@@ -282,6 +282,37 @@ def test_doctor_says_a_rambling_model_ran_past_obsmems_cap(tmp_path: Path) -> No
     assert "verdict: not ready." in result.stdout
 
 
+async def test_the_start_up_check_names_a_model_that_sends_nothing_in_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A server that takes the request and never answers: the check gives up after its
+    timeout (shrunk here; the server never answers, so any timeout ends the same way) and says
+    what it waited for, where, and what to look at."""
+    import asyncio
+
+    from obsmem.cli.errors import CHECK_OUTPUT_TOKENS, check_model
+
+    from .strict_server import strict_server
+
+    release = asyncio.Event()
+
+    async def never(request: dict[str, Any]) -> str:
+        await release.wait()
+        return "OK"
+
+    async with strict_server(answer=never) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        problem = await check_model("openai/local-test", timeout=0.2)
+        release.set()
+    assert problem is not None
+    assert problem.startswith(f"openai/local-test at {server.base_url} sent no answer within 0.2 s")
+    assert f"capped at {CHECK_OUTPUT_TOKENS} tokens" in problem
+    assert "still loading the model?" in problem
+    assert "`obsmem doctor --model openai/local-test`" in problem
+    [request] = server.requests
+    assert request["max_completion_tokens"] == CHECK_OUTPUT_TOKENS
+
+
 # examples and extras
 
 

@@ -48,6 +48,8 @@ __all__ = [
     "LLMResult",
     "ModelCaller",
     "Role",
+    "can_stream",
+    "check_every",
     "cost_usd",
 ]
 
@@ -398,7 +400,7 @@ async def _send(
     from pydantic_ai.direct import model_request
     from pydantic_ai.exceptions import UnexpectedModelBehavior
 
-    if not _can_stream(model):
+    if not can_stream(model):
         response = await model_request(model, sent, model_settings=settings)
         return response, guard.check(_text_of(response))  # after the fact
     try:
@@ -479,7 +481,14 @@ REPEATING = "repeating itself"
 """``LLMResult.cut_off`` for an answer stuck in a loop (the other reason names the cap)."""
 
 CHECK_EVERY_CHARS = 1_000
-"""How often (in characters of answer) a streaming answer is checked for running away."""
+"""How often (in characters of answer) a streaming answer is checked for running away; an output
+cap smaller than this many tokens is checked every ``cap`` characters (:func:`check_every`)."""
+
+
+def check_every(cap: int | None) -> int:
+    """Characters of streamed answer between two checks against an output cap of ``cap`` tokens
+    (a token is a character or more, so a small cap is not overrun by much)."""
+    return CHECK_EVERY_CHARS if cap is None else max(1, min(CHECK_EVERY_CHARS, cap))
 
 
 class _RunawayGuard:
@@ -516,7 +525,7 @@ async def _stream(
 
     pieces: list[str] = []
     size = 0
-    next_check = CHECK_EVERY_CHARS
+    next_check = check_every(guard.cap)
     verdict: str | None = None
     async with model_request_stream(model, messages, model_settings=settings) as stream:
         async for event in stream:
@@ -529,7 +538,7 @@ async def _stream(
             pieces.append(piece)
             size += len(piece)
             if size >= next_check:
-                next_check = size + CHECK_EVERY_CHARS
+                next_check = size + check_every(guard.cap)
                 verdict = guard.check("".join(pieces))
                 if verdict is not None:
                     break
@@ -539,7 +548,7 @@ async def _stream(
     return response, verdict
 
 
-def _can_stream(model: Model) -> bool:
+def can_stream(model: Model) -> bool:
     """False for a model that can only answer whole (a ``FunctionModel`` without a stream
     function), looking through wrapper models."""
     from pydantic_ai.models.function import FunctionModel

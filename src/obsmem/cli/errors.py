@@ -10,6 +10,8 @@ from ..errors import MissingExtraError, ModelError, ObsmemError
 from ..llm import LLMRequest, ModelCaller
 
 __all__ = [
+    "CHECK_OUTPUT_TOKENS",
+    "CHECK_TIMEOUT",
     "CannotStart",
     "check_model",
     "describe_error",
@@ -24,8 +26,22 @@ class CannotStart(ObsmemError):
     """The command cannot start; the message says what to change (exit 2)."""
 
 
-async def check_model(model: str, *, in_doctor: bool = False) -> str | None:
-    """One tiny call, no retries: what went wrong, in words, when the model cannot serve
+CHECK_OUTPUT_TOKENS = 32
+"""The start-up check's output cap: its one-word answer fits, and a model that rambles is cut off
+there (sent as ``max_tokens``; a server that ignores it is hung up on past it)."""
+CHECK_TIMEOUT = 30.0
+"""Seconds the start-up check waits for its answer."""
+
+
+async def check_model(
+    model: str,
+    *,
+    in_doctor: bool = False,
+    timeout: float = CHECK_TIMEOUT,  # noqa: ASYNC109
+) -> str | None:
+    """One tiny call, no retries, its answer capped at ``CHECK_OUTPUT_TOKENS``: None when the
+    model answers (whatever it says: a model that rambles is cut off at the cap, and reachable),
+    else what went wrong, in words, also when no answer came within ``timeout`` seconds
     (``in_doctor``: without the advice to run ``obsmem doctor``)."""
     try:
         await ModelCaller().call(
@@ -34,16 +50,30 @@ async def check_model(model: str, *, in_doctor: bool = False) -> str | None:
                 model=model,
                 system="Reply with the single word OK.",
                 user=["ping"],
-                timeout=30.0,
+                timeout=timeout,
                 retry_budget=0.0,
                 operation="check",
+                max_output_tokens=CHECK_OUTPUT_TOKENS,
             )
         )
     except MissingExtraError as exc:
         return str(exc)
     except ModelError as exc:
+        if isinstance(exc.__cause__, TimeoutError):
+            return _no_answer(model, exc, timeout, in_doctor=in_doctor)
         return describe_failure(model, exc, in_doctor=in_doctor)
     return None
+
+
+def _no_answer(model: str, exc: ModelError, timeout: float, *, in_doctor: bool) -> str:
+    url = _url_tried(model, exc)
+    at = f" at {url}" if url else ""
+    doctor = "" if in_doctor else f" `obsmem doctor --model {model}` checks it further."
+    return _one_line(
+        f"{model}{at} sent no answer within {timeout:g} s to a one-word check (its answer "
+        f"capped at {CHECK_OUTPUT_TOKENS} tokens). Is the server busy with another request, "
+        f"or still loading the model?{doctor}"
+    )
 
 
 def refuse_unusable_model(model: str | None) -> None:
