@@ -406,3 +406,71 @@ def test_max_steps_must_be_a_positive_count(bad: Any) -> None:
 
     with pytest.raises(ConfigError, match="max_steps"):
         Agent("loop", "Tick.", _looping(1), max_steps=bad)
+
+
+async def test_a_cancelled_call_leaves_no_task_behind() -> None:
+    """Cancelling ``generate`` while the model answers (Ctrl-C in ``obsmem chat``) ends all of
+    the call's tasks: a task left pending is reported as destroyed when it is collected."""
+    import asyncio
+
+    asked = asyncio.Event()
+
+    async def never(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        asked.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    memory = Memory(InMemoryStore(), observational_memory=om_options())
+    agent = Agent("hang", "Answer.", FunctionModel(never), memory=memory)
+    call = asyncio.create_task(agent.generate("Hello?", memory=OPTS))
+    await asked.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await memory.aclose()
+    assert [t for t in asyncio.all_tasks() if t is not asyncio.current_task()] == []
+
+
+async def test_max_output_tokens_cuts_off_a_model_whose_server_ignores_max_tokens() -> None:
+    """A server that streams forever whatever ``max_tokens`` says: the answer is read as a
+    stream and cut at the cap (the server sees the client hang up), it ends as an answer cut
+    at ``max_tokens`` ends, and the cut reply is what the thread keeps."""
+    from openai import AsyncOpenAI
+    from pydantic_ai.models.openai import OpenAIChatModel
+    from pydantic_ai.providers.openai import OpenAIProvider
+
+    from obsmem.tokens import HeuristicEstimator
+
+    from .strict_server import rambling, strict_server
+
+    async with strict_server(answer=rambling()) as server:
+        client = AsyncOpenAI(base_url=server.base_url, api_key="x", max_retries=0)
+        model = OpenAIChatModel("local", provider=OpenAIProvider(openai_client=client))
+        memory = Memory(InMemoryStore(), observational_memory=om_options())
+        agent = Agent("ramble", "Answer.", model, memory=memory, max_output_tokens=300)
+        result = await agent.generate("Tell me everything.", memory=OPTS)
+        await server.wait_hung_up(1)
+        [request] = server.requests
+        assert request["stream"] is True
+        assert request["max_completion_tokens"] == 300  # pydantic-ai's name for max_tokens
+        assert result.cut_off
+        assert 300 < HeuristicEstimator().count_text(result.text) < 400
+        stored = await memory.messages(OPTS["thread"])
+        assert [m.role for m in stored] == ["user", "assistant"]
+        assert stored[-1].text == result.text
+
+        parts = [p async for p in agent.stream("And again?", memory=OPTS)]
+        await server.wait_hung_up(2)
+        finish = parts[-1]
+        assert isinstance(finish, Finish)
+        assert finish.result.cut_off
+        assert "".join(p.text for p in parts if isinstance(p, TextDelta)) == finish.result.text
+        await memory.aclose()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, "many"])
+def test_max_output_tokens_must_be_a_positive_count(bad: Any) -> None:
+    from obsmem.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="max_output_tokens"):
+        Agent("cap", "Answer.", _looping(1), max_output_tokens=bad)

@@ -68,6 +68,9 @@ class GenerateResult:
     """Tool calls waiting for approval (tools made with ``requires_approval=True``): the call
     ended on them, ``text`` is empty, and ``generate(None, memory=..., approvals={id: True})``
     goes on from there."""
+    cut_off: bool = False
+    """The last model response stopped at its output cap (the agent's ``max_output_tokens``, or
+    the provider's own limit), so ``text`` may end mid-sentence."""
 
 
 Approvals: TypeAlias = Mapping[str, bool | str]
@@ -122,13 +125,26 @@ class Agent:
         tools: Sequence[ToolLike] = (),
         *,
         max_steps: int = DEFAULT_MAX_STEPS,
+        max_output_tokens: int | None = None,
     ) -> None:
+        """``max_output_tokens``: the most tokens one model response may take, sent as
+        ``max_tokens`` and enforced as the answer streams in (a server may ignore
+        ``max_tokens``): past it (as obsmem estimates tokens) the request is closed and the
+        response ends there, as if the server had stopped at the cap (``GenerateResult.cut_off``).
+        None: no cap. With a cap, :meth:`stream` yields a model response's text once the
+        response is read (to its end or to the cap), not as it arrives."""
         if not id:
             raise ConfigError("id", id, "an agent needs a non-empty id")
         steps = cast(object, max_steps)
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ConfigError("max_steps", steps, "give the most model requests of a call (>= 1)")
+        cap = cast(object, max_output_tokens)
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ConfigError(
+                "max_output_tokens", cap, "give the most tokens of one model response (>= 1)"
+            )
         self.max_steps = max_steps
+        self.max_output_tokens = max_output_tokens
         self.id = id
         self.instructions = instructions
         self.model = model
@@ -213,6 +229,7 @@ class Agent:
         task = asyncio.create_task(
             self._turn(input, ref, resume, queue, events, streaming=streaming)
         )
+        getter: asyncio.Future[StreamPart | None] | None = None
         try:
             while True:
                 getter = asyncio.ensure_future(queue.get())
@@ -225,7 +242,6 @@ class Agent:
                     if isinstance(item, Finish):
                         break
                 else:
-                    getter.cancel()
                     task.result()  # re-raise the run's error
                     while not queue.empty():
                         item = queue.get_nowait()
@@ -235,6 +251,8 @@ class Agent:
             await task
         finally:
             unsubscribe()
+            if getter is not None:  # cancelled while waiting: left pending, it would leak
+                getter.cancel()
             if not task.done():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -297,6 +315,7 @@ class Agent:
         result = GenerateResult(
             text="" if waiting is not None else str(output),
             pending=_pending_calls(waiting, reply),
+            cut_off=_cut_off(run.new_messages()),
             messages=reply,
             context=sent,
             events=events,
@@ -309,7 +328,12 @@ class Agent:
         spec = self.model
         if isinstance(spec, ModelByInputTokens):
             spec = spec.resolve(self._estimator.count_messages(context))
-        return resolve_model(spec)
+        model = resolve_model(spec)
+        if self.max_output_tokens is None:
+            return model
+        from .models.output_cap import OutputCapped
+
+        return OutputCapped(model, self.max_output_tokens)
 
 
 class _StepMemory(ObservationalMemoryCapability):
@@ -423,6 +447,12 @@ def _pending_calls(
     return tuple(
         p for m in reply for p in m.parts if isinstance(p, ToolCallPart) and p.tool_call_id in ids
     )
+
+
+def _cut_off(messages: Sequence[pa.ModelMessage]) -> bool:
+    """Whether the run's last model response stopped at its output cap."""
+    responses = [m for m in messages if isinstance(m, pa.ModelResponse)]
+    return bool(responses) and responses[-1].finish_reason == "length"
 
 
 def _input_messages(input: AgentInput) -> list[Message]:
