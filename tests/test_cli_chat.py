@@ -15,7 +15,7 @@ import sys
 import termios
 import threading
 import time
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,8 @@ from obsmem.replay import replay
 from obsmem.stores import SQLiteStore
 
 from .loopback_openai import answer, is_memory_call
-from .strict_server import StrictServer
+from .strict_server import StrictServer, rambling, strict_server_thread
+from .test_cli import ASYNCIO_NOISE
 
 INSTRUCTIONS = "You are a helpful assistant."
 SERVER_MESSAGE = "upstream exploded: the GPU fell over"
@@ -41,20 +42,26 @@ SERVER_MESSAGE = "upstream exploded: the GPU fell over"
 class FlakyServer(StrictServer):
     """The loopback model, answering HTTP 500 with ``SERVER_MESSAGE`` to the agent's calls while
     ``failing_agent`` is set and to every Observer/Reflector call while ``failing_memory`` is;
-    a user message containing ``please hang`` gets an answer only at shutdown."""
+    a user message containing ``please hang`` gets an answer only at shutdown, one containing
+    ``please begin`` the first piece of its answer (``began`` is set once it is sent), the rest
+    only at shutdown."""
 
     failing_agent: bool = False
     failing_memory: bool = False
+    memory_status: int = 500
+    """The status Observer/Reflector calls fail with (a 400 is not retried)."""
     release: asyncio.Event = field(default_factory=asyncio.Event)
+    began: threading.Event = field(default_factory=threading.Event)
     failed: int = 0
 
     def check(self, body: dict[str, Any]) -> tuple[int, str] | None:
         messages = body.get("messages") or []
         system = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
         memory = is_memory_call(system)
-        if (self.failing_memory and memory) or (
-            self.failing_agent and not memory and INSTRUCTIONS in system
-        ):
+        if self.failing_memory and memory:
+            self.failed += 1
+            return self.memory_status, SERVER_MESSAGE
+        if self.failing_agent and not memory and INSTRUCTIONS in system:
             self.failed += 1
             return 500, SERVER_MESSAGE
         return super().check(body)
@@ -64,7 +71,16 @@ def _answer(body: dict[str, Any]) -> Any:
     users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
     if users and "please hang" in str(users[-1].get("content")):
         return _hang(body)
+    if users and "please begin" in str(users[-1].get("content")):
+        return _begin_and_hang()
     return answer(body)
+
+
+async def _begin_and_hang() -> AsyncIterator[str]:
+    yield "Once upon a time, "
+    _SERVER[0].began.set()  # the first piece is sent: the server asks for the next
+    await _SERVER[0].release.wait()
+    yield "the end."
 
 
 async def _hang(body: dict[str, Any]) -> str:
@@ -125,7 +141,7 @@ def _controlling_terminal() -> None:
 class Terminal:
     """``python -m obsmem chat`` on a pseudo-terminal: type into it, wait for what it shows."""
 
-    def __init__(self, cwd: Path, server: StrictServer) -> None:
+    def __init__(self, cwd: Path, server: StrictServer, *options: str) -> None:
         env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
         env.update(
             OPENAI_BASE_URL=server.base_url,
@@ -137,7 +153,7 @@ class Terminal:
         master, slave = os.openpty()
         self.master = master
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "obsmem", "chat", "--instructions", INSTRUCTIONS],
+            [sys.executable, "-m", "obsmem", "chat", "--instructions", INSTRUCTIONS, *options],
             cwd=cwd,
             env=env,
             stdin=slave,
@@ -273,6 +289,78 @@ def test_ctrl_c_during_a_reply_cancels_it_and_the_spinner_shows_meanwhile(
     terminal.type("/quit\r")
     assert terminal.exit_code() == 0
     assert "Traceback" not in terminal.seen
+
+
+def test_a_reply_that_never_ends_stops_at_the_output_cap(tmp_path: Path) -> None:
+    """A model that rambles on and a server that ignores max_tokens: the start-up check gets an
+    answer (cut off at its cap), each reply is read as a stream and cut off at --max-tokens
+    (default 4,096), the server sees the client hang up, and the chat goes on."""
+    from obsmem.tokens import HeuristicEstimator
+
+    with strict_server_thread(answer=rambling()) as server:
+        term = Terminal(tmp_path, server)
+        try:
+            term.expect("you> ")
+            for turn in range(2):
+                term.type("Tell me everything you know.\r")
+                shown = term.expect("you> ")
+                reply = shown[shown.index("agent> ") : shown.index("(reply cut off")]
+                assert "(reply cut off at its output cap: --max-tokens 4,096)" in shown
+                # Counted every 1,000 characters as it streams: cut within one count of the cap.
+                assert 4_096 < HeuristicEstimator().count_text(reply) < 4_096 + 400
+                assert "[messages " in shown
+                server.wait_hung_up_from(2 + turn)  # the check's answer, then each reply
+            replies = [r for r in server.requests if INSTRUCTIONS in str(r["messages"][0])]
+            assert len(replies) == 2
+            for sent in replies:
+                assert sent["stream"] is True
+                assert sent["max_completion_tokens"] == 4_096  # pydantic-ai's name for max_tokens
+            term.type("\x04")
+            assert term.exit_code() == 0
+        finally:
+            term.close()
+    assert "Traceback" not in term.seen
+    assert not ASYNCIO_NOISE.search(term.seen), term.seen
+
+
+def test_ctrl_c_during_a_reply_hangs_up_on_the_server(
+    terminal: Terminal, server: FlakyServer
+) -> None:
+    """The reply has begun streaming when Ctrl-C comes: the request is closed (the server sees
+    the client hang up, and would stop generating), and nothing is left behind on stderr."""
+    terminal.expect("you> ")
+    terminal.type("Tell me a long story, please begin.\r")
+    assert server.began.wait(WAIT)
+    terminal.type("\x03")
+    assert "(cancelled)" in terminal.expect("you> ")
+    server.wait_hung_up_from(1)
+    terminal.type("/quit\r")
+    assert terminal.exit_code() == 0
+    assert "Traceback" not in terminal.seen
+    assert not ASYNCIO_NOISE.search(terminal.seen), terminal.seen
+
+
+def test_the_status_line_says_when_memory_fails_and_what_is_left_out(tmp_path: Path) -> None:
+    """The Observer's calls are refused: the status line after the reply names the failing
+    role and the cause in a few words, and the messages the context leaves out meanwhile."""
+    with flaky_server() as server:
+        server.failing_memory, server.memory_status = True, 400  # a 400 is not retried
+        term = Terminal(tmp_path, server, "--message-tokens", "40", "--buffer-tokens", "off")
+        try:
+            term.expect("you> ")
+            term.type("My favorite color is blue and I live in Lisbon near the river.\r")
+            [status] = [x for x in term.expect("you> ").splitlines() if "[messages " in x]
+            assert "failing" not in status  # below the threshold: no Observer call yet
+            term.type("I also have a cat named Tom who likes fish.\r")
+            [status] = [x for x in term.expect("you> ").splitlines() if "[messages " in x]
+            term.type("\x04")
+            assert term.exit_code() == 0
+        finally:
+            term.close()
+    assert server.failed >= 1
+    assert f"· Observer failing: HTTP 400: {SERVER_MESSAGE} ·" in status
+    assert re.search(r"· \d+ messages? left out\]$", status.strip()), status
+    assert not ASYNCIO_NOISE.search(term.seen), term.seen
 
 
 # -- the demo's progress while memory waits -----------------------------------------------------

@@ -24,6 +24,7 @@ __all__ = [
     "MemoryStatus",
     "Role",
     "advice",
+    "brief",
     "cause_of",
     "failures_in",
     "next_failure",
@@ -151,6 +152,32 @@ def cause_of(error: str) -> str:
     cause is one cause however often it repeats. HTTP statuses are kept."""
     kept = re.sub(r"HTTP (\d{3})", r"HTTP_\1", error)
     return _VARIABLE.sub("#", kept).replace("HTTP_", "HTTP ")[:300]
+
+
+_HTTP = re.compile(r"HTTP (\d{3}): ([^;]*)")
+_STATUS = re.compile(r"status_code: (\d{3})")
+_MESSAGE = re.compile(r"""['"]message['"]: (['"])(.*?)\1""")
+_CALL = re.compile(r"^the \w+ call to model '[^']*' (?:failed: )?")
+
+
+def brief(error: str, limit: int = 80) -> str:
+    """The cause of ``error`` in a few words (at most ``limit`` characters): the server's status
+    and message when it answered (``HTTP 500: the GPU fell over``, ``timed out retrying`` before
+    it when the retries ran out of time), else ``timed out``, else the error's first clause."""
+    timed_out = "timed out" in error
+    if match := _HTTP.search(error):
+        words = f"HTTP {match.group(1)}: {match.group(2)}"
+    elif (status := _STATUS.search(error)) is not None:
+        message = _MESSAGE.search(error)
+        words = f"HTTP {status.group(1)}" + (f": {message.group(2)}" if message else "")
+    elif timed_out:
+        words, timed_out = "timed out", False
+    else:
+        words = re.split(r"; |\. ", _CALL.sub("", error.strip()), maxsplit=1)[0]
+    if timed_out:
+        words = f"timed out retrying {words}"
+    line = " ".join(words.split()).rstrip(". ")
+    return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
 def advice(error: str, model: str | None = None) -> str:

@@ -6,6 +6,11 @@ agent's turns and memory run on an event loop of their own thread, so the prompt
 Ctrl-C and Ctrl-D at once. While a reply is awaited a terminal shows a spinner (with the memory
 call it waits on, if any), erased when the answer comes.
 
+A reply is capped at ``--max-tokens``: sent as ``max_tokens``, and enforced on the reply as it
+streams in, for a server that ignores it (:class:`obsmem.models.output_cap.OutputCapped`). After
+each reply a status line shows the windows against their thresholds and, when memory fails, who
+fails and why, and how many messages the context leaves out.
+
 A failed turn (a model, server or store error) is reported in one line and the conversation
 goes on. Ctrl-C during a reply cancels that reply and returns to the prompt; Ctrl-C at the
 prompt leaves at once (exit 130), abandoning background memory work; Ctrl-D or ``/quit``
@@ -33,11 +38,13 @@ from .common import (
     memory_options,
     open_store,
     pick_model,
+    positive_tokens,
 )
 
 if TYPE_CHECKING:
     from .._sync import LoopThread
     from ..agent import Agent
+    from ..failures import MemoryStatus
     from ..llm import CallActivity
     from ..memory import Memory
 
@@ -56,6 +63,8 @@ Ctrl-C while the agent answers cancels that reply."""
 HISTORY_FILE = "~/.obsmem_history"
 """Where the prompt's history is kept between sessions (when ``readline`` is available)."""
 HISTORY_LENGTH = 1_000
+MAX_REPLY_TOKENS = 4_096
+"""``--max-tokens`` by default: a long answer fits; a model that rambles stops there."""
 
 
 def add(sub: Any) -> None:
@@ -70,6 +79,15 @@ def add(sub: Any) -> None:
     parser.add_argument("--thread", default="chat", help="conversation id (default: chat)")
     parser.add_argument("--resource", default="me", help="user id (default: me)")
     parser.add_argument("--instructions", default="You are a helpful assistant.")
+    parser.add_argument(
+        "--max-tokens",
+        type=positive_tokens,
+        default=MAX_REPLY_TOKENS,
+        help=f"most tokens of one reply (default {MAX_REPLY_TOKENS:,}): sent to the server as "
+        "max_tokens, and the reply is read as a stream and cut off there (as obsmem estimates "
+        "tokens) when the server goes on, which closes the request; a cut reply says so, and "
+        "the thread keeps it as shown",
+    )
     parser.set_defaults(run=_run)
 
 
@@ -209,7 +227,11 @@ class _Session:
             open_store(self.args.db), observational_memory=memory_options(self.args, self.model)
         )
         agent = Agent(
-            id="obsmem-chat", instructions=self.args.instructions, model=self.model, memory=memory
+            id="obsmem-chat",
+            instructions=self.args.instructions,
+            model=self.model,
+            memory=memory,
+            max_output_tokens=self.args.max_tokens,
         )
         return memory, agent
 
@@ -254,6 +276,11 @@ class _Session:
         ref = {"resource": self.args.resource, "thread": self.args.thread}
         result = self._wait(self.agent.generate(text, memory=ref), "thinking…")
         print(f"agent> {result.text}", file=self.out)
+        if result.cut_off:
+            print(
+                f"  (reply cut off at its output cap: --max-tokens {self.args.max_tokens:,})",
+                file=self.out,
+            )
         self._wait(self._status(), "reading memory…")
 
     def _report(self, exc: Exception) -> None:
@@ -340,14 +367,8 @@ class _Session:
     async def _status(self) -> None:
         memory = self.memory
         assert memory is not None
-        assert memory.om is not None
-        status = await memory.om.status(self.args.thread, self.args.resource)
-        print(
-            f"  [messages {status.message_tokens:,}/{status.message_threshold:,} · "
-            f"log {status.observation_tokens:,}/{status.observation_threshold:,} · "
-            f"{status.buffered_chunks} buffered · generation {status.generation}]",
-            file=self.out,
-        )
+        status = await memory.status({"resource": self.args.resource, "thread": self.args.thread})
+        print(f"  [{' · '.join(status_words(status))}]", file=self.out)
 
     async def _command(self, text: str) -> bool:
         memory, args, out = self.memory, self.args, self.out
@@ -384,6 +405,29 @@ class _Session:
         else:
             print(f"unknown command {name}; /help lists them", file=out)
         return True
+
+
+def status_words(status: MemoryStatus) -> list[str]:
+    """The status line's parts: the windows against their thresholds, then, when memory does not
+    work, who fails and why in a few words, and how many messages the context leaves out (the
+    whole story, with the fix, is ``obsmem inspect``'s and the warning logged at the failure)."""
+    from ..failures import brief
+
+    words = [
+        f"messages {status.unobserved_tokens:,}/{status.message_threshold:,}",
+        f"log {status.observation_tokens:,}/{status.observation_threshold:,}",
+        f"{status.buffered_chunks} buffered",
+        f"generation {status.generation}",
+    ]
+    if status.credentials is not None:
+        words.append(f"memory failing: {brief(status.credentials)}")
+    for failure in status.failures:
+        where = f" for thread {failure.thread_id}" if failure.thread_id else ""
+        words.append(f"{failure.role.capitalize()}{where} failing: {brief(failure.error)}")
+    if status.left_out:
+        many = "message" if status.left_out == 1 else "messages"
+        words.append(f"{status.left_out} {many} left out")
+    return words
 
 
 async def _spawn(work: Coroutine[Any, Any, T], done: threading.Event) -> asyncio.Task[T]:

@@ -40,6 +40,7 @@ __all__ = [
     "memory_options",
     "open_store",
     "pick_model",
+    "positive_tokens",
 ]
 
 DEFAULT_DB = "obsmem.db"
@@ -60,13 +61,13 @@ def add_memory_options(
     parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
     parser.add_argument(
         "--message-tokens",
-        type=_positive_int,
+        type=positive_tokens,
         default=message_tokens,
         help=f"observe when unobserved messages reach this (default {message_tokens:,})",
     )
     parser.add_argument(
         "--observation-tokens",
-        type=_positive_int,
+        type=positive_tokens,
         default=observation_tokens,
         help=f"reflect when the log reaches this (default {observation_tokens:,})",
     )
@@ -78,7 +79,8 @@ def add_memory_options(
     )
 
 
-def _positive_int(text: str) -> int:
+def positive_tokens(text: str) -> int:
+    """An option's number of tokens (``30000``, ``30,000``, ``30_000``), above 0."""
     try:
         value = int(text.replace(",", "").replace("_", ""))
     except ValueError:
