@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from . import cycles, planner
@@ -20,7 +20,7 @@ from .errors import StoreError
 from .outcomes import Outcomes
 from .snapshot import Snapshot
 
-__all__ = ["Background"]
+__all__ = ["Background", "describe_work"]
 
 log = logging.getLogger("obsmem")
 
@@ -104,3 +104,21 @@ class Background:
         if outcome is not None:
             after = outcome.snapshot if isinstance(outcome, Outcome) else None
             await self._outcomes.reflector(after or snapshot, *Outcomes.ended(outcome))
+
+
+_KINDS = (
+    ("catch-up", "catch-up", "catch-ups"),
+    ("obs", "buffering cycle", "buffering cycles"),
+    ("refl", "reflection", "reflections"),
+)
+"""Each kind of background task: its name's prefix, and what one and several are called."""
+
+
+def describe_work(names: Sequence[str]) -> str:
+    """Background work by its task names, counted by kind: ``1 catch-up, 2 buffering cycles``."""
+    parts: list[str] = []
+    for prefix, one, many in _KINDS:
+        count = sum(1 for n in names if n.startswith(f"{prefix}:"))
+        if count:
+            parts.append(f"{count} {one if count == 1 else many}")
+    return ", ".join(parts)

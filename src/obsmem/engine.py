@@ -512,9 +512,16 @@ class ObservationalMemory:
     # -- lifecycle -------------------------------------------------------------------------------
 
     async def settle(self) -> None:
-        """Wait until no background work is left (tests use this instead of sleeping)."""
+        """Wait until no background work is left (tests use this instead of sleeping). Only the
+        wait can be cancelled: the work goes on (``aclose(cancel=True)`` abandons it)."""
         while self._tasks:
-            await asyncio.gather(*list(self._tasks.values()), return_exceptions=True)
+            await asyncio.wait(list(self._tasks.values()))
+
+    @property
+    def background_work(self) -> tuple[str, ...]:
+        """The background work running now, by name (``obs:<key>`` buffering,
+        ``catch-up:<key>``, ``refl:<key>``): what ``aclose(cancel=True)`` would abandon."""
+        return tuple(name for name, task in self._tasks.items() if not task.done())
 
     async def aclose(self, *, cancel: bool = False) -> None:
         """Finish background work (or, with ``cancel=True``, abandon it), then close the store.

@@ -444,6 +444,14 @@ class Memory:
         if self.om is not None:
             await self.om.settle()
 
+    @property
+    def background_work(self) -> tuple[str, ...]:
+        """The background memory work running now, by name (``obs:<key>`` buffering,
+        ``catch-up:<key>``, ``refl:<key>``; empty without observational memory): what
+        ``aclose(cancel=True)`` would abandon. Memory's state is in the store, so abandoned
+        work is done again later: a thread that is behind catches up at its next turn."""
+        return self.om.background_work if self.om is not None else ()
+
     async def aclose(self, *, cancel: bool = False) -> None:
         """Finish background work (or, with ``cancel=True``, abandon it) and close the store.
         A memory that runs on its own loop (sync code, :meth:`on_own_loop`) is closed there,

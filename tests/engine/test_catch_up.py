@@ -6,12 +6,13 @@ left out with a note."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from obsmem.events import HookContext, Hooks
-from obsmem.stores import InMemoryStore, Store
+from obsmem.stores import InMemoryStore, SQLiteStore, Store
 from obsmem.testing import scripted_observer, scripted_reflector
 from obsmem.tokens import HeuristicEstimator
 
@@ -132,3 +133,48 @@ async def test_a_failing_catch_up_backs_off_and_resumes() -> None:
     prepared = await om.prepare("t1", "u1", [conv.user(100)])
     assert not any(m.id == "obsmem-left-out" for m in prepared.messages)
     await om.aclose()
+
+
+def _catch_up_options(observer: Any) -> dict[str, Any]:
+    return {
+        "observation": {"model": observer, "messageTokens": 2_000, "bufferTokens": False},
+        "reflection": {"model": scripted_reflector(), "observationTokens": 100_000},
+    }
+
+
+async def test_an_abandoned_catch_up_resumes_at_the_next_turn_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    """A process that stops (``aclose(cancel=True)``, as the servers do on SIGTERM) while a
+    catch-up waits on the Observer leaves the thread behind with nothing half-done, and the
+    next process catches it up at the thread's next turn. Cancelling a wait on ``settle()``
+    leaves the work running: only ``aclose(cancel=True)`` abandons it."""
+    db = tmp_path / "obsmem.db"
+    observing = asyncio.Event()
+    first = engine(
+        SQLiteStore(db),
+        _catch_up_options(scripted_observer(gate=asyncio.Event())),  # never answers
+        hooks=Hooks(on_observation_start=lambda ctx: observing.set()),
+    )
+    conv = Conversation()
+    await first.prepare("t1", "u1", [conv.user(200) for _ in range(80)])
+    async with asyncio.timeout(20):
+        await observing.wait()
+    waiting = asyncio.ensure_future(first.settle())
+    await asyncio.sleep(0)  # the wait has begun
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert first.background_work == ("catch-up:thread:t1",)
+    await first.aclose(cancel=True)
+    assert first.background_work == ()
+
+    second = engine(SQLiteStore(db), _catch_up_options(scripted_observer()))
+    try:
+        assert not await second.observations("t1", "u1")  # still behind
+        await second.prepare("t1", "u1", [conv.user(200)])
+        await second.settle()
+        assert await second.observations("t1", "u1")
+        assert (await second.status("t1", "u1")).message_tokens <= 2_000
+    finally:
+        await second.aclose()
