@@ -10,6 +10,7 @@ import io
 import os
 import re
 import select
+import signal
 import subprocess
 import sys
 import termios
@@ -27,6 +28,7 @@ from obsmem.cli.replaycmd import _summary  # pyright: ignore[reportPrivateUsage]
 from obsmem.engine import ObservationalMemory
 from obsmem.llm import ModelCaller
 from obsmem.messages import Message
+from obsmem.records import OMRecord, record_key
 from obsmem.replay import replay
 from obsmem.stores import SQLiteStore
 
@@ -44,12 +46,15 @@ class FlakyServer(StrictServer):
     ``failing_agent`` is set and to every Observer/Reflector call while ``failing_memory`` is;
     a user message containing ``please hang`` gets an answer only at shutdown, one containing
     ``please begin`` the first piece of its answer (``began`` is set once it is sent), the rest
-    only at shutdown."""
+    only at shutdown, and so does every Observer/Reflector call while ``holding_memory`` is set
+    (``memory_held`` is set at the first)."""
 
     failing_agent: bool = False
     failing_memory: bool = False
     memory_status: int = 500
     """The status Observer/Reflector calls fail with (a 400 is not retried)."""
+    holding_memory: bool = False
+    memory_held: threading.Event = field(default_factory=threading.Event)
     release: asyncio.Event = field(default_factory=asyncio.Event)
     began: threading.Event = field(default_factory=threading.Event)
     failed: int = 0
@@ -68,11 +73,16 @@ class FlakyServer(StrictServer):
 
 
 def _answer(body: dict[str, Any]) -> Any:
-    users = [m for m in body.get("messages") or [] if m.get("role") == "user"]
+    messages = body.get("messages") or []
+    users = [m for m in messages if m.get("role") == "user"]
     if users and "please hang" in str(users[-1].get("content")):
         return _hang(body)
     if users and "please begin" in str(users[-1].get("content")):
         return _begin_and_hang()
+    system = "\n".join(str(m.get("content")) for m in messages if m.get("role") == "system")
+    if _SERVER[0].holding_memory and is_memory_call(system):
+        _SERVER[0].memory_held.set()
+        return _hang(body)
     return answer(body)
 
 
@@ -361,6 +371,93 @@ def test_the_status_line_says_when_memory_fails_and_what_is_left_out(tmp_path: P
     assert f"· Observer failing: HTTP 400: {SERVER_MESSAGE} ·" in status
     assert re.search(r"· \d+ messages? left out\]$", status.strip()), status
     assert not ASYNCIO_NOISE.search(term.seen), term.seen
+
+
+STOP_BOUND = 45.0
+"""Seconds the chat may take to leave after SIGTERM here (the goal is 10 s)."""
+LONG = " ".join(["We planned the trip to Lisbon, the budget and the hotel near the harbour."] * 6)
+"""A user message of about 100 tokens: with --message-tokens 300 (buffering every 60 tokens),
+each turn starts background buffering."""
+
+
+def _stopped_by_sigterm(terminal: Terminal) -> int:
+    """SIGTERM to the chat, and its exit code (within ``STOP_BOUND`` s)."""
+    terminal.process.send_signal(signal.SIGTERM)
+    return _stopped_by_sigterm_sent(terminal)
+
+
+def _stopped_by_sigterm_sent(terminal: Terminal) -> int:
+    started = time.monotonic()
+    code = terminal.exit_code()
+    assert time.monotonic() - started < STOP_BOUND, terminal.seen
+    return code
+
+
+def test_sigterm_leaves_at_once_abandoning_memory_work_that_resumes_at_the_next_start(
+    server: FlakyServer, tmp_path: Path
+) -> None:
+    server.holding_memory = True
+    flags = ("--message-tokens", "300")
+    first = Terminal(tmp_path, server, *flags)
+    try:
+        first.expect("you> ")
+        first.type(f"{LONG}\r")
+        first.expect("you> ")
+        assert server.memory_held.wait(WAIT)  # buffering waits on an Observer that never answers
+        code = _stopped_by_sigterm(first)
+    finally:
+        first.close()
+    assert code == -signal.SIGTERM, first.seen
+    assert "Traceback" not in first.seen
+    abandoned = "obsmem chat: memory work abandoned (1 buffering cycle); it resumes at the next"
+    assert abandoned in first.seen
+
+    server.holding_memory = False  # the Observer answers from now on
+    second = Terminal(tmp_path, server, *flags)
+    try:
+        second.expect("you> ")
+        second.type("What did we plan?\r")
+        second.expect("you> ")
+        second.type("\x04")  # Ctrl-D: leaves once memory work finished
+        assert second.exit_code() == 0, second.seen
+    finally:
+        second.close()
+    record = asyncio.run(_record(tmp_path / "obsmem.db", "chat"))
+    assert record is not None
+    assert record.covered_through("chat") > 0
+
+
+async def _record(db: Path, thread: str) -> OMRecord | None:
+    store = SQLiteStore(db)
+    try:
+        return await store.get_record(record_key("thread", thread_id=thread, resource_id=None))
+    finally:
+        await store.aclose()
+
+
+def test_sigterm_during_a_reply_leaves_instead_of_cancelling_the_reply(
+    terminal: Terminal,
+) -> None:
+    terminal.expect("you> ")
+    terminal.type("please hang\r")
+    terminal.expect("thinking")
+    code = _stopped_by_sigterm(terminal)
+    assert code == -signal.SIGTERM, terminal.seen
+    assert "(cancelled)" not in terminal.seen
+    assert "Traceback" not in terminal.seen
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_sigterm_taken_by_another_thread_still_leaves_at_once(terminal: Terminal) -> None:
+    """A process's signal may be taken by any of its threads, while the main thread waits in
+    ``input()``, which runs a signal's handler only when its own wait is interrupted."""
+    terminal.expect("you> ")
+    pid = terminal.process.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others  # the chat's event loop runs on a thread of its own
+    os.kill(others[0], signal.SIGTERM)  # a thread's id: that thread takes the signal
+    assert _stopped_by_sigterm_sent(terminal) == -signal.SIGTERM, terminal.seen
+    assert "ending now" not in terminal.seen  # left by itself, not by the deadline
 
 
 # -- the demo's progress while memory waits -----------------------------------------------------

@@ -28,6 +28,8 @@ class WireCounter:
     silent: bool = False
     """Swallow what either side sends, keeping both connections open: a peer that vanished
     without a word (a network cut)."""
+    swallowed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a client sent something while ``silent`` (a call is waiting on the cut)."""
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
 
@@ -65,6 +67,8 @@ class WireCounter:
     ) -> None:
         while data := await reader.read(65536):
             if self.silent:
+                if client:
+                    self.swallowed.set()
                 continue
             if client:
                 if link.server_spoke:

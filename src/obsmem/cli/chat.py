@@ -14,7 +14,9 @@ fails and why, and how many messages the context leaves out.
 A failed turn (a model, server or store error) is reported in one line and the conversation
 goes on. Ctrl-C during a reply cancels that reply and returns to the prompt; Ctrl-C at the
 prompt leaves at once (exit 130), abandoning background memory work; Ctrl-D or ``/quit``
-leaves (exit 0) after background memory work finished (Ctrl-C then abandons it).
+leaves (exit 0) after background memory work finished (Ctrl-C then abandons it). SIGTERM leaves
+at once from anywhere (a reply is cancelled), abandoning background memory work, and ends the
+process by the signal. Abandoned work is named on stderr; it resumes at the next start.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import signal
 import sys
 import threading
 import time
@@ -40,6 +43,7 @@ from .common import (
     pick_model,
     positive_tokens,
 )
+from .stopping import Terminated, close_memory, end_by_signal, raising_on_sigterm
 
 if TYPE_CHECKING:
     from .._sync import LoopThread
@@ -98,12 +102,15 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from .._sync import LoopThread
 
     loop = LoopThread("obsmem-chat")
+    session = _Session(args, out, model, loop)
     try:
-        return _Session(args, out, model, loop).run()
+        return session.run()
     finally:
         if loop.running:
             loop.run(_cancel_leftovers())
         loop.stop()
+        if session.terminated:
+            end_by_signal(signal.SIGTERM)
 
 
 class _Spinner:
@@ -172,10 +179,28 @@ class _Session:
         self.memory: Memory | None = None
         self.agent: Agent | None = None
         self.history: Path | None = None
+        self._sigterm = threading.Event()
+
+    @property
+    def terminated(self) -> bool:
+        """A SIGTERM came: the session leaves (abandoning memory work) and the process ends by
+        the signal."""
+        return self._sigterm.is_set()
 
     # -- the session -----------------------------------------------------------------------
 
     def run(self) -> int:
+        if threading.current_thread() is not threading.main_thread():
+            return self._run()  # Python runs signal handlers in the main thread only
+        with raising_on_sigterm("chat") as sigterm:
+            self._sigterm = sigterm
+            try:
+                return self._run()
+            except Terminated:  # between the steps that catch it
+                self._close(abandon=True)
+                return 130
+
+    def _run(self) -> int:
         try:
             problem = self._wait(check_model(self.model), "checking the model…")
         except KeyboardInterrupt:
@@ -256,6 +281,9 @@ class _Session:
                     continue
                 self._turn(text)
             except KeyboardInterrupt:
+                if self.terminated:
+                    self._newline()
+                    return 130
                 print("(cancelled)", file=self.out)
             except Exception as exc:  # the conversation stays usable
                 self._report(exc)
@@ -324,7 +352,7 @@ class _Session:
         if self.memory is None:
             return
         memory, self.memory = self.memory, None
-        if not abandon:
+        if not abandon and not self.terminated:
             try:
                 self._wait(memory.aclose(), "finishing memory work (Ctrl-C abandons it)…")
                 return
@@ -334,7 +362,7 @@ class _Session:
                 self._report(exc)
                 return
         try:
-            self.loop.run(memory.aclose(cancel=True))
+            self.loop.run(close_memory(memory, "chat", abandon=True))
         except Exception as exc:
             self._report(exc)
 

@@ -7,15 +7,19 @@ import asyncio
 import hmac
 import logging
 import os
+import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..cli.stopping import close_memory, end_by_signal, start_deadline
 from ..errors import ConfigError, check_id
 from .server import build_server, require_sdk
 from .tools import MemoryTools
 
 if TYPE_CHECKING:
     from mcp.server import MCPServer
+
+    from ..memory import Memory
 
 __all__ = ["add"]
 
@@ -137,7 +141,35 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             "then send as 'Authorization: Bearer TOKEN', or listen on 127.0.0.1"
         )
     _log_to_stderr()
-    return asyncio.run(_serve(args, out))
+    stop = _Stop()
+    code = asyncio.run(_serve(args, out, stop))
+    if stop.signalled:
+        end_by_signal(signal.SIGTERM)
+    return code
+
+
+class _Stop:
+    """SIGTERM over stdio (the way an MCP client stops a server that did not exit after it
+    closed stdin): serving, or waiting for memory work once stdin ended, stops at once."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self._task: asyncio.Task[Any] | None = None
+
+    def install(self) -> None:
+        self._task = asyncio.current_task()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
+
+    def remove(self) -> None:
+        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
+
+    def _stop(self) -> None:
+        if self.signalled:
+            return
+        self.signalled = True
+        start_deadline("mcp")
+        if self._task is not None:
+            self._task.cancel()
 
 
 def _log_to_stderr() -> None:
@@ -166,7 +198,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-async def _serve(args: argparse.Namespace, out: TextIO) -> int:
+async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> int:
     from ..cli.common import db_label, open_store
     from ..memory import Memory
 
@@ -182,16 +214,37 @@ async def _serve(args: argparse.Namespace, out: TextIO) -> int:
         where = f"resource {args.resource!r} in {db_label(args.db)}"
         if args.transport == "stdio":
             print(f"obsmem mcp: serving {where} on stdio", file=sys.stderr)
-            await server.run_stdio_async()
+            await _serve_stdio(server, memory, stop)
         else:
-            await _serve_http(server, args, out, where)
+            await _serve_http(server, memory, args, out, where)
     finally:
-        await memory.aclose()
+        await close_memory(memory, "mcp", abandon=True)  # closed already, unless serving failed
     return 0
 
 
-async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, where: str) -> None:
-    import uvicorn
+async def _serve_stdio(server: MCPServer, memory: Memory, stop: _Stop) -> None:
+    """Serve until stdin ends, then finish background memory work; a SIGTERM stops either at
+    once, abandoning that work."""
+    stop.install()
+    try:
+        await server.run_stdio_async()
+        await close_memory(memory, "mcp", abandon=False)
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if not stop.signalled or task is None:
+            raise
+        task.uncancel()
+        await close_memory(memory, "mcp", abandon=True)
+    finally:
+        stop.remove()
+
+
+async def _serve_http(
+    server: MCPServer, memory: Memory, args: argparse.Namespace, out: TextIO, where: str
+) -> None:
+    """Serve until SIGTERM or Ctrl-C (see :mod:`obsmem.cli.stopping`): background memory work
+    still running then is abandoned."""
+    from ..cli.serving import BoundedServer
 
     app: Any = server.streamable_http_app(host=args.host)
     if args.token:
@@ -201,6 +254,13 @@ async def _serve_http(server: MCPServer, args: argparse.Namespace, out: TextIO, 
     sock = listening_socket(args.host, args.port, backlog=128)
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
-    config = uvicorn.Config(app, log_config=None, access_log=False, log_level="warning")
+    served = BoundedServer(
+        app,
+        command="mcp",
+        closing=lambda: close_memory(memory, "mcp", abandon=True),
+        log_config=None,
+        access_log=False,
+        log_level="warning",
+    )
     print(f"obsmem mcp: serving {where} at http://{host}:{port}/mcp", file=out, flush=True)
-    await uvicorn.Server(config).serve(sockets=[sock])
+    await served.serve(sockets=[sock])

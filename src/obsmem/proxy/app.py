@@ -31,7 +31,7 @@ import json
 import logging
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
 
@@ -41,6 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..background import describe_work
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
 from ..failures import failures_in
 from ..integrations.door import Door, step_start
@@ -50,6 +51,7 @@ from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
 from ..models.capabilities import prompt_cache_mark
 from ..models.overflow import context_overflow
 from .apis import CHAT, RESPONSES, Api
+from .config import ProxyConfig
 from .history import (
     StoredEntry,
     align,
@@ -61,14 +63,12 @@ from .history import (
     stored_fingerprint,
     with_cache_breakpoint,
 )
-from .identity import THREAD_HEADER, KeyMap, api_key_of, thread_of
+from .identity import THREAD_HEADER, api_key_of, thread_of
 from .responses import Unsupported
 from .steps import Again, LinedUp, Seen, Step
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
-
-    from ..stores import Store
 
 __all__ = ["MEMORY_HEADER", "Proxy", "ProxyConfig", "create_app", "for_strict_template"]
 
@@ -97,28 +97,6 @@ _HOP_BY_HOP = frozenset(
         "accept-encoding",
     }
 )
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ProxyConfig:
-    upstream: str
-    """The upstream's base URL, up to and including its ``/v1``."""
-    store: Store
-    options: Mapping[str, Any] = field(default_factory=dict[str, Any])
-    """Memory's options (``observation``/``reflection`` sections) without the model."""
-    memory_model: Any = None
-    """The Observer and Reflector model: a model spec, or None for the upstream with the model
-    the first client asked for."""
-    memory_key: str | None = None
-    """The API key memory's own calls to the upstream send (None: a placeholder)."""
-    keys: KeyMap = field(default_factory=KeyMap)
-    timeout: float = 600.0
-    """Seconds to wait on the upstream."""
-    cache_breakpoints: bool | None = None
-    """Whether the upstream takes OpenAI's prompt-cache breakpoints, which the proxy then sets
-    at the end of memory's prefix for the models that have them (GPT-5.6 and later). None:
-    when the upstream is OpenAI's own API (``api.openai.com``); other OpenAI-compatible
-    servers may refuse the field."""
 
 
 def _upstream_model(name: str, base_url: str, key: str | None) -> Model:
@@ -194,11 +172,21 @@ class Proxy:
             await self._memory.settle()
 
     async def aclose(self) -> None:
+        """Close the upstream client and memory (see ``ProxyConfig.finish_memory_work``); a
+        WARNING on the ``obsmem`` logger says what background work was abandoned."""
         await self.client.aclose()
-        if self._memory is not None:
-            await self._memory.aclose()
-        else:
+        memory = self._memory
+        if memory is None:
             await self.config.store.aclose()
+            return
+        left = () if self.config.finish_memory_work else memory.background_work
+        if left:
+            log.warning(
+                "obsmem proxy: memory work abandoned (%s); it resumes at the next start, at "
+                "each thread's next request",
+                describe_work(left),
+            )
+        await memory.aclose(cancel=not self.config.finish_memory_work)
 
     # -- history -----------------------------------------------------------------------------------
 

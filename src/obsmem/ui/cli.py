@@ -70,9 +70,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         print("obsmem: --message-tokens and --observation-tokens must be positive", file=sys.stderr)
         return 2
     check_extra()
-    import uvicorn
-
     from ..cli.common import db_label, listening_socket, open_store
+    from ..cli.serving import BoundedServer
     from .app import UIConfig, create_app
     from .queries import Thresholds
 
@@ -84,7 +83,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         thresholds=Thresholds(args.message_tokens, args.observation_tokens),
     )
     app = create_app(store, config)
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = BoundedServer(app, command="ui", log_level="warning", lifespan="on")
     # The socket listens already: a browser opening the URL now waits in its backlog.
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
