@@ -28,6 +28,7 @@ SCRIPTS = [
     "startup",
     "proxy",
     "ui_scale",
+    "shutdown",
 ]
 
 pytestmark = pytest.mark.slow
