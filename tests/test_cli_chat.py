@@ -460,6 +460,19 @@ def test_a_sigterm_taken_by_another_thread_still_leaves_at_once(terminal: Termin
     assert "ending now" not in terminal.seen  # left by itself, not by the deadline
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="needs Linux's /proc")
+def test_a_ctrl_c_taken_by_another_thread_still_leaves_at_once(terminal: Terminal) -> None:
+    """The same for Ctrl-C at the prompt (it is a process's signal too); so is one typed the
+    instant the prompt shows, before readline waits for input."""
+    terminal.expect("you> ")
+    pid = terminal.process.pid
+    others = sorted(int(t) for t in os.listdir(f"/proc/{pid}/task") if int(t) != pid)
+    assert others
+    os.kill(others[0], signal.SIGINT)
+    assert terminal.exit_code() == 130, terminal.seen
+    assert "Traceback" not in terminal.seen
+
+
 # -- the demo's progress while memory waits -----------------------------------------------------
 
 

@@ -108,15 +108,19 @@ class Terminated(KeyboardInterrupt):
 def raising_on_sigterm(command: str) -> Generator[threading.Event]:
     """While inside: the first SIGTERM raises :class:`Terminated` in the main thread (later
     ones are ignored) and starts the deadline; the event yielded is set once it was raised.
+    Ctrl-C raises KeyboardInterrupt there, as Python's own handler does, every time.
 
     The main thread may be blocked in ``input()``, where readline waits in ``select()`` and
-    runs a signal's handler only when that wait is interrupted: a SIGTERM taken by another
-    thread (a process's signal goes to any thread) or landing just before the wait would go
-    unseen until a key is pressed. So a thread woken by the signal's wakeup byte starts the
-    deadline and signals the main thread itself until the handler ran."""
+    runs a signal's handler only when that wait is interrupted: a signal taken by another
+    thread (a process's signal goes to any thread) or landing just before the wait (Ctrl-C
+    typed the instant the prompt shows) would go unseen until a key is pressed. So a thread
+    woken by the signal's wakeup byte signals the main thread itself until the handler ran:
+    SIGTERM again, and for Ctrl-C a SIGUSR1 whose handler does nothing (it only interrupts the
+    wait, which then runs the held Ctrl-C), so no Ctrl-C is ever raised twice."""
     raised = threading.Event()
+    interrupts = _Interrupts()
 
-    def handler(signum: int, frame: object) -> None:
+    def on_sigterm(signum: int, frame: object) -> None:
         if raised.is_set():
             return
         raised.set()
@@ -129,22 +133,65 @@ def raising_on_sigterm(command: str) -> Generator[threading.Event]:
 
     def watch() -> None:
         while data := os.read(wake_read, 64):
-            if signal.SIGTERM not in data:
-                continue
-            start_deadline(command)
-            while not raised.wait(0.1):
-                signal.pthread_kill(main, signal.SIGTERM)
+            if signal.SIGTERM in data:
+                start_deadline(command)
+                while not raised.wait(0.1):
+                    signal.pthread_kill(main, signal.SIGTERM)
+            if count := data.count(signal.SIGINT):
+                interrupts.arrived(count)
+                while not interrupts.wait_handled(0.1):
+                    signal.pthread_kill(main, signal.SIGUSR1)
 
-    previous = signal.signal(signal.SIGTERM, handler)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    previous_int = signal.signal(signal.SIGINT, interrupts.handler)
+    signal.signal(signal.SIGUSR1, _nothing)  # kept to the end: a late nudge is harmless
     previous_fd = signal.set_wakeup_fd(wake_write, warn_on_full_buffer=False)
-    watcher = threading.Thread(target=watch, name="obsmem-sigterm", daemon=True)
+    watcher = threading.Thread(target=watch, name="obsmem-signals", daemon=True)
     watcher.start()
     try:
         yield raised
     finally:
         signal.set_wakeup_fd(previous_fd)
+        interrupts.stop()
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
         os.close(wake_write)  # the watcher reads the end of the pipe and returns
         watcher.join(1.0)
         if not watcher.is_alive():
             os.close(wake_read)
+
+
+class _Interrupts:
+    """Ctrl-Cs that arrived (seen by the watcher) and were handled (raised in the main
+    thread)."""
+
+    def __init__(self) -> None:
+        self._changed = threading.Condition(threading.RLock())  # the handler may run inside
+        self._arrived = self._handled = 0
+        self._stopped = False
+
+    def handler(self, signum: int, frame: object) -> None:
+        with self._changed:
+            self._handled += 1
+            self._changed.notify_all()
+        raise KeyboardInterrupt
+
+    def arrived(self, count: int) -> None:
+        with self._changed:
+            self._arrived += count
+
+    def wait_handled(self, seconds: float) -> bool:
+        """Whether every Ctrl-C that arrived was handled (or the watch stopped), waiting up to
+        ``seconds`` for it."""
+        with self._changed:
+            done = lambda: self._stopped or self._handled >= self._arrived  # noqa: E731
+            return self._changed.wait_for(done, seconds)
+
+    def stop(self) -> None:
+        with self._changed:
+            self._stopped = True
+            self._changed.notify_all()
+
+
+def _nothing(signum: int, frame: object) -> None:
+    """SIGUSR1's handler: the signal only interrupts the main thread's wait."""
