@@ -186,6 +186,32 @@ async def test_an_unreachable_postgres_is_a_store_error_that_says_what_to_check(
         pool_log.setLevel(level)
 
 
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=127.0.0.1 port=1 user=obsmem password=hunter2 dbname=none",
+        "postgresql://obsmem:hunter2@127.0.0.1:1/none?sslmode=disable",
+    ],
+)
+async def test_a_store_names_its_database_without_the_password(dsn: str) -> None:
+    """Errors and logs name the store as host:port/database, whatever form the DSN has."""
+    import logging
+
+    pool_log = logging.getLogger("psycopg.pool")
+    level = pool_log.level
+    pool_log.setLevel(logging.CRITICAL)
+    store = PostgresStore(dsn, timeout=0.3)
+    try:
+        assert repr(store) == "PostgresStore('127.0.0.1:1/none')"
+        with pytest.raises(StoreError) as failed:
+            await store.list_threads("r")
+        assert "127.0.0.1:1/none" in str(failed.value)
+        assert "hunter2" not in str(failed.value)
+    finally:
+        await store.aclose()
+        pool_log.setLevel(level)
+
+
 class _Forwarder:
     """A TCP port that leads to PostgreSQL only once opened: a database that comes up late."""
 

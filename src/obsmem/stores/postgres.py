@@ -89,6 +89,20 @@ def _lifo_pool(base: type[AsyncConnectionPool[Any]]) -> type[AsyncConnectionPool
     return LifoPool
 
 
+def _where(dsn: str) -> str:
+    """``host:port/database`` of ``dsn`` for messages and logs: never its user or password,
+    whichever form it is written in (a URL, or ``key=value`` words)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        info = conninfo_to_dict(dsn)
+    except Exception:  # not a DSN psycopg reads: the call that uses it will say so
+        return "?"
+    host = str(info.get("host") or "localhost")
+    port = f":{info['port']}" if info.get("port") else ""
+    return f"{host}{port}/{info.get('dbname') or ''}"
+
+
 class _PostgresDriver:
     def __init__(
         self,
@@ -121,7 +135,7 @@ class _PostgresDriver:
         self.dsn = dsn
         self.timeout = timeout
         self.call_timeout = call_timeout
-        self.name = f"PostgresStore({dsn.split('@')[-1]!r})"
+        self.name = f"PostgresStore({_where(dsn)!r})"
         self.read_only = read_only
         # Read-only: every transaction of every connection is READ ONLY (the server refuses
         # writes), and nothing is migrated or created.
