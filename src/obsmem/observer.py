@@ -442,7 +442,9 @@ async def observe_exchange(
         parsed = parse_output(
             result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
         )
-        if parsed.is_empty and nothing_to_note(parsed, input_tokens, multi_thread=multi):
+        if parsed.is_empty and nothing_to_note(
+            parsed, input_tokens, multi_thread=multi, hints=inp.continuation_hints
+        ):
             return ObserverExchange(parsed=parsed, result=result, request=request)
         if parsed.is_empty:
             problem = "empty (not one observation in it)"
@@ -463,13 +465,22 @@ NOTHING_TO_NOTE_TOKENS = 400
 thanks, an acknowledgement. A well-formed empty answer for them finishes the cycle."""
 
 
-def nothing_to_note(parsed: ParsedOutput, input_tokens: int, *, multi_thread: bool) -> bool:
+def nothing_to_note(
+    parsed: ParsedOutput, input_tokens: int, *, multi_thread: bool, hints: bool = True
+) -> bool:
     """Whether an answer without observations is the Observer's judgement, not its failure:
-    a well-formed ``<observations>`` block (the format followed) for a single thread's short
-    messages. An empty answer to messages with substance, or one without the format (an echo,
-    rambling), stays a failure; several threads' messages are asked again one thread at a
-    time."""
-    return parsed.well_formed and not multi_thread and input_tokens <= NOTHING_TO_NOTE_TOKENS
+    one thread's short messages answered in the format asked, an ``<observations>`` block with
+    nothing in it (not even a date header, which is where a tiny model stops) and, when they
+    were asked for, the hints. An empty answer to messages with substance, or one without the
+    format (an echo, rambling), stays a failure; several threads' messages are asked again one
+    thread at a time."""
+    return (
+        parsed.well_formed
+        and not parsed.observations.strip()
+        and (not hints or bool(parsed.current_task or parsed.suggested_response))
+        and not multi_thread
+        and input_tokens <= NOTHING_TO_NOTE_TOKENS
+    )
 
 
 _RAMBLES = (

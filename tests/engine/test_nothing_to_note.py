@@ -129,3 +129,46 @@ async def test_small_talk_answered_out_of_format_is_still_a_failure(
     assert events.of("data-om-observation-failed")
     assert (await om.health("t1", "u1")).state == "failing"
     await om.aclose()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        # Where a tiny model stops: a date header and nothing more.
+        "<observations>\nDate: Dec 4, 2026\n</observations>\n"
+        "<current-task>Chat.</current-task>",
+        # The block, but none of the hints asked for: not an answer that engaged.
+        "<observations>\n</observations>",
+    ],
+    ids=["date-header-alone", "no-hints"],
+)
+async def test_an_empty_block_without_the_rest_of_the_format_is_still_a_failure(
+    store: Store, answer: str
+) -> None:
+    from pydantic_ai import messages as pa
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    def observer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        return pa.ModelResponse(parts=[pa.TextPart(content=answer)])
+
+    om = engine(
+        store,
+        {
+            "observation": {
+                "model": FunctionModel(observer),
+                "messageTokens": 60,
+                "bufferTokens": False,
+            },
+            "reflection": {"model": scripted_reflector()},
+        },
+    )
+    events = Recorder()
+    om.subscribe(events)
+    now = T0
+    for user, assistant in SMALL_TALK * 2:
+        now += timedelta(minutes=1)
+        await om.prepare("t1", "u1", [Message.user(user, created_at=now)])
+        await om.record("t1", "u1", [Message.assistant(assistant, created_at=now)])
+    assert events.of("data-om-observation-failed")
+    assert (await om.health("t1", "u1")).state == "failing"
+    await om.aclose()
