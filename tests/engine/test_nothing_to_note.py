@@ -135,8 +135,7 @@ async def test_small_talk_answered_out_of_format_is_still_a_failure(
     "answer",
     [
         # Where a tiny model stops: a date header and nothing more.
-        "<observations>\nDate: Dec 4, 2026\n</observations>\n"
-        "<current-task>Chat.</current-task>",
+        "<observations>\nDate: Dec 4, 2026\n</observations>\n<current-task>Chat.</current-task>",
         # The block, but none of the hints asked for: not an answer that engaged.
         "<observations>\n</observations>",
     ],
