@@ -8,6 +8,7 @@ measured side by side in one run) plus absolute numbers as context.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -18,7 +19,7 @@ import random
 import re
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -394,3 +395,38 @@ class CountingServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+@contextlib.asynccontextmanager
+async def proxy_process(
+    upstream: str, *options: str
+) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
+    """``obsmem proxy`` as the command runs (its own process, on any free port, with
+    ``options``), once it serves: its base URL and the process, killed at the end if still
+    running."""
+    import httpx
+
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT / "src")}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *("-m", "obsmem", "proxy", "--upstream", upstream, "--port", "0", *options),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert process.stdout is not None
+        assert process.stderr is not None
+        line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
+        found = re.search(r"(http://\S+/v1) ->", line)
+        if found is None:
+            raise SystemExit(
+                f"the proxy did not start: {line}{(await process.stderr.read()).decode()}"
+            )
+        async with httpx.AsyncClient() as http:  # serving (a signal before that ends it at once)
+            (await http.get(f"{found.group(1)}/models")).raise_for_status()
+        yield found.group(1), process
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.communicate()

@@ -22,18 +22,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
-import os
 import re
-import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import ROOT, create_database, header, percentile, postgres_admin_dsn, ratio, table
+from _common import (
+    create_database,
+    header,
+    percentile,
+    postgres_admin_dsn,
+    proxy_process,
+    ratio,
+    table,
+)
 from tests.proxy.helpers import client_requests, memory_aware
 from tests.strict_server import StrictServer, strict_server_thread
 
@@ -52,42 +56,6 @@ def answer(body: dict[str, Any]) -> Any:
     found = re.findall(r"Turn [0-9]+", str(last.get("content")))
     text = f"Noted {found[-1] if found else 'that'}. " + FILLER
     return iter([text[:40], text[40:80], text[80:]]) if body.get("stream") else text
-
-
-@contextlib.asynccontextmanager
-async def proxy_process(
-    upstream: str, db: str, *, message_tokens: int
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "obsmem",
-        "proxy",
-        "--upstream",
-        upstream,
-        "--db",
-        db,
-        "--port",
-        "0",
-        "--message-tokens",
-        str(message_tokens),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-    found = re.search(r"(http://\S+/v1) ->", line)
-    if found is None:
-        assert process.stderr is not None
-        raise SystemExit(f"the proxy did not start: {line}{(await process.stderr.read()).decode()}")
-    try:
-        yield found.group(1), process
-    finally:
-        if process.returncode is None:
-            process.terminate()
-        await process.communicate()
 
 
 async def one_turn(
@@ -230,7 +198,9 @@ async def main() -> None:
         tempfile.TemporaryDirectory() as folder,
     ):
         db = str(Path(folder) / "proxy.db")
-        async with proxy_process(server.base_url, db, message_tokens=message_tokens) as (url, _):
+        async with proxy_process(
+            server.base_url, "--db", db, "--message-tokens", str(message_tokens)
+        ) as (url, _):
             await latency(server.base_url, url, turns, words)
             print(f"\n## throughput: {clients} concurrent clients on {clients} threads")
             direct = await throughput([server.base_url], clients, client_turns, words)
@@ -262,8 +232,8 @@ async def _two_on_postgres(
     try:
         dsn = create_database(admin)
         async with (
-            proxy_process(server.base_url, dsn, message_tokens=3_000) as (first, _),
-            proxy_process(server.base_url, dsn, message_tokens=3_000) as (second, _),
+            proxy_process(server.base_url, "--db", dsn, "--message-tokens", "3000") as (first, _),
+            proxy_process(server.base_url, "--db", dsn, "--message-tokens", "3000") as (second, _),
         ):
             await warm_up([first, second], words)
             return await throughput([first, second], clients, turns, words)

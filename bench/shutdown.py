@@ -24,19 +24,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
-import re
 import signal
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _common import ROOT, header, ratio, table
+from _common import header, proxy_process, ratio, table
 from tests.loopback_openai import answer, is_memory_call
 from tests.proxy.helpers import system_of
 from tests.strict_server import strict_server_thread
@@ -70,33 +66,9 @@ def history(count: int, last: str = "And what comes next?") -> list[dict[str, st
     return [*said, {"role": "user", "content": last}]
 
 
-@contextlib.asynccontextmanager
-async def proxy(
-    upstream: str, folder: Path
-) -> AsyncIterator[tuple[str, asyncio.subprocess.Process]]:
-    """``obsmem proxy`` in a process of its own, once it serves: its URL and process."""
-    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(ROOT / "src")}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable,
-        *("-m", "obsmem", "proxy", "--upstream", upstream, "--port", "0"),
-        *("--db", str(folder / f"proxy-{time.monotonic_ns()}.db")),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=env,
-    )
-    assert process.stdout is not None
-    line = (await asyncio.wait_for(process.stdout.readline(), 60)).decode()
-    found = re.search(r"(http://\S+/v1) ->", line)
-    if found is None:
-        raise SystemExit(f"the proxy did not start: {line}")
-    async with httpx.AsyncClient() as http:  # serving (a signal before that ends it at once)
-        (await http.get(f"{found.group(1)}/models")).raise_for_status()
-    try:
-        yield found.group(1), process
-    finally:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
+def proxy(upstream: str, folder: Path) -> Any:
+    """``obsmem proxy`` in a process of its own on a fresh database, once it serves."""
+    return proxy_process(upstream, "--db", str(folder / f"proxy-{time.monotonic_ns()}.db"))
 
 
 async def stop(process: asyncio.subprocess.Process, cap: float) -> tuple[float | None, str]:

@@ -481,33 +481,22 @@ async def test_retry_listener_and_give_up_message_name_the_server_answer() -> No
     assert "last error: HTTP 502: bad gateway upstream. Check" in str(info.value)
 
 
+def _level(level: str) -> dict[str, object]:
+    """Gemini 3's thinking setting on the wire: a level, no thought summaries."""
+    return {"include_thoughts": False, "thinking_level": level}
+
+
 @pytest.mark.parametrize(
     ("model_name", "role", "thinking"),
     [
         ("gemini-2.5-flash", "observer", {"thinking_budget": 215}),
         ("gemini-2.5-flash", "reflector", {"thinking_budget": 1_024}),
         # Gemini 3 and later take a level, not a budget: bounded, not the provider's default.
-        (
-            "gemini-3.5-flash-lite",
-            "observer",
-            {"include_thoughts": False, "thinking_level": "MINIMAL"},
-        ),
-        (
-            "gemini-3.5-flash-lite",
-            "reflector",
-            {"include_thoughts": False, "thinking_level": "LOW"},
-        ),
-        (
-            "gemini-3.5-flash-lite",
-            "extractor",
-            {"include_thoughts": False, "thinking_level": "LOW"},
-        ),
+        ("gemini-3.5-flash-lite", "observer", _level("MINIMAL")),
+        ("gemini-3.5-flash-lite", "reflector", _level("LOW")),
+        ("gemini-3.5-flash-lite", "extractor", _level("LOW")),
         # A model without the minimal level gets its lowest.
-        (
-            "gemini-3.1-pro-preview",
-            "observer",
-            {"include_thoughts": False, "thinking_level": "LOW"},
-        ),
+        ("gemini-3.1-pro-preview", "observer", _level("LOW")),
     ],
 )
 async def test_gemini_memory_models_think_within_bounds_and_have_an_output_cap(

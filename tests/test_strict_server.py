@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from obsmem.errors import ObserverOutputError
-from obsmem.llm import CHECK_EVERY_CHARS, LLMRequest, LLMResult, ModelCaller
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.messages import Message
+from obsmem.models.streaming import CHECK_EVERY_CHARS
 from obsmem.observer import ObserverInput, observe, observer_output_cap
 from obsmem.tokens import HeuristicEstimator
 

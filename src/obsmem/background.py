@@ -20,7 +20,7 @@ from .errors import StoreError
 from .outcomes import Outcomes
 from .snapshot import Snapshot
 
-__all__ = ["Background", "describe_work"]
+__all__ = ["Background", "abandoned", "describe_work"]
 
 log = logging.getLogger("obsmem")
 
@@ -112,6 +112,14 @@ _KINDS = (
     ("refl", "reflection", "reflections"),
 )
 """Each kind of background task: its name's prefix, and what one and several are called."""
+
+
+def abandoned(who: str, names: Sequence[str], *, next_step: str = "turn") -> str:
+    """What ``who`` (``obsmem proxy``) says when it abandons the background work ``names``."""
+    return (
+        f"{who}: memory work abandoned ({describe_work(names)}); it resumes at the next start, "
+        f"at each thread's next {next_step}"
+    )
 
 
 def describe_work(names: Sequence[str]) -> str:

@@ -43,8 +43,6 @@ class Backoff:
 
     failures: int
     retry_at: float
-    wait: float
-    """Seconds from the failure to ``retry_at``."""
     error: str
 
 
@@ -56,7 +54,7 @@ def backoff_after(previous: Backoff | None, *, now: float, error: str, spread: f
     failures = (previous.failures if previous is not None else 0) + 1
     wait = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 30))
     wait *= 1 + BACKOFF_JITTER * (2 * spread - 1)
-    return Backoff(failures=failures, retry_at=now + wait, wait=wait, error=error)
+    return Backoff(failures=failures, retry_at=now + wait, error=error)
 
 
 def may_retry(backoff: Backoff | None, now: float | None) -> bool:

@@ -242,14 +242,12 @@ class ObservationalMemory:
         self._settle_models(actor_model)
         if self._models.credentials is not None and self.options.failure_policy == "raise":
             raise MemoryUnavailableError(self._models.message())
-        obs, ref = self.options.observation, self.options.reflection
         loaded = await cycles.load(
             self._deps,
             LoadRequest(
                 subject=subject,
                 append=self._turns.counted(new_messages, actor_model),
-                last_reply=obs.activate_after_idle is not None
-                or ref.activate_after_idle is not None,
+                last_reply=self._idle_timed,
             ),
         )
         stored = list(loaded.stored)
@@ -305,9 +303,10 @@ class ObservationalMemory:
                 patches=patches,
             ),
         )
-        replies = [m for m in snapshot.stored if m.role == "assistant"]
-        if replies:
-            self._deps.replies.stored(thread_id, replies[-1].created_at)
+        if self._idle_timed:  # idle time since this reply, on the steady clock
+            replies = [m for m in snapshot.stored if m.role == "assistant"]
+            if replies:
+                self._deps.replies.stored(thread_id, replies[-1].created_at)
         key = subject.key
         decision = planner.plan_after_reply(
             self.options,
@@ -549,6 +548,12 @@ class ObservationalMemory:
     def failures(self, snapshot: Snapshot) -> list[FailureState]:
         """The log's failure states in ``snapshot`` (and, in resource scope, its threads')."""
         return self._outcomes.failures(snapshot)
+
+    @property
+    def _idle_timed(self) -> bool:
+        """Some setting activates after the thread was idle: turns need its last reply."""
+        obs, ref = self.options.observation, self.options.reflection
+        return obs.activate_after_idle is not None or ref.activate_after_idle is not None
 
     def _running(self, name: str) -> bool:
         return self._background.running(name)

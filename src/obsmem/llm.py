@@ -32,6 +32,7 @@ from obsmem.models.providers import resolve_model
 from obsmem.models.retry import call_with_retry, describe_exception, last_error
 from obsmem.models.settings import call_settings
 from obsmem.models.specs import ModelByInputTokens, ModelSpec
+from obsmem.models.streaming import RunawayGuard, can_stream, check_every, read_checked
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -48,8 +49,6 @@ __all__ = [
     "LLMResult",
     "ModelCaller",
     "Role",
-    "can_stream",
-    "check_every",
     "cost_usd",
 ]
 
@@ -337,7 +336,7 @@ class ModelCaller:
         if request.max_output_tokens is not None:
             wanted.setdefault("max_tokens", request.max_output_tokens)
         settings = cast("ModelSettings", wanted) if wanted else None
-        guard = _RunawayGuard(request.max_output_tokens)
+        guard = RunawayGuard(request.max_output_tokens)
 
         async def attempt() -> tuple[pa.ModelResponse, str | None]:
             if messages is text_only or key in self._text_only:
@@ -393,7 +392,7 @@ def _prompts(request: LLMRequest) -> tuple[list[pa.ModelMessage], list[pa.ModelM
 
 
 async def _send(
-    model: Model, sent: list[pa.ModelMessage], settings: ModelSettings | None, guard: _RunawayGuard
+    model: Model, sent: list[pa.ModelMessage], settings: ModelSettings | None, guard: RunawayGuard
 ) -> tuple[pa.ModelResponse, str | None]:
     """One attempt: the answer (streamed when the model can) and why it was cut off, if it was."""
     from pydantic_ai import messages as pa
@@ -477,86 +476,22 @@ def _refuses_attachments(exc: BaseException) -> bool:
     return status == 500 and any(w in text for w in ("list", "image", "content", "multimodal"))
 
 
-REPEATING = "repeating itself"
-"""``LLMResult.cut_off`` for an answer stuck in a loop (the other reason names the cap)."""
-
-CHECK_EVERY_CHARS = 1_000
-"""How often (in characters of answer) a streaming answer is checked for running away; an output
-cap smaller than this many tokens is checked every ``cap`` characters (:func:`check_every`)."""
-
-
-def check_every(cap: int | None) -> int:
-    """Characters of streamed answer between two checks against an output cap of ``cap`` tokens
-    (a token is a character or more, so a small cap is not overrun by much)."""
-    return CHECK_EVERY_CHARS if cap is None else max(1, min(CHECK_EVERY_CHARS, cap))
-
-
-class _RunawayGuard:
-    """Decides whether an answer has run away: past ``cap`` tokens (as the local estimate counts
-    them), or repeating itself (:func:`obsmem.observations.is_degenerate`). Every answer gets
-    this verdict (a streamed one also while it streams), so callers need not check again."""
-
-    def __init__(self, cap: int | None) -> None:
-        from obsmem.tokens import HeuristicEstimator
-
-        self.cap = cap
-        self._count = HeuristicEstimator().count_text
-
-    def check(self, text: str) -> str | None:
-        from obsmem.observations import is_degenerate
-
-        if is_degenerate(text):
-            return REPEATING
-        if self.cap is not None and self._count(text) > self.cap:
-            return f"past the output cap of {self.cap} tokens"
-        return None
-
-
 async def _stream(
     model: Model,
     messages: list[pa.ModelMessage],
     settings: Any,
-    guard: _RunawayGuard,
+    guard: RunawayGuard,
 ) -> tuple[pa.ModelResponse, str | None]:
     """Stream the answer, checking it every ``CHECK_EVERY_CHARS`` characters; leaving the
     stream early closes the connection, so the server stops generating."""
-    from pydantic_ai import messages as pa
     from pydantic_ai.direct import model_request_stream
 
-    pieces: list[str] = []
-    size = 0
-    next_check = check_every(guard.cap)
-    verdict: str | None = None
     async with model_request_stream(model, messages, model_settings=settings) as stream:
-        async for event in stream:
-            if isinstance(event, pa.PartStartEvent) and isinstance(event.part, pa.TextPart):
-                piece = event.part.content
-            elif isinstance(event, pa.PartDeltaEvent) and isinstance(event.delta, pa.TextPartDelta):
-                piece = event.delta.content_delta
-            else:
-                continue
-            pieces.append(piece)
-            size += len(piece)
-            if size >= next_check:
-                next_check = size + check_every(guard.cap)
-                verdict = guard.check("".join(pieces))
-                if verdict is not None:
-                    break
+        verdict = await read_checked(stream, guard.check, every=check_every(guard.cap))
         response = stream.get()
     if verdict is None:
         verdict = guard.check(_text_of(response))
     return response, verdict
-
-
-def can_stream(model: Model) -> bool:
-    """False for a model that can only answer whole (a ``FunctionModel`` without a stream
-    function), looking through wrapper models."""
-    from pydantic_ai.models.function import FunctionModel
-    from pydantic_ai.models.wrapper import WrapperModel
-
-    while isinstance(model, WrapperModel):
-        model = model.wrapped
-    return not (isinstance(model, FunctionModel) and model.stream_function is None)
 
 
 def _text_of(response: pa.ModelResponse) -> str:

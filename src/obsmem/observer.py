@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from obsmem.answers import ParsedOutput, parse_output
 from obsmem.errors import ObserverOutputError
-from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.messages import (
     FilePart,
     ImagePart,
@@ -28,6 +28,7 @@ from obsmem.messages import (
     ToolResultPart,
 )
 from obsmem.models import ModelSpec
+from obsmem.models.streaming import REPEATING
 from obsmem.observations import truncate_observations
 from obsmem.prompts import observer_system_prompt
 from obsmem.tokens import TokenEstimator

@@ -277,16 +277,17 @@ class Outcomes:
         # A role whose back-off has passed was just tried again (maybe in the background):
         # only one still waiting out its back-off fails the turn. This engine's own back-off
         # is timed on the monotonic clock; another worker's only by the retry time it stored.
-        steady = self._deps.steady()
-        failing = [
-            failure
-            for failure, backoff in (
-                (state.observer_failure, state.observer),
-                (state.reflector_failure, state.reflector),
-            )
-            if failure is not None and not planner.may_retry(backoff, steady)
-        ]
-        if state.observer_failure is None and state.reflector_failure is None:
+        if state.observer_failure is not None or state.reflector_failure is not None:
+            steady = self._deps.steady()
+            failing = [
+                failure
+                for failure, backoff in (
+                    (state.observer_failure, state.observer),
+                    (state.reflector_failure, state.reflector),
+                )
+                if failure is not None and not planner.may_retry(backoff, steady)
+            ]
+        else:
             now = self._deps.now()
             failing = [
                 f

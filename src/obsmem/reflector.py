@@ -17,8 +17,9 @@ from typing import Any
 
 from obsmem.answers import ParsedOutput, parse_output
 from obsmem.errors import ConfigError, ObserverOutputError
-from obsmem.llm import REPEATING, LLMRequest, LLMResult, ModelCaller
+from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.models import ModelSpec
+from obsmem.models.streaming import REPEATING
 from obsmem.observations import dropped_critical_dates
 from obsmem.prompts import reflector_system_prompt
 from obsmem.tokens import TokenEstimator

@@ -85,6 +85,26 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+def _every_call_failed(
+    acknowledged: list[str], errors: list[StoreError], path: Path, what: str
+) -> None:
+    """None of the 20 calls was acknowledged; each error names the file, what happened to it,
+    and that a restart opens the file now at the path."""
+    assert acknowledged == []
+    assert len(errors) == 20
+    for error in errors:
+        message = str(error)
+        assert str(path) in message
+        assert what in message
+        assert "restart" in message
+
+
+def _one_warning(caplog: pytest.LogCaptureFixture, path: Path, what: str) -> None:
+    [warning] = _warnings(caplog)
+    assert str(path) in warning
+    assert what in warning
+
+
 @pytest.mark.parametrize("via", ["load", "append_messages"])
 async def test_writes_after_the_file_is_deleted_fail_naming_it(
     tmp_path: Path, via: Via, caplog: pytest.LogCaptureFixture
@@ -98,19 +118,11 @@ async def test_writes_after_the_file_is_deleted_fail_naming_it(
     path.unlink()
     acknowledged, errors = await _store_messages(store, range(6, 26), via)
 
-    assert acknowledged == []
-    assert len(errors) == 20
-    for error in errors:
-        message = str(error)
-        assert str(path) in message
-        assert "deleted" in message
-        assert "restart" in message
+    _every_call_failed(acknowledged, errors, path, "deleted")
     # Reads fail too: they would show what is no longer in any file.
     with pytest.raises(StoreError, match="deleted"):
         await store.list_messages("t1")
-    [warning] = _warnings(caplog)
-    assert str(path) in warning
-    assert "deleted" in warning
+    _one_warning(caplog, path, "deleted")
     await store.aclose()
     # Nothing acknowledged is missing from the file a restarted process opens.
     assert not set(acknowledged) - set(await _ids_at(path))
@@ -131,16 +143,8 @@ async def test_writes_after_the_file_is_replaced_fail_naming_it(
     os.replace(backup, path)  # a restore while the process runs
     acknowledged, errors = await _store_messages(store, range(6, 26), via)
 
-    assert acknowledged == []
-    assert len(errors) == 20
-    for error in errors:
-        message = str(error)
-        assert str(path) in message
-        assert "replaced by another file" in message
-        assert "restart" in message
-    [warning] = _warnings(caplog)
-    assert str(path) in warning
-    assert "replaced" in warning
+    _every_call_failed(acknowledged, errors, path, "replaced by another file")
+    _one_warning(caplog, path, "replaced")
     await store.aclose()
     # The restored file is what a restarted process finds (the -wal file left at the path,
     # written for the file replaced, is not read as part of it), and nothing acknowledged is

@@ -6,10 +6,11 @@ with substance, or an answer without the format, is still a failure."""
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
+from obsmem.engine import ObservationalMemory
 from obsmem.failures import failures_in
 from obsmem.messages import Message
 from obsmem.stores import Store
@@ -35,6 +36,19 @@ def _options(fault: Fault, *, buffered: bool, calls: ModelCalls | None = None) -
     }
 
 
+async def _small_talk(om: ObservationalMemory, *, settle: bool = False) -> datetime:
+    """Six turns of small talk, a minute apart (waiting for background work after each with
+    ``settle``); the time of the last."""
+    now = T0
+    for user, assistant in SMALL_TALK * 2:
+        now += timedelta(minutes=1)
+        await om.prepare("t1", "u1", [Message.user(user, created_at=now)])
+        await om.record("t1", "u1", [Message.assistant(assistant, created_at=now)])
+        if settle:
+            await om.settle()
+    return now
+
+
 def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "obsmem" and r.levelno >= 30]
 
@@ -48,12 +62,7 @@ async def test_small_talk_with_nothing_to_note_is_observed_without_an_alarm(
     om = engine(store, _options("nothing-to-note", buffered=buffered, calls=calls))
     events = Recorder()
     om.subscribe(events)
-    now = T0
-    for user, assistant in SMALL_TALK * 2:
-        now += timedelta(minutes=1)
-        await om.prepare("t1", "u1", [Message.user(user, created_at=now)])
-        await om.record("t1", "u1", [Message.assistant(assistant, created_at=now)])
-        await om.settle()
+    now = await _small_talk(om, settle=True)
     await om.prepare("t1", "u1", [Message.user("Bye!", created_at=now)])
     await om.settle()
     assert calls.prompts, "the Observer was never asked"
@@ -121,11 +130,7 @@ async def test_small_talk_answered_out_of_format_is_still_a_failure(
     om = engine(store, _options("empty", buffered=False))
     events = Recorder()
     om.subscribe(events)
-    now = T0
-    for user, assistant in SMALL_TALK * 2:
-        now += timedelta(minutes=1)
-        await om.prepare("t1", "u1", [Message.user(user, created_at=now)])
-        await om.record("t1", "u1", [Message.assistant(assistant, created_at=now)])
+    await _small_talk(om)
     assert events.of("data-om-observation-failed")
     assert (await om.health("t1", "u1")).state == "failing"
     await om.aclose()
@@ -163,11 +168,7 @@ async def test_an_empty_block_without_the_rest_of_the_format_is_still_a_failure(
     )
     events = Recorder()
     om.subscribe(events)
-    now = T0
-    for user, assistant in SMALL_TALK * 2:
-        now += timedelta(minutes=1)
-        await om.prepare("t1", "u1", [Message.user(user, created_at=now)])
-        await om.record("t1", "u1", [Message.assistant(assistant, created_at=now)])
+    await _small_talk(om)
     assert events.of("data-om-observation-failed")
     assert (await om.health("t1", "u1")).state == "failing"
     await om.aclose()

@@ -43,7 +43,7 @@ from .common import (
     pick_model,
     positive_tokens,
 )
-from .stopping import Terminated, close_memory, end_by_signal, raising_on_sigterm
+from .stopping import Terminated, close_memory, end_by_signal, signals_reach_the_main_thread
 
 if TYPE_CHECKING:
     from .._sync import LoopThread
@@ -192,7 +192,7 @@ class _Session:
     def run(self) -> int:
         if threading.current_thread() is not threading.main_thread():
             return self._run()  # Python runs signal handlers in the main thread only
-        with raising_on_sigterm("chat") as sigterm:
+        with signals_reach_the_main_thread("chat") as sigterm:
             self._sigterm = sigterm
             try:
                 return self._run()

@@ -134,7 +134,7 @@ def _sample_messages() -> list[Message]:
 
 def _unusable_advice(calls: list[tuple[LLMRequest, LLMResult]], exc: Exception) -> str:
     """The advice when the Observer's answers could not be used, from how its calls ended."""
-    from ..llm import REPEATING
+    from ..models.streaming import REPEATING
 
     cut = [(request.max_output_tokens, result.cut_off) for request, result in calls]
     repeating = any(why == REPEATING for _, why in cut) or "degenerate" in str(exc)

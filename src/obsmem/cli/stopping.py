@@ -31,7 +31,7 @@ __all__ = [
     "Terminated",
     "close_memory",
     "end_by_signal",
-    "raising_on_sigterm",
+    "signals_reach_the_main_thread",
     "start_deadline",
 ]
 
@@ -70,23 +70,15 @@ def start_deadline(command: str, seconds: float = DEADLINE) -> None:
         timer.start()
 
 
-def abandoned_line(command: str, work: tuple[str, ...]) -> str:
-    """What a command says on stderr when it abandons background memory work."""
-    from ..background import describe_work
-
-    return (
-        f"obsmem {command}: memory work abandoned ({describe_work(work)}); it resumes at the "
-        "next start, at each thread's next turn"
-    )
-
-
 async def close_memory(
     memory: Memory, command: str, *, abandon: bool, err: TextIO | None = None
 ) -> None:
     """Close ``memory``: after its background work finished, or (``abandon``) abandoning it,
     with a line on stderr naming what was abandoned (nothing when nothing was running)."""
     if abandon and (work := memory.background_work):
-        print(abandoned_line(command, work), file=err or sys.stderr, flush=True)
+        from ..background import abandoned
+
+        print(abandoned(f"obsmem {command}", work), file=err or sys.stderr, flush=True)
     await memory.aclose(cancel=abandon)
 
 
@@ -100,12 +92,12 @@ def end_by_signal(signum: int) -> None:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread by :func:`raising_on_sigterm`: a KeyboardInterrupt,
-    so it leaves wherever Ctrl-C would have been caught."""
+    """SIGTERM, raised in the main thread by :func:`signals_reach_the_main_thread`: a
+    KeyboardInterrupt, so it leaves wherever Ctrl-C would have been caught."""
 
 
 @contextlib.contextmanager
-def raising_on_sigterm(command: str) -> Generator[threading.Event]:
+def signals_reach_the_main_thread(command: str) -> Generator[threading.Event]:
     """While inside: the first SIGTERM raises :class:`Terminated` in the main thread (later
     ones are ignored) and starts the deadline; the event yielded is set once it was raised.
     Ctrl-C raises KeyboardInterrupt there, as Python's own handler does, every time.
@@ -184,8 +176,10 @@ class _Interrupts:
         """Whether every Ctrl-C that arrived was handled (or the watch stopped), waiting up to
         ``seconds`` for it."""
         with self._changed:
-            done = lambda: self._stopped or self._handled >= self._arrived  # noqa: E731
-            return self._changed.wait_for(done, seconds)
+            return self._changed.wait_for(self._all_handled, seconds)
+
+    def _all_handled(self) -> bool:
+        return self._stopped or self._handled >= self._arrived
 
     def stop(self) -> None:
         with self._changed:

@@ -28,24 +28,24 @@ from pydantic_ai.models.wrapper import WrapperModel
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext
 
-from obsmem.llm import can_stream, check_every
+from obsmem.models.streaming import can_stream, check_every, read_checked
 
 __all__ = ["OutputCapped"]
-
-
-def _past_cap(text: str, cap: int) -> bool:
-    """Whether ``text`` is over ``cap`` tokens as obsmem's estimator counts them."""
-    from obsmem.tokens import HeuristicEstimator
-
-    return HeuristicEstimator().count_text(text) > cap
 
 
 class OutputCapped(WrapperModel):
     """``wrapped``, its answers cut off past ``cap`` tokens (see the module's docstring)."""
 
     def __init__(self, wrapped: Model, cap: int) -> None:
+        from obsmem.tokens import HeuristicEstimator
+
         super().__init__(wrapped)
         self.max_output_tokens = cap
+        self._count = HeuristicEstimator().count_text
+
+    def _past_cap(self, text: str) -> str | None:
+        """A verdict when ``text`` is over the cap as obsmem's estimator counts tokens."""
+        return "past the cap" if self._count(text) > self.max_output_tokens else None
 
     def _with_cap(self, settings: ModelSettings | None) -> ModelSettings:
         return cast(ModelSettings, {"max_tokens": self.max_output_tokens, **(settings or {})})
@@ -59,23 +59,13 @@ class OutputCapped(WrapperModel):
         settings = self._with_cap(model_settings)
         if not can_stream(self.wrapped):
             return await self.wrapped.request(messages, settings, model_request_parameters)
-        pieces: list[str] = []
-        size, next_check, cut = 0, check_every(self.max_output_tokens), False
         async with self.wrapped.request_stream(
             messages, settings, model_request_parameters
         ) as stream:
-            async for event in stream:
-                piece = _text_of(event)
-                if not piece:
-                    continue
-                pieces.append(piece)
-                size += len(piece)
-                if size >= next_check:
-                    next_check = size + check_every(self.max_output_tokens)
-                    if cut := _past_cap("".join(pieces), self.max_output_tokens):
-                        break  # leaving the block closes the request
-            response = stream.get()
-        if cut:
+            every = check_every(self.max_output_tokens)
+            cut = await read_checked(stream, self._past_cap, every=every, thinking=True)
+            response = stream.get()  # leaving the block closes the request when it was cut
+        if cut is not None:
             return replace(response, finish_reason="length", state="complete")
         return response
 
@@ -91,17 +81,3 @@ class OutputCapped(WrapperModel):
         yield CompletedStreamedResponse(
             response, model_request_parameters=model_request_parameters, replay_events=True
         )
-
-
-def _text_of(event: pa.ModelResponseStreamEvent) -> str:
-    """The text (or thinking) an event adds to the answer."""
-    if isinstance(event, pa.PartStartEvent):
-        part = event.part
-        return part.content if isinstance(part, pa.TextPart | pa.ThinkingPart) else ""
-    if isinstance(event, pa.PartDeltaEvent):
-        delta = event.delta
-        if isinstance(delta, pa.TextPartDelta):
-            return delta.content_delta
-        if isinstance(delta, pa.ThinkingPartDelta):
-            return delta.content_delta or ""
-    return ""

@@ -41,7 +41,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from ..background import describe_work
+from ..background import abandoned
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
 from ..failures import failures_in
 from ..integrations.door import Door, step_start
@@ -181,11 +181,7 @@ class Proxy:
             return
         left = () if self.config.finish_memory_work else memory.background_work
         if left:
-            log.warning(
-                "obsmem proxy: memory work abandoned (%s); it resumes at the next start, at "
-                "each thread's next request",
-                describe_work(left),
-            )
+            log.warning("%s", abandoned("obsmem proxy", left, next_step="request"))
         await memory.aclose(cancel=not self.config.finish_memory_work)
 
     # -- history -----------------------------------------------------------------------------------
