@@ -443,9 +443,7 @@ async def observe_exchange(
         parsed = parse_output(
             result.text, multi_thread=multi, extra_slugs=[slug for slug, _ in inp.extra_sections]
         )
-        if parsed.is_empty and nothing_to_note(
-            parsed, input_tokens, multi_thread=multi, hints=inp.continuation_hints
-        ):
+        if parsed.is_empty and nothing_to_note(parsed, inp, result.text, transcript, input_tokens):
             return ObserverExchange(parsed=parsed, result=result, request=request)
         if parsed.is_empty:
             problem = "empty (not one observation in it)"
@@ -467,21 +465,29 @@ thanks, an acknowledgement. A well-formed empty answer for them finishes the cyc
 
 
 def nothing_to_note(
-    parsed: ParsedOutput, input_tokens: int, *, multi_thread: bool, hints: bool = True
+    parsed: ParsedOutput, inp: ObserverInput, answer: str, transcript: str, input_tokens: int
 ) -> bool:
     """Whether an answer without observations is the Observer's judgement, not its failure:
     one thread's short messages answered in the format asked, an ``<observations>`` block with
     nothing in it (not even a date header, which is where a tiny model stops) and, when they
     were asked for, the hints. An empty answer to messages with substance, or one without the
-    format (an echo, rambling), stays a failure; several threads' messages are asked again one
-    thread at a time."""
+    format (rambling), stays a failure, and so does an answer that repeats the transcript (a
+    model copying its input, whose well-formed block and hints came from the messages
+    themselves); several threads' messages are asked again one thread at a time."""
     return (
         parsed.well_formed
         and not parsed.observations.strip()
-        and (not hints or bool(parsed.current_task or parsed.suggested_response))
-        and not multi_thread
+        and (not inp.continuation_hints or bool(parsed.current_task or parsed.suggested_response))
+        and not inp.threads
         and input_tokens <= NOTHING_TO_NOTE_TOKENS
+        and not _echoes(answer, transcript)
     )
+
+
+def _echoes(answer: str, transcript: str) -> bool:
+    """Whether ``answer`` repeats a line of ``transcript`` (one long enough to tell)."""
+    said = {line.strip() for line in transcript.splitlines() if len(line.strip()) >= 12}
+    return any(line.strip() in said for line in answer.splitlines())
 
 
 _RAMBLES = (
