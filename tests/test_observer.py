@@ -87,10 +87,10 @@ def test_dates_across_midnight_and_time_only_when_it_changes() -> None:
         "Dec 5 2025:\n"
         "User (12:01 AM): still there?\n"
         "Assistant: yes\n"
-        "two parts\n"
+        "> two parts\n"
         "User (12:00 PM): noon\n"
         "Assistant (1:05 PM): multi\n"
-        "line"
+        "> line"
     )
 
 

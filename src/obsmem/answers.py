@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from typing import Any, cast
@@ -73,10 +73,14 @@ _HINT_OPEN = re.compile(
     re.MULTILINE | re.IGNORECASE,
 )
 _SECTION = re.compile(r"<([a-z][a-z0-9_-]*)(?:\s[^<>]*)?>(.*?)</\1\s*>", re.DOTALL | re.IGNORECASE)
+# Where the model's own sections may start: a line's start, or right after one of its sections
+# (``</current-task><suggested-response>``). A tag inside an observation line is that line's
+# text, never a section: a page the model quoted cannot set a hint, a title or a value.
+_LINE_START = re.compile(r"^[ \t]*(?=<)", re.MULTILINE)
 _THREAD_BLOCK = re.compile(
-    r"<thread\b[^<>]*?(?<![\w-])id\s*=\s*(?:[\"']([^\"']*)[\"']|([^\s\"'<>]+))[^<>]*>"
+    r"^[ \t]*<thread\b[^<>]*?(?<![\w-])id\s*=\s*(?:[\"']([^\"']*)[\"']|([^\s\"'<>]+))[^<>]*>"
     r"(.*?)</thread\s*>",
-    re.DOTALL | re.IGNORECASE,
+    re.DOTALL | re.IGNORECASE | re.MULTILINE,
 )
 _THREAD_TAG = re.compile(r"[ \t]*</?thread(?![\w-])[^>]*>[ \t]*\n?", re.IGNORECASE)
 # What starts a list item: the bullets and numbering models write (ASCII, typographic dashes,
@@ -118,11 +122,10 @@ DATE_LINE = re.compile(r"^\s*Date:\s")
 _FENCE = re.compile(r"^```[a-zA-Z]*\s*|\s*```$")
 _FENCE_LINE = re.compile(r"^[ \t]*```[\w+-]*[ \t]*$")
 _NEWLINE = re.compile(r"\r\n?")
-# Reasoning: a <think>/<thinking> block that starts a line (to the end when never closed), and
-# a closing tag on its own line whose opening tag the chat template already swallowed.
+# Reasoning: a <think>/<thinking> block that starts the answer (to the end when never closed),
+# and a closing tag on its own line whose opening tag the chat template already swallowed.
 _REASONING = re.compile(
-    r"^[ \t]*<(think|thinking)(?:\s[^<>]*)?>.*?(?:</\1\s*>|\Z)",
-    re.DOTALL | re.IGNORECASE | re.MULTILINE,
+    r"\A\s*<(think|thinking)(?:\s[^<>]*)?>.*?(?:</\1\s*>|\Z)", re.DOTALL | re.IGNORECASE
 )
 _REASONING_END = re.compile(r"^[ \t]*</(?:think|thinking)\s*>", re.IGNORECASE | re.MULTILINE)
 # A tag the answer was cut off in: "<observ", "</observations", "<current-task" at the end.
@@ -197,7 +200,7 @@ def parse_output(
     extra = frozenset(extra_slugs)
     stray_sections = {k: v for k, v in stray.sections.items() if k in extra}
     return ParsedOutput(
-        observations=_sanitise(_SECTION.sub(lambda m: _drop_stray_hint(m, extra), body)),
+        observations=_sanitise(_without_sections(body, lambda m: _drop_stray_hint(m, extra))),
         current_task=top.current_task or stray.current_task,
         suggested_response=top.suggested_response or stray.suggested_response,
         thread_title=top.thread_title or stray.thread_title,
@@ -255,7 +258,7 @@ def _inner(text: str) -> ParsedOutput:
     hints: dict[str, str | None] = dict.fromkeys(_HINTS)
     sections: dict[str, str] = {}
     values: dict[str, Any] = {}
-    for match in _SECTION.finditer(text):
+    for match in _own_sections(text):
         slug, content = match.group(1).lower(), match.group(2).strip()
         if slug in ("observations", "thread"):
             continue
@@ -266,7 +269,7 @@ def _inner(text: str) -> ParsedOutput:
         else:
             sections[slug] = content
     return ParsedOutput(
-        observations=_sanitise(_SECTION.sub("", text)),
+        observations=_sanitise(_without_sections(text)),
         current_task=hints["current-task"],
         suggested_response=hints["suggested-response"],
         thread_title=hints["thread-title"],
@@ -329,6 +332,34 @@ def _drop_stray_hint(match: re.Match[str], extra: frozenset[str] = frozenset()) 
     return match.group(0)
 
 
+def _own_sections(text: str) -> list[re.Match[str]]:
+    """The ``<slug>…</slug>`` sections of ``text`` that the model wrote as sections: each
+    opens a line or follows another one directly; tags inside a line of text are its text."""
+    found: list[re.Match[str]] = []
+    for start in _LINE_START.finditer(text):
+        if found and start.start() < found[-1].end():
+            continue
+        pos = start.end()
+        while (match := _SECTION.match(text, pos)) is not None:
+            found.append(match)
+            pos = match.end()
+            while text[pos : pos + 1] in (" ", "\t"):
+                pos += 1
+    return found
+
+
+def _without_sections(text: str, keep: Callable[[re.Match[str]], str] | None = None) -> str:
+    """``text`` with its own sections (:func:`_own_sections`) replaced by ``keep(match)``
+    (removed when ``keep`` is None)."""
+    pieces: list[str] = []
+    pos = 0
+    for match in _own_sections(text):
+        pieces += [text[pos : match.start()], keep(match) if keep else ""]
+        pos = match.end()
+    pieces.append(text[pos:])
+    return "".join(pieces)
+
+
 def _json_object(content: str) -> dict[str, Any]:
     try:
         value = json.loads(_FENCE.sub("", content.strip()))
@@ -355,7 +386,7 @@ def _log_lines(text: str, *, strict: bool) -> str:
     or without a bullet), any list item unless ``strict``, and the lines right under one of
     those that continue it (indented, or a ``->`` sub-item); prose, closed sections, and all
     from a section the answer never closed are left out."""
-    text = _SECTION.sub("", text)
+    text = _without_sections(text)
     if (unclosed := _UNCLOSED_SECTION.search(text)) is not None:
         text = text[: unclosed.start()]
     kept: list[str] = []
@@ -408,12 +439,19 @@ def _date_header(line: str) -> str | None:
 
 
 def _without_reasoning(text: str) -> str:
-    """``text`` without the model's reasoning: ``<think>``/``<thinking>`` blocks that start a line
-    (to the end when never closed), and all before a closing tag on a line of its own whose
-    opening tag the chat template swallowed (llama.cpp with Qwen or DeepSeek models)."""
-    text = _REASONING.sub("", text)
-    ends = list(_REASONING_END.finditer(text))
-    return text[ends[-1].end() :] if ends else text
+    """``text`` without the model's reasoning, which only ever leads the answer: a
+    ``<think>``/``<thinking>`` block that starts it (to the end when never closed), or, when the
+    chat template swallowed the opening tag (llama.cpp with Qwen or DeepSeek models), all before
+    the first closing tag on a line of its own, provided no ``<observations>`` block opened
+    before it or one opens after it (drafts inside reasoning). A ``<think>`` line later in the
+    answer is the answer's text: it never takes notes with it."""
+    text = _REASONING.sub("", text, count=1)
+    end = _REASONING_END.search(text)
+    if end is None:
+        return text
+    if _OBS_OPEN.search(text, 0, end.start()) and not _OBS_OPEN.search(text, end.end()):
+        return text  # a closing tag inside the answer's own block, not reasoning before it
+    return text[end.end() :]
 
 
 def _json_answer(text: str) -> str | None:

@@ -29,6 +29,7 @@ from obsmem.messages import (
 )
 from obsmem.models import ModelSpec
 from obsmem.models.streaming import REPEATING
+from obsmem.neutral import QUOTED, neutral_block, neutral_line, neutral_log
 from obsmem.observations import truncate_observations
 from obsmem.prompts import observer_system_prompt
 from obsmem.tokens import TokenEstimator
@@ -132,10 +133,10 @@ class _Renderer:
             piece: str | None = None
             match part:
                 case TextPart():
-                    piece = self._cap(part.text, message, index)
+                    piece = self._body(part.text, message, index)
                 case ReasoningPart():
                     open_line = False
-                    lines.append(f"Reasoning: {self._cap(part.text, message, index)}")
+                    lines.append(f"Reasoning: {self._body(part.text, message, index)}")
                 case ImagePart() | FilePart():
                     piece = self._attachment(part)
                 case ToolCallPart():
@@ -144,11 +145,11 @@ class _Renderer:
                         continue
                     self._seen_calls.add(part.tool_call_id)
                     args = part.args if isinstance(part.args, str) else _to_json(part.args)
-                    args = self._cap(args, message, index)
-                    lines.append(f"Tool Call {part.tool_name}{clock}: {args}")
+                    name = neutral_line(part.tool_name)
+                    lines.append(f"Tool Call {name}{clock}: {self._body(args, message, index)}")
                     if part.tool_call_id not in self._answered:
                         # Observed without a result: the run ended first (it will get none).
-                        lines.append(f"Tool Result {part.tool_name}: {_INTERRUPTED}")
+                        lines.append(f"Tool Result {name}: {_INTERRUPTED}")
                 case ToolResultPart():
                     open_line = False
                     lines.append(self._result(part, message, index))
@@ -157,7 +158,9 @@ class _Renderer:
                     continue
             if piece is None:
                 continue
-            if open_line:
+            if open_line and isinstance(part, TextPart):  # more text: quoted like its lines
+                lines.append(f"{QUOTED}{piece}".rstrip())
+            elif open_line:
                 lines.append(piece)
             else:
                 lines.append(f"{label}{time}: {piece}")
@@ -170,14 +173,20 @@ class _Renderer:
         if self.allow(part.media_type):
             self.attachments.append(part)
         if isinstance(part, ImagePart):
-            return f"Image: [Image #{self._number}: {part.filename or 'image'}]"
-        return f"File: [File #{self._number}: {part.filename or 'file'}]"
+            return f"Image: [Image #{self._number}: {neutral_line(part.filename or 'image')}]"
+        return f"File: [File #{self._number}: {neutral_line(part.filename or 'file')}]"
 
     def _result(self, part: ToolResultPart, message: Message, index: int) -> str:
         content = part.content
         text = content if isinstance(content, str) else _to_json(content)
         kind = "Tool Error" if part.is_error else "Tool Result"
-        return f"{kind} {part.tool_name}: {self._cap(text, message, index)}"
+        return f"{kind} {neutral_line(part.tool_name)}: {self._body(text, message, index)}"
+
+    def _body(self, text: str, message: Message, index: int) -> str:
+        """A part's text as the transcript shows it: neutral (:mod:`obsmem.neutral`: no tag,
+        every line after the first quoted), and capped. Neutralising changes no offsets, so the
+        cap's recall marker still points into the stored text."""
+        return neutral_block(self._cap(text, message, index))
 
     def _cap(self, text: str, message: Message, index: int) -> str:
         """``text`` when it fits the cap; else its head and tail (two thirds and one third of
@@ -240,10 +249,16 @@ def render_multi_thread_transcript(
     """
     renderer = _Renderer(tz=tz, estimator=estimator, cap=part_cap, allow=attachment_filter)
     blocks = [
-        f'<thread id="{thread_id}">\n{renderer.render(messages)}\n</thread>'
+        f'<thread id="{shown_thread_id(thread_id)}">\n{renderer.render(messages)}\n</thread>'
         for thread_id, messages in threads
     ]
     return "\n\n".join(blocks), renderer.attachments
+
+
+def shown_thread_id(thread_id: str) -> str:
+    """A thread id as the Observer is shown it (and answers with it): on one line, with no
+    tag or quote mark, so an id a client chose cannot close its own block."""
+    return neutral_line(thread_id)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +300,7 @@ def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenE
     previous = truncate_observations(
         inp.previous_observations, inp.previous_observer_tokens, estimator.count_text
     ).strip()
-    if previous:
+    if previous := neutral_log(previous):
         parts.append(
             "## Previous Observations\n\n"
             f"{previous}\n\n---\n\n"
@@ -298,10 +313,10 @@ def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenE
         ("thread-title", inp.prior_thread_title),
     ):
         if value:
-            prior.append(f"- prior {label}: {value}")
+            prior.append(f"- prior {label}: {neutral_block(value)}")
     for slug, value in inp.prior_values.items():
         shown = value if isinstance(value, str) else _to_json(value)
-        prior.append(f"<{slug}>{shown}</{slug}>")
+        prior.append(f"<{slug}>{neutral_block(shown)}</{slug}>")
     if prior:
         parts.append(
             "## Prior Thread Metadata\n\n"
@@ -452,10 +467,48 @@ async def observe_exchange(
                 "format asked."
             )
             continue
+        if (shortfall := lossy(parsed, inp, estimator)) is not None:
+            problem, advice = shortfall, _LOSSY
+            continue
         return ObserverExchange(parsed=parsed, result=result, request=request)
     raise ObserverOutputError(
         f"The Observer's answer was {problem} twice in a row; no observations were recorded and "
         f"the messages stay unobserved. {advice}"
+    )
+
+
+LOSSY_RATIO = 100
+"""Notes this many times shorter than the user and assistant text they cover are a lost
+answer, never a healthy cycle (:func:`lossy`)."""
+LOSSY_FLOOR = 1_500
+"""Below this many tokens of user and assistant text, any answer may be short enough."""
+LOSSY_MESSAGE_TOKENS = 200
+"""The most one message counts for: a pasted document may rightly become one line."""
+
+
+def lossy(parsed: ParsedOutput, inp: ObserverInput, estimator: TokenEstimator) -> str | None:
+    """What is wrong with an answer that covers far less than it was shown, or None.
+
+    Observations compress conversation 3-40x; an answer :data:`LOSSY_RATIO` times shorter than
+    the user and assistant text it was shown (tool output left out and each message counted up
+    to :data:`LOSSY_MESSAGE_TOKENS`: a page, pasted or fetched, may rightly become one line)
+    lost its notes somewhere, for example inside reasoning that was stripped, or
+    behind a tag the parser took for the end of the block. Committing it would move the cursor
+    past messages nobody noted."""
+    messages = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
+    shown = sum(
+        min(estimator.count_text(m.text), LOSSY_MESSAGE_TOKENS)
+        for m in messages
+        if m.role in ("user", "assistant")
+    )
+    if shown < LOSSY_FLOOR:
+        return None
+    written = estimator.count_text(parsed.observations)
+    if written * LOSSY_RATIO >= shown:
+        return None
+    return (
+        f"far shorter than the conversation it covers ({written:,} tokens of notes for "
+        f"{shown:,} tokens of user and assistant text)"
     )
 
 
@@ -490,6 +543,10 @@ def _echoes(answer: str, transcript: str) -> bool:
     return any(line.strip() in said for line in answer.splitlines())
 
 
+_LOSSY = (
+    "The notes may have been written inside the model's reasoning, or cut short; use a "
+    "stronger observation model if this keeps happening."
+)
 _RAMBLES = (
     "Use a stronger observation model, or check the server's chat template for it (a wrong "
     "template makes a model ramble); no max_tokens setting of the model's is at fault, obsmem "

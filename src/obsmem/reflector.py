@@ -20,6 +20,7 @@ from obsmem.errors import ConfigError, ObserverOutputError
 from obsmem.llm import LLMRequest, LLMResult, ModelCaller
 from obsmem.models import ModelSpec
 from obsmem.models.streaming import REPEATING
+from obsmem.neutral import neutral_block, neutral_log
 from obsmem.observations import dropped_critical_dates
 from obsmem.prompts import reflector_system_prompt
 from obsmem.tokens import TokenEstimator
@@ -122,15 +123,16 @@ def strip_group_tags(log: str) -> str:
 
 def reflector_user_message(inp: ReflectorInput, level: int) -> str:
     """The text of the Reflector's user message at compression ``level``."""
+    log = neutral_log(strip_group_tags(inp.observations).strip())
     parts = [
-        f"## Observations to Reflect On\n\n{strip_group_tags(inp.observations).strip()}\n\n---",
+        f"## Observations to Reflect On\n\n{log}\n\n---",
         "Write the refined observations inside <observations>. They will become the ENTIRE "
         "memory and replace everything above, so include everything that still matters.",
     ]
     if inp.prior_values:
         shown = [
-            f"<{slug}>{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</{slug}>"
-            for slug, v in inp.prior_values.items()
+            f"<{slug}>{neutral_block(_as_text(value))}</{slug}>"
+            for slug, value in inp.prior_values.items()
         ]
         parts.append(
             "## Prior Extracted Values\n\n"
@@ -149,6 +151,10 @@ def reflector_user_message(inp: ReflectorInput, level: int) -> str:
     else:
         parts.append("Output <observations> every time.")
     return "\n\n".join(parts)
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _levels(start_level: int, max_level: int | None) -> range:

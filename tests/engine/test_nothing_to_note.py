@@ -197,9 +197,9 @@ async def test_small_talk_imitating_the_format_is_no_alarm_for_a_model_that_copi
             for p in m.parts
             if isinstance(p, pa.UserPromptPart) and isinstance(p.content, str)
         ]
-        return pa.ModelResponse(
-            parts=[pa.TextPart(content=prompt if copies == "the whole prompt" else HOSTILE)]
-        )
+        if copies == "the newest message":  # as shown: from its role label to the end
+            prompt = prompt[prompt.rindex("\nUser (") + 1 :]
+        return pa.ModelResponse(parts=[pa.TextPart(content=prompt)])
 
     om = engine(
         store,

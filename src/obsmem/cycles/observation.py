@@ -14,6 +14,7 @@ from ..errors import ModelError, ObserverOutputError
 from ..events import Trigger
 from ..extractors import ExtractionResult
 from ..messages import Message
+from ..observer import shown_thread_id
 from ..planner import (
     Batch,
     activatable_chunks,
@@ -477,13 +478,14 @@ def _read_group(
     """Give one answer's thread blocks to the threads of its group (a one-thread answer
     written without its block is that thread's); the thread ids it covered."""
     parsed = run.parsed
-    ids = [t for t, _ in group]
-    matched = match_thread_blocks(ids, parsed.threads)
+    shown = {shown_thread_id(t): t for t, _ in group}  # the ids as the Observer saw them
+    matched = {shown[s]: p for s, p in match_thread_blocks(list(shown), parsed.threads).items()}
     if not matched and len(group) == 1 and not parsed.threads:
-        matched = {ids[0]: parsed}  # one thread, written without its block: it is that one
+        matched = {group[0][0]: parsed}  # one thread, written without its block: it is that one
     for t, part in matched.items():
         if part.observations.strip():
-            sections.append(f'<thread id="{t}">\n{part.observations.strip()}\n</thread>')
+            block = f'<thread id="{shown_thread_id(t)}">\n{part.observations.strip()}\n</thread>'
+            sections.append(block)
         per_thread[t] = _with_thread_sections(part, parsed) if is_main else part
     return set(matched)
 
@@ -526,7 +528,7 @@ def _with_groups(
         if deps.options.scope == "thread":
             text = label(text, group)
         else:
-            opening = f'<thread id="{batch.thread_id}">\n'
+            opening = f'<thread id="{shown_thread_id(batch.thread_id)}">\n'
             text = text.replace(
                 opening, f"{opening}[recall range {group.start_id}:{group.end_id}]\n", 1
             )
