@@ -113,6 +113,9 @@ class StrictServer:
     """The model ``/v1/models`` lists (vLLM and Ollama serve named models)."""
     named_model_only: bool = False
     """Refuse a request for any other model than ``model_id`` with a 404, as vLLM does."""
+    refuse: Callable[[dict[str, Any]], tuple[int, str] | None] | None = None
+    """The status and message to refuse a request with (None: serve it), after the rules
+    above: an upstream that refuses some calls (a key it does not take)."""
     requests: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     refusals: list[str] = field(default_factory=list[str])
     streamed_pieces: int = 0
@@ -276,6 +279,8 @@ class StrictServer:
                 return
             self.requests.append(body)
             refused = self.check(body)
+            if refused is None and self.refuse is not None:
+                refused = self.refuse(body)
             if len(self.requests) <= self.outage:
                 refused = (503, "Service Unavailable: loading model")
             overflow = self._overflow(body) if refused is None else None

@@ -255,6 +255,30 @@ async def test_non_transient_error_is_wrapped_without_retry(
     assert str(span.events[0].attributes["exception.type"]).endswith("ModelError")
 
 
+ECHOED = "sk-proj-Q7vX2mNcR4tY8uWz1aBd5eFg9hJk3LpS"
+
+
+@pytest.mark.parametrize(("status", "retried"), [(401, False), (503, True)])
+async def test_a_key_the_provider_echoes_leaves_in_no_error_activity_or_span(
+    caller: ModelCaller, spans: InMemorySpanExporter, status: int, retried: bool
+) -> None:
+    """A refusal that echoes the key (not retried, or retried until the budget ends): the
+    error raised, what activity listeners are told and the span all say it without the key."""
+    body = {"error": {"message": f"Incorrect API key provided: Bearer {ECHOED}"}}
+    errors: list[Exception] = [ModelHTTPError(status, "flaky", body) for _ in range(2)]
+    seen: list[llm.CallActivity] = []
+    caller.add_activity_listener(seen.append)
+    with pytest.raises(ModelError) as info:
+        await caller.call(request(failing(errors, []), retry_budget=0.0 if retried else 5.0))
+    told = [activity.describe() for activity in seen]
+    [span] = spans.get_finished_spans()
+    recorded = [str(v) for e in span.events for v in (e.attributes or {}).values()]
+    for text in [str(info.value), *told, span.status.description or "", *recorded]:
+        assert ECHOED not in text
+    assert "[redacted]" in str(info.value)
+    assert [e.name for e in span.events] == ["exception"]
+
+
 async def test_timeout_becomes_model_error(caller: ModelCaller) -> None:
     never = asyncio.Event()
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from .errors import ConfigError, MissingExtraError, ModelError
+from .redaction import redact
 
 __all__ = ["Embedder", "MiniLMEmbedder", "ProviderEmbedder", "resolve_embedder"]
 
@@ -194,7 +195,7 @@ class ProviderEmbedder:
         try:
             self._embedder = PydanticEmbedder(f"{provider}:{model}")
         except Exception as exc:
-            raise ModelError(f"cannot use embedding model {self.name}: {exc}") from exc
+            raise ModelError(f"cannot use embedding model {self.name}: {redact(str(exc))}") from exc
 
     async def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -202,7 +203,7 @@ class ProviderEmbedder:
         try:
             result = await self._embedder.embed_documents(list(texts))
         except Exception as exc:
-            raise ModelError(f"embedding with {self.name} failed: {exc}") from exc
+            raise ModelError(f"embedding with {self.name} failed: {redact(str(exc))}") from exc
         vectors = [_unit([float(v) for v in e]) for e in result.embeddings]
         if vectors and not self.dimensions:
             self.dimensions = len(vectors[0])

@@ -4,7 +4,9 @@ A failed Observer or Reflector cycle leaves a :class:`FailureState` in the metad
 log belongs to (the thread in thread scope, the resource in resource scope; a thread of a
 resource log that failed on its own keeps its own). The next success clears it. Every reader
 (``Memory.status``, ``obsmem inspect``, the demo and replay summaries, the plot) shows it, so a
-memory that stopped working is never silent; :func:`advice` names the fix.
+memory that stopped working is never silent; :func:`advice` names the fix. The error is
+redacted on the way in (and on reading one stored before redaction): it is shown to everyone
+who reads the log's state, so no key a provider echoed may stay in it (``obsmem.redaction``).
 
 Pure: no I/O, no store.
 """
@@ -18,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 from .meta_keys import META_FAILURE
+from .redaction import redact
 
 __all__ = [
     "FailureState",
@@ -81,7 +84,7 @@ class FailureState:
             thread = data.get("thread_id")
             return cls(
                 role=role,
-                error=str(data["error"]),
+                error=redact(str(data["error"])),
                 model=str(data["model"]) if data.get("model") else None,
                 first_at=datetime.fromisoformat(data["first_at"]),
                 last_at=datetime.fromisoformat(data["last_at"]),
@@ -130,10 +133,11 @@ def next_failure(
     left_out: int,
     thread_id: str | None = None,
 ) -> FailureState:
-    """The state after one more failure (a first one when ``previous`` is None)."""
+    """The state after one more failure (a first one when ``previous`` is None), its error
+    redacted."""
     return FailureState(
         role=role,
-        error=error,
+        error=redact(error),
         model=model,
         first_at=previous.first_at if previous is not None else now,
         last_at=now,

@@ -33,6 +33,7 @@ from obsmem.models.retry import call_with_retry, describe_exception, last_error
 from obsmem.models.settings import call_settings
 from obsmem.models.specs import ModelByInputTokens, ModelSpec
 from obsmem.models.streaming import RunawayGuard, can_stream, check_every, read_checked
+from obsmem.redaction import redact, remember_model_keys
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
@@ -208,55 +209,67 @@ class ModelCaller:
         if request.model == LOCAL_PLACEHOLDER:
             request = replace(request, model=await self._in_place_of_placeholder())
         tracer = trace.get_tracer("obsmem")
-        with tracer.start_as_current_span(f"obsmem.{request.role}") as span:
-            span.set_attributes(
-                {
-                    "gen_ai.operation.name": "chat",
-                    "obsmem.operation": request.operation,
-                    "obsmem.cycle_id": request.cycle_id,
-                    "obsmem.input_tokens_estimate": request.input_tokens,
-                }
-            )
-            model, tier = self._choose_model(request)
-            if tier is not None:
-                span.set_attribute("obsmem.model_tier", tier)
-            span.set_attribute("gen_ai.request.model", model.model_name)
-            provider = provider_of(model)
-            if provider is not None:
-                span.set_attribute("gen_ai.provider.name", provider)
-
-            self._calls += 1
-            call_id, attempts = self._calls, [1]
-
-            def tell(kind: Literal["start", "retry", "end"], **detail: Any) -> None:
-                elapsed = time.perf_counter() - started
-                self._tell(
-                    CallActivity(
-                        kind=kind,
-                        request=request,
-                        call_id=call_id,
-                        model_name=model.model_name,
-                        attempt=attempts[0],
-                        elapsed=elapsed,
-                        **detail,
-                    )
-                )
-
-            def on_retry(attempt: int, error: BaseException, delay: float) -> None:
-                attempts[0] = attempt
-                tell("retry", error=error, delay=delay)
-
-            tell("start")
+        # The span records a failure itself, redacted: OpenTelemetry's own record would carry
+        # the provider's error (the cause chain's stack trace) as it was, key and all.
+        with tracer.start_as_current_span(
+            f"obsmem.{request.role}", record_exception=False, set_status_on_exception=False
+        ) as span:
             try:
-                response, cut_off = await self._request(request, model, on_retry)
+                return await self._call_in_span(request, span, started)
             except BaseException as exc:
-                tell("end", error=exc)
+                _record_failure(span, exc)
                 raise
-            tell("end")
-            result = _result_of(response, model, provider, cut_off, started=started, span=span)
-            for listener in list(self._listeners):
-                listener(request, result)
-            return result
+
+    async def _call_in_span(self, request: LLMRequest, span: Span, started: float) -> LLMResult:
+        """``call`` within its span: choose the model, tell the listeners, send the request."""
+        span.set_attributes(
+            {
+                "gen_ai.operation.name": "chat",
+                "obsmem.operation": request.operation,
+                "obsmem.cycle_id": request.cycle_id,
+                "obsmem.input_tokens_estimate": request.input_tokens,
+            }
+        )
+        model, tier = self._choose_model(request)
+        if tier is not None:
+            span.set_attribute("obsmem.model_tier", tier)
+        span.set_attribute("gen_ai.request.model", model.model_name)
+        provider = provider_of(model)
+        if provider is not None:
+            span.set_attribute("gen_ai.provider.name", provider)
+
+        self._calls += 1
+        call_id, attempts = self._calls, [1]
+
+        def tell(kind: Literal["start", "retry", "end"], **detail: Any) -> None:
+            elapsed = time.perf_counter() - started
+            self._tell(
+                CallActivity(
+                    kind=kind,
+                    request=request,
+                    call_id=call_id,
+                    model_name=model.model_name,
+                    attempt=attempts[0],
+                    elapsed=elapsed,
+                    **detail,
+                )
+            )
+
+        def on_retry(attempt: int, error: BaseException, delay: float) -> None:
+            attempts[0] = attempt
+            tell("retry", error=error, delay=delay)
+
+        tell("start")
+        try:
+            response, cut_off = await self._request(request, model, on_retry)
+        except BaseException as exc:
+            tell("end", error=exc)
+            raise
+        tell("end")
+        result = _result_of(response, model, provider, cut_off, started=started, span=span)
+        for listener in list(self._listeners):
+            listener(request, result)
+        return result
 
     async def _in_place_of_placeholder(self) -> str:
         """The model to call for the placeholder ``openai/local``: the one the server at
@@ -317,11 +330,14 @@ class ModelCaller:
         return model
 
     def _choose_model(self, request: LLMRequest) -> tuple[Model, int | None]:
-        """The pydantic-ai model for ``request`` and, when routed, the chosen tier's limit."""
+        """The pydantic-ai model for ``request`` and, when routed, the chosen tier's limit.
+        Its key is remembered for redaction before it is sent (``obsmem.redaction``)."""
         spec, tier = request.model, None
         if isinstance(spec, ModelByInputTokens):
             tier, spec = spec.select(request.input_tokens)
-        return self.resolve(spec), tier
+        model = self.resolve(spec)
+        remember_model_keys(model)
+        return model, tier
 
     async def _request(
         self,
@@ -347,11 +363,10 @@ class ModelCaller:
                 if not _refuses_attachments(exc):
                     raise
                 log.warning(
-                    "%s: the server refused a request with attachments (HTTP %s: %s); sending "
-                    "their text placeholders from now on",
+                    "%s: the server refused a request with attachments (%s); sending their "
+                    "text placeholders from now on",
                     what,
-                    getattr(exc, "status_code", None),
-                    exc,
+                    describe_exception(exc),
                 )
                 self._text_only.add(key)
                 return await _send(model, text_only, settings, guard)
@@ -423,8 +438,29 @@ def _call_error(exc: Exception, what: str, *, timeout: float | None, timed_out: 
             "raise the timeout, or use a faster model or smaller inputs"
         )
     return ModelError(
-        f"{what} failed: {type(exc).__name__}: {exc}. This error is not retried; check "
-        "the model name, its settings and the provider account"
+        f"{what} failed: {type(exc).__name__}: {redact(str(exc))}. This error is not retried; "
+        "check the model name, its settings and the provider account"
+    )
+
+
+def _record_failure(span: Span, exc: BaseException) -> None:
+    """What OpenTelemetry records of an exception that leaves a span (its status, an
+    ``exception`` event), with the text redacted and without the cause chain: the chain holds
+    the provider's own error as it came."""
+    import traceback
+
+    from opentelemetry.trace import Status, StatusCode
+
+    message = redact(str(exc))
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"))
+    span.add_event(
+        "exception",
+        {
+            "exception.type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "exception.message": message,
+            "exception.stacktrace": redact("".join(traceback.format_exception(exc, chain=False))),
+            "exception.escaped": "True",
+        },
     )
 
 

@@ -26,6 +26,7 @@ from ..models.environment import LOCAL_PLACEHOLDER
 from ..observations import boundary_line
 from ..options import ResolvedOptions
 from ..planner import Backoff
+from ..redaction import redact
 from ..snapshot import Snapshot, ThreadState
 from ..stores import (
     Store,
@@ -180,13 +181,14 @@ def wants_title(state: ThreadState | None, generation: int) -> bool:
 
 
 def describe_error(exc: BaseException) -> str:
-    """A failed cycle's error in one line. A timeout names the last error the call met before
-    it ran out of time (``timed out; last error: HTTP 500: ...``), when there was one."""
+    """A failed cycle's error in one line, redacted: it goes to the ledger, the events, the
+    hooks and the failure state. A timeout names the last error the call met before it ran out
+    of time (``timed out; last error: HTTP 500: ...``), when there was one."""
     if isinstance(exc, TimeoutError):
         from ..models.retry import describe_exception, last_error
 
         last = last_error(exc)
         return "timed out" if last is None else f"timed out; last error: {describe_exception(last)}"
     if isinstance(exc, ModelError | StoreError):
-        return str(exc)
-    return f"{type(exc).__name__}: {exc}"
+        return redact(str(exc))
+    return redact(f"{type(exc).__name__}: {exc}")

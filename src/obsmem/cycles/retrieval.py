@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 
+from ..errors import ModelError
 from ..messages import Message
 from ..observations import strip_recall_ranges
 from ..records import GroupEmbedding, MessageRange, ObservationGroup
@@ -128,5 +129,7 @@ async def index_groups(deps: Deps, groups: Sequence[ObservationGroup]) -> None:
                 for g, v in zip(groups, vectors, strict=True)
             ]
         )
+    except ModelError as exc:  # its message is redacted; its cause's traceback would not be
+        log.warning("obsmem could not embed %d observation group(s): %s", len(groups), exc)
     except Exception:
         log.exception("obsmem could not embed %d observation group(s)", len(groups))

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Literal, TypeAlias, TypeVar
 
 from obsmem.errors import ModelError
+from obsmem.redaction import redact
 
 __all__ = ["RetryListener", "call_with_retry", "describe_exception", "is_transient", "last_error"]
 
@@ -166,7 +167,8 @@ def _server_message(exc: BaseException) -> str:
 
 def describe_exception(exc: BaseException) -> str:
     """``exc`` in a few words for a person: ``HTTP 500: <the server's message>`` for an error
-    answer from a server (the first in the cause chain), else ``Type: message``."""
+    answer from a server (the first in the cause chain), else ``Type: message``; secrets the
+    message echoes are redacted (``obsmem.redaction``)."""
     for link in _chain(exc):
         status = _status_code(link)
         if status is not None:
@@ -176,8 +178,8 @@ def describe_exception(exc: BaseException) -> str:
 
 
 def _squash(text: str, limit: int = 300) -> str:
-    """One line of at most ``limit`` characters, without a closing full stop."""
-    line = " ".join(text.split()).rstrip(".")
+    """One redacted line of at most ``limit`` characters, without a closing full stop."""
+    line = " ".join(redact(text).split()).rstrip(".")
     return line if len(line) <= limit else line[: limit - 1].rstrip() + "…"
 
 
