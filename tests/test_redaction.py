@@ -109,3 +109,23 @@ def test_a_cycle_error_and_the_failure_state_are_redacted() -> None:
     assert read is not None
     assert read.error == f"HTTP 401: {REDACTED}"
     assert secret not in read.summary()
+
+
+def test_a_ledger_row_stored_before_redaction_is_read_redacted() -> None:
+    from obsmem.records import CycleRecord
+    from obsmem.stores.rows import cycle_from_row, cycle_row
+
+    secret = "sk-proj-Q7vX2mNcR4tY8uWz1aBd5eFg9hJk3LpS"
+    row = CycleRecord(
+        cycle_id="c-1",
+        key="thread:t",
+        resource_id="r",
+        thread_ids=("t",),
+        kind="observation",
+        outcome="failed",
+        error=f"HTTP 401: Incorrect API key provided: {secret}",
+        started_at=NOW,
+        duration_ms=1.0,
+    )
+    read = cycle_from_row(cycle_row(row))
+    assert read.error == f"HTTP 401: Incorrect API key provided: {REDACTED}"

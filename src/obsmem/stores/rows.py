@@ -10,6 +10,7 @@ from typing import Any, cast
 
 from ..messages import Message, Role, part_from_dict, part_to_dict
 from ..records import CycleRecord, GroupEmbedding, OMRecord, Thread
+from ..redaction import redact
 from ..vectors import encode
 from .codec import (
     chunks_from_json,
@@ -247,7 +248,7 @@ def cycle_from_row(row: Row) -> CycleRecord:
         thread_ids=tuple(loads(row[3])),
         kind=row[5],
         outcome=row[6],
-        error=row[7],
+        error=None if row[7] is None else redact(row[7]),  # a row stored before redaction
         started_at=dt_from_text(row[8]),
         duration_ms=float(row[9]),
         model=row[10],
