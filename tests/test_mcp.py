@@ -243,12 +243,14 @@ async def test_a_recall_for_another_resources_thread_gets_nothing(db: str) -> No
     async with stdio(db, "--resource", "alice", model_url=None) as alice:
         stored = data(await ok(alice, "remember", {"messages": chat(FACT), "thread_id": "diary"}))
     secret = stored["stored"][0]["id"]
+    assert stored["thread_id"] == "mcp:alice:diary"
     async with stdio(db, "--resource", "mallory", model_url=None) as mallory:
         await ok(mallory, "remember", {"messages": chat("Hello there.")})
         answers = [
             text(await ok(mallory, "recall", arguments))
             for arguments in (
                 {"thread_id": "diary"},
+                {"thread_id": stored["thread_id"]},
                 {"cursor": secret},
                 {"cursor": secret, "part_index": 0},
                 {"mode": "threads"},
@@ -258,20 +260,59 @@ async def test_a_recall_for_another_resources_thread_gets_nothing(db: str) -> No
         for answer in answers:
             assert "4417" not in answer, answer
             assert "favorite" not in answer, answer
-        assert "No thread 'diary'" in answers[0]
-        assert "No message" in answers[1]
-        # Nor can the model write to it, or read its memory, by naming it.
+        assert "No thread 'mcp:mallory:diary'" in answers[0]
+        assert "No message" in answers[2]
+        # Nor can the model write to it, or read its memory, by naming it: the name is
+        # mallory's own conversation.
         for tool, arguments in (
             ("remember", {"messages": chat("I am alice now."), "thread_id": "diary"}),
             ("memory_context", {"thread_id": "diary"}),
             ("memory_status", {"thread_id": "diary"}),
         ):
-            message = await refused(mallory, tool, arguments)
-            assert "cannot be used here: give another thread_id" in message
+            result = await ok(mallory, tool, arguments)
+            assert data(result)["thread_id"] == "mcp:mallory:diary"
+            assert "4417" not in text(result)
     async with stdio(db, "--resource", "alice", model_url=None) as alice:
         mine = text(await ok(alice, "recall", {"thread_id": "diary"}))
         assert FACT in mine
         assert "I am alice now" not in mine
+
+
+async def test_a_client_cannot_squat_another_resources_thread_ids(tmp_path: Path) -> None:
+    """Bob's client names alice's default conversation and the ids alice's client uses before
+    alice does: each is a conversation of bob's own. Alice's server still gets its default
+    conversation and her ids, and bob never sees her memory."""
+    db = str(tmp_path / "memory.db")
+    taken = ("mcp:alice", "diary", "mcp:alice:diary")
+    async with stdio(db, "--resource", "bob", model_url=None) as bob:
+        bobs = [
+            data(
+                await ok(
+                    bob, "remember", {"messages": chat(f"Bob was first ({t})."), "thread_id": t}
+                )
+            )
+            for t in taken
+        ]
+    async with stdio(db, "--resource", "alice", model_url=None) as alice:
+        own = data(await ok(alice, "remember", {"messages": chat(FACT)}))
+        diary = data(await ok(alice, "remember", {"messages": chat(FACT), "thread_id": "diary"}))
+        shown = [
+            text(await ok(alice, "memory_context", {"thread_id": t, "include_messages": True}))
+            for t in ("mcp:alice", "diary")
+        ]
+    assert (own["thread_id"], diary["thread_id"]) == ("mcp:alice", "mcp:alice:diary")
+    for context in shown:
+        assert FACT in context
+        assert "Bob was first" not in context
+    assert [b["thread_id"] for b in bobs] == [f"mcp:bob:{t}" for t in taken]
+    async with stdio(db, "--resource", "bob", model_url=None) as bob:
+        seen = [text(await ok(bob, "recall", {"mode": "threads"}))]
+        for thread_id in taken:
+            seen.append(text(await ok(bob, "recall", {"thread_id": thread_id})))
+            arguments = {"thread_id": thread_id, "include_messages": True}
+            seen.append(text(await ok(bob, "memory_context", arguments)))
+    for said in seen:
+        assert "4417" not in said, said
 
 
 async def test_bad_arguments_are_tool_errors_that_say_what_to_send(tmp_path: Path) -> None:

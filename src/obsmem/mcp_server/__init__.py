@@ -3,8 +3,9 @@
 The server serves one resource (``--resource``, or ``OBSMEM_RESOURCE``): every tool reads and
 writes that resource's memory only, whatever the model passes. With ``--thread`` (or
 ``OBSMEM_THREAD``) it serves one conversation and nothing else (recall too stays in it);
-without, a call may name any conversation of the resource with ``thread_id`` (one that belongs
-to another resource is refused), and the default one is ``mcp:<resource>``.
+without, a call may name any conversation of the resource with ``thread_id``, stored in the
+resource's own namespace (``mcp:<resource>:<thread_id>``, :mod:`.ids`), so no other resource's
+client can take it; the default one is ``mcp:<resource>``.
 
 Tools: ``recall`` (the library's recall tool, the same modes, budgets and boundary),
 ``memory_context`` (the observation log and working memory, for clients that keep their own
@@ -28,8 +29,9 @@ from .arguments import (
     parse_messages,
 )
 from .command import add
+from .ids import default_thread
 from .server import build_server
-from .tools import MemoryTools, ToolAnswer, default_thread
+from .tools import MemoryTools, ToolAnswer
 
 __all__ = [
     "MAX_CONTENT_CHARS",

@@ -76,8 +76,9 @@ def add(sub: Any) -> None:
     parser.add_argument(
         "--thread",
         default=os.environ.get("OBSMEM_THREAD") or None,
-        help="serve only this conversation (default: OBSMEM_THREAD; without it, calls may name "
-        "any conversation of the resource, by default mcp:RESOURCE)",
+        help="serve only this conversation, its id as given (default: OBSMEM_THREAD; without "
+        "it, calls may name any conversation of the resource, by default mcp:RESOURCE; the id "
+        "ID a call names is stored as mcp:RESOURCE:ID, so no other resource can take it)",
     )
     add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
     parser.add_argument(

@@ -1,5 +1,6 @@
 """The MCP tools' logic over one :class:`~obsmem.Memory`, without the SDK: which conversation a
-call may use, and what each tool does and answers."""
+call may use (a client's ids are namespaced per resource, :mod:`.ids`), and what each tool does
+and answers."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
-from ..errors import ConfigError, check_id
+from ..errors import MAX_ID_LENGTH, ConfigError, check_id
 from ..messages import Message
 from .arguments import MAX_WORKING_MEMORY_CHARS, BadArguments, kind, parse_messages
+from .ids import default_thread, legacy_ids, longest_client_id, namespaced
 
 if TYPE_CHECKING:
     from ..memory import Memory
+    from ..records import Thread
 
 __all__ = ["MemoryTools", "ToolAnswer", "default_thread"]
 
@@ -25,19 +28,21 @@ class ToolAnswer:
     data: dict[str, Any]
 
 
-def default_thread(resource: str) -> str:
-    """The conversation a server without ``--thread`` uses when a call names none."""
-    return f"mcp:{resource}"
-
-
 class MemoryTools:
     """The MCP tools over one :class:`~obsmem.Memory`, bound to ``resource`` (and, when
-    ``thread`` is given, to that conversation only)."""
+    ``thread`` is given, to that conversation only, its id as given)."""
 
     def __init__(self, memory: Memory, *, resource: str, thread: str | None = None) -> None:
         check_id("--resource", resource)
         if thread is not None:
             check_id("--thread", thread)
+        elif longest_client_id(resource) < 1:
+            raise ConfigError(
+                "--resource",
+                resource[:40] + "...",
+                f"without --thread the resource's conversations are stored as mcp:<resource>:<id>"
+                f", at most {MAX_ID_LENGTH} characters: give a shorter resource or a --thread",
+            )
         self.memory = memory
         self.resource = resource
         self.locked = thread is not None
@@ -47,28 +52,51 @@ class MemoryTools:
 
     async def conversation(self, thread_id: object) -> str:
         """The thread a call works on: the server's, or (without ``--thread``) the one named,
-        when it is new or belongs to the bound resource."""
+        in the resource's namespace (:mod:`.ids`), when it is new or belongs to the resource."""
         return (await self._conversation(thread_id))[0]
 
-    async def _conversation(self, thread_id: object) -> tuple[str, int]:
-        """The thread a call works on and how many messages it has stored."""
+    def _given(self, thread_id: object) -> str | None:
+        """``thread_id`` checked: None for the default conversation."""
         if thread_id is None or thread_id == "":
-            chosen = self.thread
-        elif not isinstance(thread_id, str):
+            return None
+        if not isinstance(thread_id, str):
             raise BadArguments(
                 f"thread_id must be a string (a conversation id), not {kind(thread_id)}; "
                 "leave it out for the default conversation"
             )
-        elif self.locked and thread_id != self.thread:
+        if self.locked and thread_id != self.thread:
             raise BadArguments(
                 f"this server serves only the conversation {self.thread!r}: leave thread_id out"
             )
-        else:
-            try:
-                chosen = check_id("thread_id", thread_id)
-            except ConfigError as exc:
-                raise BadArguments(f"thread_id: {exc.rule}") from None
+        try:
+            check_id("thread_id", thread_id)
+        except ConfigError as exc:
+            raise BadArguments(f"thread_id: {exc.rule}") from None
+        if not self.locked and len(namespaced(self.resource, thread_id)) > MAX_ID_LENGTH:
+            raise BadArguments(
+                f"thread_id has {len(thread_id)} characters: give at most "
+                f"{longest_client_id(self.resource)} (this server stores it after its prefix "
+                f"{self.thread}:)"
+            )
+        return thread_id
+
+    async def _stored(self, given: str | None) -> tuple[str, Thread | None]:
+        """The stored id ``given`` names and that thread, if it exists: the namespaced id, or
+        one an earlier version stored it under, when that one is the resource's (:mod:`.ids`)."""
+        if self.locked:
+            return self.thread, await self.memory.thread(self.thread)
+        chosen = namespaced(self.resource, given)
         found = await self.memory.thread(chosen)
+        if found is None:
+            for old in legacy_ids(self.resource, given):
+                earlier = await self.memory.thread(old)
+                if earlier is not None and earlier.resource_id == self.resource:
+                    return old, earlier
+        return chosen, found
+
+    async def _conversation(self, thread_id: object) -> tuple[str, int]:
+        """The thread a call works on and how many messages it has stored."""
+        chosen, found = await self._stored(self._given(thread_id))
         if found is not None and found.resource_id != self.resource:
             fix = (
                 "start the server with another --thread"
@@ -109,6 +137,9 @@ class MemoryTools:
                 f"limit {checked.limit}: at most {MAX_LIMIT} messages a page (page on with page=2)"
             )
         thread = await self.conversation(None)
+        if not self.locked and checked.thread_id not in (None, "", "current"):
+            stored, _ = await self._stored(checked.thread_id)
+            checked = checked.model_copy(update={"thread_id": stored})
         recall = self.memory.recall_function(self._ref(thread))
         text = await recall(**checked.model_dump())
         return ToolAnswer(text=text, data={"thread_id": thread, "answer": text})

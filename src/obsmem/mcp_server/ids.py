@@ -1,0 +1,60 @@
+"""Which stored conversation an MCP client's ``thread_id`` names: ids are namespaced per resource.
+
+Thread ids are one namespace in the store, and the model picks ``thread_id``. So that no client
+can take an id another resource's server will need (its default conversation, or any id its
+client uses), the server of resource ``R`` stores its conversations under its own prefix:
+
+- the default conversation is ``mcp:<R>`` (:func:`default_thread`);
+- any other id ``X`` a client sends is stored as ``mcp:<R>:<X>`` (:func:`namespaced`), unless
+  ``X`` is already that server's (``mcp:<R>`` itself, or starting with ``mcp:<R>:``), which names
+  that conversation as it is: the ids the tools report can be sent back.
+
+``<R>`` is the resource with ``%`` written ``%25`` and ``:`` written ``%3A``, so it holds no
+``:``, and a stored id names the one resource whose server can reach it: two resources never
+share a stored id, and the ids one resource's clients reach are exactly those starting with
+its prefix. (A resource without ``%`` or ``:`` keeps the default ``mcp:<resource>`` of earlier
+versions.) An operator's ``--thread ID`` is not a client's id: it stays literal.
+
+Conversations that earlier versions stored under a client's id as it was (``diary``, not
+``mcp:<R>:diary``) stay reachable by that id (:func:`legacy_ids`): a server uses such a stored
+conversation when it belongs to its own resource and the namespaced one does not exist yet.
+"""
+
+from __future__ import annotations
+
+from ..errors import MAX_ID_LENGTH
+
+__all__ = ["default_thread", "legacy_ids", "longest_client_id", "namespaced"]
+
+
+def _escaped(resource: str) -> str:
+    return resource.replace("%", "%25").replace(":", "%3A")
+
+
+def default_thread(resource: str) -> str:
+    """The conversation a server without ``--thread`` uses when a call names none:
+    ``mcp:<resource>`` (``%`` and ``:`` in the resource escaped as ``%25`` and ``%3A``)."""
+    return f"mcp:{_escaped(resource)}"
+
+
+def namespaced(resource: str, thread_id: str | None) -> str:
+    """The stored id of the conversation a client of ``resource``'s server names ``thread_id``
+    (None or empty: the default conversation)."""
+    home = default_thread(resource)
+    if not thread_id or thread_id == home or thread_id.startswith(f"{home}:"):
+        return thread_id or home
+    return f"{home}:{thread_id}"
+
+
+def legacy_ids(resource: str, thread_id: str | None) -> list[str]:
+    """The ids an earlier version stored the same conversation under: the client's id as it
+    was, or, for the default, ``mcp:<resource>`` unescaped. Used only when the namespaced
+    conversation does not exist and the old one belongs to ``resource``."""
+    old = thread_id or f"mcp:{resource}"
+    return [] if old == namespaced(resource, thread_id) else [old]
+
+
+def longest_client_id(resource: str) -> int:
+    """The longest ``thread_id`` a client of ``resource``'s server may send (its stored id, with
+    the prefix, is at most ``MAX_ID_LENGTH`` characters)."""
+    return MAX_ID_LENGTH - len(default_thread(resource)) - 1
