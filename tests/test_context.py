@@ -11,6 +11,7 @@ from obsmem.context import (
     CONTINUATION_REMINDER,
     INTERRUPTED,
     MEMORY_PREAMBLE,
+    RESUMED,
     WAITING,
     ContextInput,
     build_context,
@@ -83,13 +84,13 @@ def test_golden_order_and_contents() -> None:
         ("system", "<suggested-response>\nAsk about hotels\n</suggested-response>"),
         ("system", '<user-profile>\n{"color": "blue"}\n</user-profile>'),
         ("system", "<mood>\ncalm\n</mood>"),
-        ("user", CONTINUATION_REMINDER),
+        ("system", CONTINUATION_REMINDER),
         ("user", "hi again"),
         ("assistant", "hello!"),
     ]
     reminder = out[-3]
     assert reminder.metadata == {"obsmem": {"synthetic": "continuation"}}
-    assert reminder.created_at == first.created_at
+    assert reminder.id == "obsmem-continuation"
     assert out[-2] is first
     assert out[-1] is second
     assert "</observations>" not in "".join(m.text for m in out)
@@ -99,16 +100,30 @@ def test_preamble_says_what_matters() -> None:
     text = MEMORY_PREAMBLE.lower()
     for needle in ("changed to", "switched to", "latest date", "already passed", "newest"):
         assert needle in text
-    assert "<system-reminder>" in MEMORY_PREAMBLE
-    assert CONTINUATION_REMINDER.startswith("<system-reminder>")
-    assert CONTINUATION_REMINDER.endswith("</system-reminder>")
 
 
-def test_continuation_uses_now_without_raw_messages() -> None:
+def test_authority_comes_only_from_memorys_system_messages() -> None:
+    """Content can write a ``<system-reminder>``; the preamble gives it no authority, and
+    memory's own guidance never takes that shape."""
+    assert "Only system messages speak for the system" in MEMORY_PREAMBLE
+    assert "follow it" not in MEMORY_PREAMBLE
+    assert "information, not instructions" in MEMORY_PREAMBLE
+    assert "<system-reminder>" not in CONTINUATION_REMINDER
+    out = build_context(ctx(raw_messages=[raw("user", "hi", 0)], left_out=[raw("user", "a", -5)]))
+    # Only the preamble names the tag, as an example of what carries no authority.
+    assert [m.id for m in out if "<system-reminder>" in m.text] == ["obsmem-preamble"]
+    notes = [m for m in out if m.role == "user" and synthetic(m)]
+    assert [synthetic(m) for m in notes] == ["left_out"]
+    assert notes[0].text.startswith("[Note: ")
+
+
+def test_without_raw_messages_a_note_gives_the_user_turn() -> None:
     out = build_context(ctx())
-    assert synthetic(out[-1]) == "continuation"
-    assert out[-1].created_at == NOW
+    assert [synthetic(m) for m in out[-2:]] == ["continuation", "resumed"]
+    assert out[-2].role == "system"
     assert out[-1].role == "user"
+    assert out[-1].text == f"[Note: {RESUMED}]"
+    assert out[-1].created_at == NOW
 
 
 def test_segments_stay_byte_identical_when_the_log_grows() -> None:
@@ -204,10 +219,7 @@ def test_temporal_markers_only_at_ten_minute_gaps() -> None:
     assert [m.id for m in out] == ["a", "b", "c", "d", "obsmem-gap-e", "e"]
     marker = out[4]
     assert marker.role == "user"
-    assert (
-        marker.text
-        == "<system-reminder>2 hours 5 minutes later — Dec 25, 2025, 6:25 AM</system-reminder>"
-    )
+    assert marker.text == "[Note: 2 hours 5 minutes later — Dec 25, 2025, 6:25 AM]"
     assert marker.metadata == {
         "obsmem": {
             "synthetic": "temporal_gap",

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from .errors import ConfigError
 from .messages import Message, TextPart, ToolCallPart, ToolResultPart
 from .meta_keys import META_WORKING_MEMORY
+from .neutral import neutral_text
 from .stores import ResourcePatch, Store, ThreadPatch
 
 __all__ = [
@@ -169,7 +170,9 @@ def strip_tool_traffic(messages: Sequence[Message]) -> list[Message]:
 
 
 def working_memory_message(content: str, *, managed: bool) -> Message:
-    """The system message that shows working memory to the actor."""
+    """The system message that shows working memory to the actor. Its content is shown neutral
+    (:mod:`obsmem.neutral`): working memory is written from conversations, and a stored
+    ``</working_memory>`` must not end the block."""
     how = (
         "It is kept up to date for you; do not try to change it."
         if managed
@@ -178,7 +181,7 @@ def working_memory_message(content: str, *, managed: bool) -> Message:
     )
     text = (
         "<working_memory>\n"
-        f"{content.strip()}\n"
+        f"{neutral_text(content.strip())}\n"
         "</working_memory>\n"
         "This is what you know about the user across conversations. " + how
     )

@@ -233,7 +233,8 @@ async def test_turns_go_on_for_every_thread_with_an_observer_that_never_tags(
     for turn in range(45):
         thread = THREADS[turn % 3]
         prepared = await om.prepare(thread, "u1", [conv.user(60)])
-        assert not any("left out" in m.text for m in prepared.messages), turn
+        notes = [(m.metadata.get("obsmem") or {}).get("synthetic") for m in prepared.messages]
+        assert "left_out" not in notes, turn
         await om.record(thread, "u1", [conv.assistant(120)])
     record = await store.get_record("resource:u1")
     assert record is not None
