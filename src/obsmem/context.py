@@ -47,7 +47,7 @@ from .messages import (
     ToolCallPart,
     ToolResultPart,
 )
-from .neutral import neutral_attribute, neutral_text
+from .neutral import neutral_attribute, neutral_log, neutral_text
 from .window import pending_calls
 
 __all__ = [
@@ -501,7 +501,7 @@ def build_context(inp: ContextInput) -> list[Message]:
     out.append(_memory("<observations>", key="observations", section="observations_open"))
     rendered = render_relative_dates(inp.observations, inp.now, inp.tz)
     for index, segment in enumerate(split_log_segments(rendered)):
-        out.append(_memory(neutral_text(segment), key=f"segment-{index}", section="segment"))
+        out.append(_memory(neutral_log(segment), key=f"segment-{index}", section="segment"))
     out += _hints(inp)
     if inp.working_memory is not None:
         out.append(inp.working_memory)
