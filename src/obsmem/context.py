@@ -459,9 +459,7 @@ def _hints(inp: ContextInput) -> list[Message]:
         if value is None:
             continue
         body = neutral_text(value if isinstance(value, str) else _json(value))
-        tag = neutral_attribute(
-            slug
-        )  # an extractor's slug is already plain; a stored key may not be
+        tag = neutral_attribute(slug)  # a slug is plain; a key read from storage may not be
         out.append(
             _memory(f"<{tag}>\n{body}\n</{tag}>", key=f"extracted-{slug}", section="extracted")
         )
