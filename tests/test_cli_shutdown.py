@@ -34,7 +34,7 @@ from obsmem.records import record_key
 from obsmem.stores import PostgresStore, SQLiteStore, Store
 
 from .loopback_openai import answer, is_memory_call
-from .proxy.helpers import running_proxy, system_of
+from .proxy.helpers import AUTH, KEY, running_proxy, system_of
 from .strict_server import StrictServer, endless, strict_server, strict_server_thread
 from .wire_counter import WireCounter
 
@@ -193,6 +193,14 @@ def _proxy_url(first_line: str) -> str:
     return found.group(1)
 
 
+async def _key_accepted(http: httpx.AsyncClient, url: str) -> None:
+    """The key's first request, which names no thread: its answer lets memory start for the
+    key (:mod:`obsmem.proxy.admission`)."""
+    body = {"model": "local", "messages": [{"role": "user", "content": "Hello."}]}
+    reply = await http.post(f"{url}/chat/completions", json=body, headers=AUTH)
+    assert reply.status_code == 200, reply.text
+
+
 async def test_proxy_stops_with_a_catch_up_pending_and_the_thread_catches_up_after(
     tmp_path: Path,
 ) -> None:
@@ -201,14 +209,15 @@ async def test_proxy_stops_with_a_catch_up_pending_and_the_thread_catches_up_aft
     the thread up at its next request."""
     db = tmp_path / "proxy.db"
     said = history(LONG_HISTORY // 2)
-    thread = f"{KeyMap().resource(None)}:long"
+    thread = f"{KeyMap().resource(KEY)}:long"
     with held_model() as (upstream, held):
         args = ("proxy", "--upstream", upstream.base_url, "--db", str(db), "--port", "0")
         async with command(tmp_path, *args) as proxy, httpx.AsyncClient(timeout=WAIT) as http:
+            await _key_accepted(http, _proxy_url(proxy.first_line))
             reply = await http.post(
                 f"{_proxy_url(proxy.first_line)}/chat/completions",
                 json={"model": "local", "messages": said},
-                headers={"X-Obsmem-Thread": "long"},
+                headers={"X-Obsmem-Thread": "long", **AUTH},
             )
             assert reply.status_code == 200, reply.text
             assert reply.headers["x-obsmem-memory"] == "on"
@@ -227,7 +236,7 @@ async def test_proxy_stops_with_a_catch_up_pending_and_the_thread_catches_up_aft
             reply = await http.post(
                 f"{again.base_url}/chat/completions",
                 json={"model": "local", "messages": said},
-                headers={"X-Obsmem-Thread": "long"},
+                headers={"X-Obsmem-Thread": "long", **AUTH},
             )
             assert reply.status_code == 200, reply.text
             await again.proxy.settle()
@@ -248,11 +257,12 @@ async def test_proxy_stops_with_a_request_waiting_on_a_synchronous_observation(
             command(tmp_path, *args, *flags) as proxy,
             httpx.AsyncClient(timeout=STOP_BOUND + WAIT) as http,
         ):
+            await _key_accepted(http, _proxy_url(proxy.first_line))
             request = asyncio.ensure_future(
                 http.post(
                     f"{_proxy_url(proxy.first_line)}/chat/completions",
                     json={"model": "local", "messages": said},
-                    headers={"X-Obsmem-Thread": "sync"},
+                    headers={"X-Obsmem-Thread": "sync", **AUTH},
                 )
             )
             await held.wait()
@@ -275,7 +285,7 @@ async def test_proxy_cuts_a_stream_still_running_after_the_grace_short(tmp_path:
                 "POST",
                 f"{_proxy_url(proxy.first_line)}/chat/completions",
                 json=body,
-                headers={"X-Obsmem-Thread": "streamed"},
+                headers={"X-Obsmem-Thread": "streamed", **AUTH},
             ) as reply:
                 pieces = reply.aiter_bytes()
                 assert b"data: " in await anext(pieces)

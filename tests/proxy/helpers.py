@@ -7,7 +7,7 @@ import contextlib
 import json
 import re
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,9 @@ SMALL = {
     "reflection": {"observationTokens": 4_000},
 }
 """Memory that observes after a few turns (block_after 480 tokens), no background buffering."""
+KEY = "sk-test-alpha"
+"""The API key the tests' clients send unless they say otherwise."""
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def _text(content: Any) -> str:
@@ -81,9 +84,12 @@ async def running_proxy(
     *,
     store: Store | None = None,
     options: dict[str, Any] | None = None,
+    accepted: Sequence[str | None] = (KEY,),
     **kwargs: Any,
 ) -> AsyncIterator[RunningProxy]:
-    """The proxy served by uvicorn on this event loop, on a free loopback port."""
+    """The proxy served by uvicorn on this event loop, on a free loopback port. The upstream
+    has ``accepted`` these API keys already (as after a first request of each, which passes
+    through: :mod:`obsmem.proxy.admission`), so a test's first request has memory."""
     config = ProxyConfig(
         upstream=upstream,
         store=store if store is not None else InMemoryStore(),
@@ -91,6 +97,9 @@ async def running_proxy(
         **kwargs,
     )
     app = create_app(config)
+    proxy: Proxy = app.state.proxy
+    for key in accepted:
+        proxy.admission.accept(config.owners.caller(key))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # TCP_NODELAY
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -104,7 +113,7 @@ async def running_proxy(
                 task.result()
             await asyncio.sleep(0.01)
     try:
-        yield RunningProxy(app.state.proxy, port, server, task)
+        yield RunningProxy(proxy, port, server, task)
     finally:
         server.should_exit = True
         await task

@@ -12,7 +12,15 @@ from typing import Any
 import httpx
 import pytest
 
-from obsmem.proxy.identity import KeyMap, api_key_of, thread_of
+from obsmem.proxy.identity import (
+    Caller,
+    KeyMap,
+    Owners,
+    api_key_of,
+    end_user_of,
+    thread_of,
+    user_resource,
+)
 from tests.strict_server import strict_server
 
 from .helpers import memory_aware, running_proxy
@@ -20,16 +28,35 @@ from .helpers import memory_aware, running_proxy
 README = Path(__file__).resolve().parents[2] / "README.md"
 
 
-def test_the_thread_comes_from_the_header_then_metadata_then_user() -> None:
+def test_the_thread_comes_from_the_header_or_metadata_and_never_from_the_end_user() -> None:
     body: dict[str, Any] = {"metadata": {"thread": "from-meta"}, "user": "from-user"}
     assert thread_of({"x-obsmem-thread": "from-header"}, body) == "from-header"
     assert thread_of({}, body) == "from-meta"
     assert thread_of({}, {"metadata": {"thread_id": "t2"}}) == "t2"
-    assert thread_of({}, {"user": "from-user"}) == "from-user"
-    assert thread_of({}, {"metadata": {"other": 1}}) is None
+    for fields in ({"user": "u"}, {"safety_identifier": "u"}, {"prompt_cache_key": "chat-9"}):
+        assert thread_of({}, fields) is None
+    assert end_user_of({"user": " u1 ", "safety_identifier": "s1"}) == "u1"
+    assert end_user_of({"safety_identifier": "s1", "prompt_cache_key": "c"}) == "s1"
+    assert end_user_of({"prompt_cache_key": "c", "user": ""}) is None
     assert api_key_of({"authorization": "Bearer sk-1"}) == "sk-1"
     assert api_key_of({"api-key": "azure-key"}) == "azure-key"
     assert api_key_of({}) is None
+
+
+def test_the_end_user_joins_the_owner_in_naming_the_resource_injectively() -> None:
+    owners = ["key-abc", "alice", "alice.user-x", "a"]
+    users = ["bob", "x", "bob@example.com", "alice", ".user-bob", ""]
+    resources = {user_resource(o, u) for o in owners for u in users}
+    assert len(resources) == len(owners) * len(users)
+    digest = hashlib.sha256(b"bob@example.com").hexdigest()[:32]
+    assert user_resource("alice", "bob@example.com") == f"alice.user-{digest}"
+    caller = Caller(credential="h", owner="alice")
+    assert caller.ref("trip", "bob@example.com").thread == f"alice.user-{digest}:trip"
+    assert caller.ref("trip", None).thread == "alice:trip"
+    with pytest.raises(ValueError, match="ends like the resource the proxy gives an end user"):
+        Owners(resource=f"team.user-{digest}")  # an operator cannot take an end user's id
+    with pytest.raises(ValueError, match="has a ':'"):
+        Owners(resource="team:a")
 
 
 def test_a_keys_file_names_resources(tmp_path: Path) -> None:
@@ -40,12 +67,14 @@ def test_a_keys_file_names_resources(tmp_path: Path) -> None:
     assert mapped.resource("sk-alice") == "alice"
     assert mapped.resource("sk-bob") == "bob"
     assert mapped.resource("sk-carol") == "key-" + hashlib.sha256(b"sk-carol").hexdigest()[:24]
-    assert mapped.resource(None) == "anonymous"
     keys.write_text("[1, 2]")
     with pytest.raises(ValueError, match="must hold one JSON object"):
         KeyMap.load(keys)
     keys.write_text(json.dumps({"sk-x": "team:a"}))
     with pytest.raises(ValueError, match="has a ':'"):
+        KeyMap.load(keys)
+    keys.write_text(json.dumps({"sk-x": "team.user-" + "0" * 32}))
+    with pytest.raises(ValueError, match="ends like the resource the proxy gives an end user"):
         KeyMap.load(keys)
     keys.write_text("{not json")
     with pytest.raises(ValueError, match="is not JSON"):
@@ -53,27 +82,18 @@ def test_a_keys_file_names_resources(tmp_path: Path) -> None:
 
 
 async def test_two_keys_mapped_to_one_resource_share_a_thread() -> None:
+    laptop, phone = "sk-laptop", "sk-phone"
+    keys = KeyMap({hashlib.sha256(k.encode()).hexdigest(): "team" for k in (laptop, phone)})
     async with (
         strict_server(answer=memory_aware(lambda body: "Noted.")) as upstream,
-        running_proxy(
-            upstream.base_url,
-            keys=KeyMap(
-                {
-                    hashlib.sha256(k).hexdigest(): "team"
-                    for k in (
-                        b"sk-laptop",
-                        b"sk-phone",
-                    )
-                }
-            ),
-        ) as proxy,
+        running_proxy(upstream.base_url, owners=Owners(keys), accepted=(laptop, phone)) as proxy,
         httpx.AsyncClient() as http,
     ):
         first = [{"role": "user", "content": "Turn 1: the code word is heron."}]
-        await _post(http, proxy.base_url, "sk-laptop", first, user="shared")
+        await _post(http, proxy.base_url, laptop, first, thread="shared")
         second = [*first, {"role": "assistant", "content": "Noted."}]
         second.append({"role": "user", "content": "Turn 2: what is the code word?"})
-        await _post(http, proxy.base_url, "sk-phone", second, user="shared")
+        await _post(http, proxy.base_url, phone, second, thread="shared")
         memory = proxy.proxy.memory_if_made
         assert memory is not None
         (thread,) = await memory.threads("team")
@@ -82,12 +102,18 @@ async def test_two_keys_mapped_to_one_resource_share_a_thread() -> None:
 
 
 async def _post(
-    http: httpx.AsyncClient, base: str, key: str, messages: list[Any], *, user: str
+    http: httpx.AsyncClient,
+    base: str,
+    key: str,
+    messages: list[Any],
+    *,
+    thread: str,
+    **fields: str,
 ) -> httpx.Response:
     reply = await http.post(
         f"{base}/chat/completions",
-        json={"model": "local", "messages": messages, "user": user},
-        headers={"Authorization": f"Bearer {key}"},
+        json={"model": "local", "messages": messages, **fields},
+        headers={"Authorization": f"Bearer {key}", "X-Obsmem-Thread": thread},
     )
     assert reply.status_code == 200
     assert reply.headers["x-obsmem-memory"] == "on"
@@ -105,7 +131,7 @@ async def test_the_readme_curl_request_works() -> None:
     headers["Authorization"] = "Bearer sk-readme"
     async with (
         strict_server(answer=memory_aware(lambda body: "Noted.")) as upstream,
-        running_proxy(upstream.base_url) as proxy,
+        running_proxy(upstream.base_url, accepted=("sk-readme",)) as proxy,
         httpx.AsyncClient() as http,
     ):
         path = words[1].removeprefix("http://127.0.0.1:8766/v1")

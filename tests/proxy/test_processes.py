@@ -33,9 +33,11 @@ def echo(body: dict[str, Any]) -> str:
 
 
 @contextlib.asynccontextmanager
-async def proxy_process(upstream: str, db: str) -> AsyncIterator[tuple[str, list[bytes]]]:
+async def proxy_process(
+    upstream: str, db: str, *flags: str, said: list[str] | None = None
+) -> AsyncIterator[tuple[str, list[bytes]]]:
     """``obsmem proxy`` in a subprocess on a free port: its base URL, and (once it stopped)
-    everything it wrote to stderr."""
+    everything it wrote to stderr; its start-up line goes into ``said``."""
     env = {**os.environ, "PYTHONPATH": SRC}
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -52,6 +54,7 @@ async def proxy_process(upstream: str, db: str) -> AsyncIterator[tuple[str, list
         "400",
         "--buffer-tokens",
         "off",
+        *flags,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
@@ -62,6 +65,8 @@ async def proxy_process(upstream: str, db: str) -> AsyncIterator[tuple[str, list
     try:
         async with asyncio.timeout(30):
             line = (await process.stdout.readline()).decode()
+        if said is not None:
+            said.append(line)
         found = re.search(r"(http://\S+/v1) ->", line)
         if found is None:
             raise AssertionError(line + (await process.stderr.read()).decode())
@@ -85,6 +90,19 @@ def _texts(messages: list[Any]) -> list[str]:
 
 def _resource(key: str) -> str:
     return "key-" + hashlib.sha256(key.encode()).hexdigest()[:24]
+
+
+async def _accepted(http: httpx.AsyncClient, urls: list[str], key: str | None) -> None:
+    """A first request of ``key`` to each proxy, naming no thread: it passes through, and the
+    upstream's answer lets memory start for the key (:mod:`obsmem.proxy.admission`)."""
+    for url in urls:
+        reply = await http.post(
+            f"{url}/chat/completions",
+            json={"model": "local", "messages": [{"role": "user", "content": turn("warm", 0)}]},
+            headers={"Authorization": f"Bearer {key}"} if key else {},
+        )
+        assert reply.status_code == 200, reply.text
+        assert reply.headers["x-obsmem-memory"].startswith("off; no thread id")
 
 
 async def _conversation(
@@ -120,6 +138,7 @@ async def test_the_command_serves_and_never_stores_or_logs_the_key(tmp_path: Pat
         proxy_process(upstream.base_url, str(db)) as (url, stderr),
         httpx.AsyncClient() as http,
     ):
+        await _accepted(http, [url], secret)
         history = await _conversation(http, [url], "solo", 8, secret)
         models = await http.get(f"{url}/models", headers={"Authorization": f"Bearer {secret}"})
         assert models.json()["data"][0]["id"] == "local"
@@ -151,6 +170,46 @@ def test_a_bad_upstream_is_refused_with_the_fix(capsys: pytest.CaptureFixture[st
     assert "give the upstream's base URL with its /v1" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--known-keys-only"], "there is none: give the keys with --keys FILE"),
+        (["--resource", "team:a"], "--resource: resource 'team:a' has a ':'"),
+    ],
+)
+def test_owner_flags_that_cannot_work_are_refused_with_the_fix(
+    flags: list[str], says: str, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    args = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", str(tmp_path / "p.db")]
+    assert main([*args, *flags], out=io.StringIO()) == 2
+    assert says in capsys.readouterr().err
+
+
+async def test_the_command_says_who_owns_key_less_requests(tmp_path: Path) -> None:
+    """``--resource me``: the start-up line says so, and a request without a key is served
+    (after its first one, which passes through) with memory stored as me's."""
+    db = tmp_path / "proxy.db"
+    said: list[str] = []
+    async with (
+        strict_server(answer=memory_aware(echo)) as upstream,
+        proxy_process(upstream.base_url, str(db), "--resource", "me", said=said) as (url, _),
+        httpx.AsyncClient() as http,
+    ):
+        assert "requests without a key: resource 'me'" in said[0]
+        await _accepted(http, [url], None)
+        reply = await http.post(
+            f"{url}/chat/completions",
+            json={"model": "local", "messages": [{"role": "user", "content": turn("t", 0)}]},
+            headers={"X-Obsmem-Thread": "t"},
+        )
+        assert reply.headers["x-obsmem-memory"] == "on"
+    store = SQLiteStore(db)
+    try:
+        assert [t.id for t in await store.list_threads("me")] == ["me:t"]
+    finally:
+        await store.aclose()
+
+
 async def test_two_processes_on_one_postgresql_lose_and_duplicate_nothing(
     postgres_dsn: str,
 ) -> None:
@@ -164,6 +223,7 @@ async def test_two_processes_on_one_postgresql_lose_and_duplicate_nothing(
         proxy_process(upstream.base_url, postgres_dsn) as (second, _),
         httpx.AsyncClient(timeout=60) as http,
     ):
+        await _accepted(http, [first, second], key)
         threads = [f"t{n}" for n in range(8)]
         results = await asyncio.gather(
             *(_conversation(http, [first, second], t, 6, key) for t in threads),

@@ -22,6 +22,8 @@ from tests.loopback_openai import is_memory_call
 from tests.strict_server import ToolCalls, endless, strict_server
 
 from .helpers import (
+    AUTH,
+    KEY,
     FixedUpstream,
     bytes_under,
     client_requests,
@@ -45,7 +47,7 @@ def echo(body: dict[str, Any]) -> str:
     return f"Answer to: {re.findall(r'Turn [0-9]+', str(last['content']))[-1]}"
 
 
-def client(base_url: str, key: str = "sk-test-alpha") -> openai.AsyncOpenAI:
+def client(base_url: str, key: str = KEY) -> openai.AsyncOpenAI:
     """The official client, keeping no connection open between requests."""
     http = httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0))
     return openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, http_client=http)
@@ -117,7 +119,7 @@ async def test_a_request_without_a_thread_passes_through_unchanged() -> None:
             "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
         }
         async with httpx.AsyncClient() as http:
-            reply = await http.post(f"{proxy.base_url}/chat/completions", json=body)
+            reply = await http.post(f"{proxy.base_url}/chat/completions", json=body, headers=AUTH)
         assert reply.status_code == 200
         assert reply.headers["x-obsmem-memory"].startswith("off; no thread id")
         assert upstream.requests == [body]
@@ -170,7 +172,7 @@ async def test_upstream_errors_reach_the_client_unchanged(
         reply = await http.post(
             f"{proxy.base_url}/chat/completions",
             json={"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": stream},
-            headers=THREAD,
+            headers={**THREAD, **AUTH},
         )
         assert reply.status_code == status
         assert reply.content == body
@@ -335,7 +337,7 @@ async def test_two_api_keys_cannot_see_each_others_memory(tmp_path: Path) -> Non
     secret = "sk-secret-key-never-stored-123"
     async with (
         strict_server(answer=memory_aware(echo)) as upstream,
-        running_proxy(upstream.base_url, store=store) as proxy,
+        running_proxy(upstream.base_url, store=store, accepted=(secret, "sk-other")) as proxy,
     ):
         await client(proxy.base_url, secret).chat.completions.create(
             model="local",
@@ -366,7 +368,7 @@ async def test_the_api_key_is_never_logged(caplog: pytest.LogCaptureFixture) -> 
     body = error_body(500, "boom")
     async with (
         FixedUpstream(500, body, {"Content-Type": "application/json"}) as upstream,
-        running_proxy(upstream.base_url, store=_FailingStore()) as proxy,
+        running_proxy(upstream.base_url, store=_FailingStore(), accepted=(secret,)) as proxy,
     ):
         with pytest.raises(openai.APIStatusError):
             await client(proxy.base_url, secret).chat.completions.create(

@@ -17,7 +17,14 @@ from obsmem.proxy.responses import answer_of, chat_to_items, items_to_chat
 from obsmem.tokens import HeuristicEstimator
 from tests.strict_server import ToolCalls, strict_server
 
-from .helpers import FixedUpstream, client_requests, error_body, memory_aware, running_proxy
+from .helpers import (
+    AUTH,
+    FixedUpstream,
+    client_requests,
+    error_body,
+    memory_aware,
+    running_proxy,
+)
 from .test_proxy import THREAD, client, texts, turn
 
 
@@ -161,7 +168,9 @@ async def test_a_conversation_the_upstream_keeps_passes_through(
     async with strict_server() as upstream, running_proxy(upstream.base_url) as proxy:
         body = {"model": "local", "input": [{"role": "user", "content": "hi"}], **extra}
         async with httpx.AsyncClient() as http:
-            reply = await http.post(f"{proxy.base_url}/responses", json=body, headers=THREAD)
+            reply = await http.post(
+                f"{proxy.base_url}/responses", json=body, headers={**THREAD, **AUTH}
+            )
         assert reply.status_code == 200
         assert reply.headers["x-obsmem-memory"].startswith(why)
         assert upstream.requests == [body]
@@ -172,7 +181,9 @@ async def test_an_item_memory_cannot_read_passes_through_and_says_so() -> None:
     async with strict_server() as upstream, running_proxy(upstream.base_url) as proxy:
         body = {"model": "local", "input": [{"type": "item_reference", "id": "msg_1"}]}
         async with httpx.AsyncClient() as http:
-            reply = await http.post(f"{proxy.base_url}/responses", json=body, headers=THREAD)
+            reply = await http.post(
+                f"{proxy.base_url}/responses", json=body, headers={**THREAD, **AUTH}
+            )
         assert reply.headers["x-obsmem-memory"] == (
             "off; memory cannot read an input item of type 'item_reference'"
         )

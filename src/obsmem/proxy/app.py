@@ -1,6 +1,9 @@
 """The proxy: an OpenAI-compatible server that gives every conversation observational memory.
 
-One chat request (``POST /v1/chat/completions``) with a thread id (:mod:`.identity`):
+A chat request (``POST /v1/chat/completions`` or ``/v1/responses``) first meets the door
+(:mod:`.admission`): one the operator's rules give no owner gets a 401, and memory starts for a
+client key only once the upstream has accepted that key. One with a thread id and an accepted
+key (whose thread and resource :mod:`.identity` names):
 
 1. the client's messages are lined up with the stored thread and what is new is found
    (:mod:`.history`; an edited history takes back what it replaced);
@@ -16,8 +19,9 @@ Memory never fails a request: when a memory step fails the client's own request 
 unchanged, and the ``X-Obsmem-Memory`` response header says ``failing; <cause>`` (also logged as a
 WARNING on the ``obsmem`` logger); an Observer or Reflector that fails is reported the same way
 from the thread's failure state. ``on`` when memory served the request, ``off; <why>`` when it
-was not asked to (no thread id). Upstream errors reach the client with the upstream's status and
-body. Every other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through.
+did not (no thread id, a key the upstream has not accepted yet). A refusal at the door is not a
+memory failure. Upstream errors reach the client with the upstream's status and body. Every
+other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through.
 
 Several proxy processes can share one database (PostgreSQL) with nothing else shared: new
 messages get ids from their content and place (:func:`.history.message_id`), so two requests that
@@ -30,7 +34,7 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import urlsplit
@@ -38,7 +42,7 @@ from urllib.parse import urlsplit
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..background import abandoned
@@ -49,7 +53,7 @@ from ..memory import Memory, ThreadRef
 from ..messages import Message
 from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
 from ..models.capabilities import prompt_cache_mark
-from ..models.overflow import context_overflow
+from .admission import MEMORY_HEADER, NOT_ACCEPTED_YET, REFUSED_KEY, UPSTREAM_REFUSED, Admission
 from .apis import CHAT, RESPONSES, Api
 from .config import ProxyConfig
 from .history import (
@@ -63,9 +67,10 @@ from .history import (
     stored_fingerprint,
     with_cache_breakpoint,
 )
-from .identity import THREAD_HEADER, api_key_of, thread_of
+from .identity import Caller, end_user_of, thread_of
 from .responses import Unsupported
 from .steps import Again, LinedUp, Seen, Step
+from .upstream import Upstream, cause, one_line
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -74,29 +79,12 @@ __all__ = ["MEMORY_HEADER", "Proxy", "ProxyConfig", "create_app", "for_strict_te
 
 log = logging.getLogger("obsmem")
 
-MEMORY_HEADER = "X-Obsmem-Memory"
 PLACEHOLDER_KEY = "obsmem-proxy-no-key"
 """The key memory's own calls send an upstream that needs none (a local server)."""
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
 OPENAI_API_HOST = "api.openai.com"
 """The upstream that takes OpenAI's prompt-cache breakpoints unless the config says."""
-_HOP_BY_HOP = frozenset(
-    {
-        "connection",
-        "keep-alive",
-        "proxy-authenticate",
-        "proxy-authorization",
-        "te",
-        "trailer",
-        "transfer-encoding",
-        "upgrade",
-        "host",
-        "content-length",
-        "content-encoding",
-        "accept-encoding",
-    }
-)
 
 
 def _upstream_model(name: str, base_url: str, key: str | None) -> Model:
@@ -109,36 +97,25 @@ def _upstream_model(name: str, base_url: str, key: str | None) -> Model:
     return OpenAIChatModel(name, provider=provider, profile=strict)
 
 
-def _one_line(text: str, limit: int = 300) -> str:
-    flat = " ".join(text.split())
-    flat = flat.encode("latin-1", "replace").decode("latin-1")
-    return flat if len(flat) <= limit else flat[: limit - 3] + "..."
-
-
-def _cause(exc: BaseException) -> str:
-    return _one_line(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
-
-
 class Proxy:
     """The proxy's state: the upstream client, the memory (made at the first request that uses
     it), what it knows of each thread's stored messages."""
 
     def __init__(self, config: ProxyConfig) -> None:
         self.config = config
-        self.upstream = config.upstream.rstrip("/")
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(config.timeout, connect=10.0),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
-        )
+        self.upstream = Upstream(config.upstream, config.timeout)
         self._memory: Memory | None = None
         self._memory_lock = asyncio.Lock()
         self._seen: OrderedDict[str, Seen] = OrderedDict()
         self._thread_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         """Per thread in use: its lock and how many requests hold or wait for it (dropped at 0)."""
         self._actors: dict[str, Any] = {}
+        self.admission = Admission(config.owners)
+        self._continued: OrderedDict[str, ThreadRef] = OrderedDict()
+        """The stored thread each end user's thread id continues (:meth:`_thread_ref`)."""
         breakpoints = config.cache_breakpoints
         if breakpoints is None:
-            breakpoints = urlsplit(self.upstream).hostname == OPENAI_API_HOST
+            breakpoints = urlsplit(self.upstream.base).hostname == OPENAI_API_HOST
         self._breakpoints = breakpoints
 
     # -- memory ----------------------------------------------------------------------------------
@@ -147,7 +124,7 @@ class Proxy:
         """The client's model on the upstream (what memory's context is for)."""
         model = self._actors.get(name)
         if model is None:
-            model = _upstream_model(name, self.upstream, self.config.memory_key)
+            model = _upstream_model(name, self.upstream.base, self.config.memory_key)
             self._actors[name] = model
         return model
 
@@ -174,7 +151,7 @@ class Proxy:
     async def aclose(self) -> None:
         """Close the upstream client and memory (see ``ProxyConfig.finish_memory_work``); a
         WARNING on the ``obsmem`` logger says what background work was abandoned."""
-        await self.client.aclose()
+        await self.upstream.aclose()
         memory = self._memory
         if memory is None:
             await self.config.store.aclose()
@@ -249,7 +226,7 @@ class Proxy:
         failing = failures_in(aligned.meta)
         if failing:
             state = next(iter(failing.values()))
-            step.status = _one_line(f"failing; {state.role}: {state.error}")
+            step.status = one_line(f"failing; {state.role}: {state.error}")
         return messages, step
 
     async def _line_up(
@@ -341,18 +318,6 @@ class Proxy:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def _url(self, path: str) -> str:
-        tail = path[3:] if path.startswith("/v1") else path
-        return f"{self.upstream}{tail}"
-
-    @staticmethod
-    def _headers(request: Request) -> dict[str, str]:
-        return {
-            k: v
-            for k, v in request.headers.items()
-            if k.lower() not in _HOP_BY_HOP and not k.lower().startswith("x-obsmem-")
-        }
-
     async def chat(self, request: Request) -> Response:
         return await self._serve(request, CHAT)
 
@@ -360,55 +325,122 @@ class Proxy:
         return await self._serve(request, RESPONSES)
 
     async def _serve(self, request: Request, api: Api) -> Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        caller = self.admission.caller(headers)
+        if isinstance(caller, Response):
+            return caller
         raw = await request.body()
         try:
             body = json.loads(raw)
         except ValueError:
             body = None
         if not isinstance(body, dict):
-            return await self._forward(request, raw, "off; the request body is not a JSON object")
+            off = "off; the request body is not a JSON object"
+            return await self._as_is(request, raw, caller, off)
         body = cast(dict[str, Any], body)
-        headers = {k.lower(): v for k, v in request.headers.items()}
         thread = thread_of(headers, body)
         off = api.memory_off(body)
-        if off is None and thread is None:
-            off = f"no thread id (send the {THREAD_HEADER} header)"
-        if off is not None or thread is None:
-            return await self._forward(request, raw, f"off; {off}")
-        resource = self.config.keys.resource(api_key_of(headers))
-        ref = ThreadRef(thread=f"{resource}:{thread}", resource=resource)
+        if off is not None:
+            return await self._as_is(request, raw, caller, f"off; {off}")
+        if thread is None:
+            return await self._as_is(request, raw, caller, self.admission.no_thread(body))
+        end_user = end_user_of(body)
+        ref, legacy = caller.ref(thread, end_user), caller.legacy_ref(thread, body)
+
+        async def with_memory() -> Response:
+            return await self._with_memory(request, raw, body, api, ref, legacy)
+
+        if not self.admission.accepted(caller):
+            return await self._as_is(request, raw, caller, NOT_ACCEPTED_YET, with_memory)
+        response = await with_memory()
+        self.admission.judged(caller, response.status_code)
+        return response
+
+    async def _with_memory(
+        self,
+        request: Request,
+        raw: bytes,
+        body: dict[str, Any],
+        api: Api,
+        ref: ThreadRef,
+        legacy: ThreadRef | None,
+    ) -> Response:
+        """The request with memory's context in place of the client's history; its answer
+        stored."""
         model_name = body.get("model") if isinstance(body.get("model"), str) else "default"
         step: Step | None = None
 
-        async def again(step: Step, upstream: httpx.Response) -> tuple[bytes, Step] | None:
+        async def again(step: Step, answer: httpx.Response) -> tuple[bytes, Step] | None:
             """The request once more, after the upstream refused it as longer than its
             context and memory compacted the thread (None: not that, or nothing to compact)."""
-            if not await self._compacted(step, upstream):
+            if not await self._compacted(step, answer):
                 return None
-            sent, fresh = await self.prepare(ref, api.messages_of(body), cast(str, model_name))
+            sent, fresh = await self.prepare(step.ref, api.messages_of(body), cast(str, model_name))
             return json.dumps(api.with_messages(body, sent)).encode(), fresh
 
         try:
-            sent, step = await self.prepare(ref, api.messages_of(body), cast(str, model_name))
+            continued = await self._thread_ref(ref, legacy)
+            sent, step = await self.prepare(continued, api.messages_of(body), cast(str, model_name))
             payload = json.dumps(api.with_messages(body, sent)).encode()
             status = step.status
         except Unsupported as exc:
-            return await self._forward(request, raw, f"off; memory cannot read {exc}")
+            return await self.upstream.forward(request, raw, f"off; memory cannot read {exc}")
         except Exception as exc:
-            log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, _cause(exc))
-            payload, status, step = raw, f"failing; {_cause(exc)}", None
+            log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, cause(exc))
+            payload, status, step = raw, f"failing; {cause(exc)}", None
         if body.get("stream"):
             return await self._stream(request, payload, status, step, api, again)
         return await self._complete(request, payload, status, step, api, again)
 
-    async def _compacted(self, step: Step, upstream: httpx.Response) -> bool:
+    async def _thread_ref(self, ref: ThreadRef, legacy: ThreadRef | None) -> ThreadRef:
+        """The stored thread a request continues: its own, or, while that does not exist, the
+        one the proxy stored for its end user when it took the ``user`` field as the thread
+        (``legacy``, :mod:`.identity`)."""
+        if legacy is None:
+            return ref
+        known = self._continued.get(ref.thread)
+        if known is None:
+            store = self.config.store
+            known = ref
+            if await store.get_thread(ref.thread) is None:
+                old = await store.get_thread(legacy.thread)
+                if old is not None and old.resource_id == legacy.resource:
+                    known = legacy
+            self._continued[ref.thread] = known
+            while len(self._continued) > MAX_CACHED_THREADS:
+                self._continued.popitem(last=False)
+        return known
+
+    async def _as_is(
+        self,
+        request: Request,
+        raw: bytes,
+        caller: Caller,
+        status: str,
+        with_memory: Callable[[], Awaitable[Response]] | None = None,
+    ) -> Response:
+        """A chat request as the client sent it: memory is off for it, or (``with_memory``
+        given) waits for the upstream to accept the caller's key (:mod:`.admission`). The
+        answer tells whether it does; so does a refusal as longer than the model's context
+        (the upstream read the request, which it does only for a key it takes), and then the
+        request is served again, with memory."""
+        answer = await self.upstream.send_as_is(request, raw, status)
+        if isinstance(answer, Response):
+            return answer
+        self.admission.judged(caller, answer.status_code)
+        if with_memory is not None:
+            if await self.upstream.overflow(answer) is not None:
+                self.admission.accept(caller)
+                return await with_memory()
+            if answer.status_code in REFUSED_KEY:
+                status = UPSTREAM_REFUSED
+        return self.upstream.relay(answer, status)
+
+    async def _compacted(self, step: Step, answer: httpx.Response) -> bool:
         """Whether the upstream's answer refused the request as longer than the model's context
         and memory then compacted the thread (once: the door says so in the log)."""
-        if self._memory is None or upstream.status_code not in (400, 413, 422, 500):
-            return False
-        refused = httpx.HTTPStatusError("refused", request=upstream.request, response=upstream)
-        overflow = context_overflow(refused)
-        if overflow is None:
+        overflow = await self.upstream.overflow(answer)
+        if self._memory is None or overflow is None:
             return False
         door = Door(self._memory, step.ref, actor_model=step.actor)
         door.step_from = step.step_from
@@ -423,27 +455,27 @@ class Proxy:
         api: Api,
         again: Again,
     ) -> Response:
-        url, sent_headers = self._url(request.url.path), self._headers(request)
+        url, sent_headers = self.upstream.url(request.url.path), self.upstream.headers_of(request)
         try:
-            upstream = await self.client.post(url, content=payload, headers=sent_headers)
-            retry = await again(step, upstream) if step is not None else None
+            answer = await self.upstream.client.post(url, content=payload, headers=sent_headers)
+            retry = await again(step, answer) if step is not None else None
             if retry is not None:
                 payload, step = retry
-                upstream = await self.client.post(url, content=payload, headers=sent_headers)
+                answer = await self.upstream.client.post(url, content=payload, headers=sent_headers)
         except httpx.HTTPError as exc:
-            return self._unreachable(exc, status)
-        headers = self._response_headers(upstream, status)
-        if upstream.status_code == 200 and step is not None:
+            return self.upstream.unreachable(exc, status)
+        headers = self.upstream.response_headers(answer, status)
+        if answer.status_code == 200 and step is not None:
             try:
-                await self.finish(step, api.answer_of(upstream.json()))
+                await self.finish(step, api.answer_of(answer.json()))
             except Exception as exc:
                 log.warning(
                     "obsmem proxy: storing the answer failed for thread %s: %s",
                     step.ref.thread,
-                    _cause(exc),
+                    cause(exc),
                 )
-                headers[MEMORY_HEADER] = f"failing; storing the answer: {_cause(exc)}"
-        return Response(upstream.content, status_code=upstream.status_code, headers=headers)
+                headers[MEMORY_HEADER] = f"failing; storing the answer: {cause(exc)}"
+        return Response(answer.content, status_code=answer.status_code, headers=headers)
 
     async def _stream(
         self,
@@ -454,32 +486,32 @@ class Proxy:
         api: Api,
         again: Again,
     ) -> Response:
-        url, sent_headers = self._url(request.url.path), self._headers(request)
+        url, sent_headers = self.upstream.url(request.url.path), self.upstream.headers_of(request)
         try:
-            upstream = await self._open_stream(url, payload, sent_headers)
-            if upstream.status_code != 200 and step is not None:
-                await upstream.aread()
-                await upstream.aclose()
-                retry = await again(step, upstream)
+            answer = await self.upstream.open_stream(url, payload, sent_headers)
+            if answer.status_code != 200 and step is not None:
+                await answer.aread()
+                await answer.aclose()
+                retry = await again(step, answer)
                 if retry is not None:
                     payload, step = retry
-                    upstream = await self._open_stream(url, payload, sent_headers)
+                    answer = await self.upstream.open_stream(url, payload, sent_headers)
         except httpx.HTTPError as exc:
-            return self._unreachable(exc, status)
-        headers = self._response_headers(upstream, status)
-        if upstream.status_code != 200:
-            content = await upstream.aread()
-            await upstream.aclose()
-            return Response(content, status_code=upstream.status_code, headers=headers)
+            return self.upstream.unreachable(exc, status)
+        headers = self.upstream.response_headers(answer, status)
+        if answer.status_code != 200:
+            content = await answer.aread()
+            await answer.aclose()
+            return Response(content, status_code=answer.status_code, headers=headers)
 
         async def relay() -> AsyncIterator[bytes]:
             reader = api.reader()
             try:
-                async for piece in upstream.aiter_bytes():
+                async for piece in answer.aiter_bytes():
                     reader.feed(piece)
                     yield piece
             finally:
-                await upstream.aclose()
+                await answer.aclose()
             if step is not None:
                 try:
                     await self.finish(step, reader.message())
@@ -487,54 +519,14 @@ class Proxy:
                     log.warning(
                         "obsmem proxy: storing the streamed answer failed for thread %s: %s",
                         step.ref.thread,
-                        _cause(exc),
+                        cause(exc),
                     )
 
         return StreamingResponse(relay(), status_code=200, headers=headers)
 
-    async def _open_stream(
-        self, url: str, payload: bytes, headers: Mapping[str, str]
-    ) -> httpx.Response:
-        built = self.client.build_request("POST", url, content=payload, headers=headers)
-        return await self.client.send(built, stream=True)
-
-    def _response_headers(self, upstream: httpx.Response, status: str) -> dict[str, str]:
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP_BY_HOP}
-        headers[MEMORY_HEADER] = status
-        return headers
-
-    def _unreachable(self, exc: httpx.HTTPError, status: str) -> Response:
-        message = f"obsmem proxy: cannot reach the upstream {self.upstream}: {_cause(exc)}"
-        log.warning("%s", message)
-        error = {"message": message, "type": "upstream_unreachable", "code": 502}
-        return JSONResponse({"error": error}, status_code=502, headers={MEMORY_HEADER: status})
-
-    async def _forward(self, request: Request, raw: bytes, status: str) -> Response:
-        """The request as the client sent it, to the same path upstream; the answer as it came."""
-        upstream_request = self.client.build_request(
-            request.method,
-            self._url(request.url.path),
-            content=raw,
-            headers=self._headers(request),
-            params=str(request.query_params),
-        )
-        try:
-            upstream = await self.client.send(upstream_request, stream=True)
-        except httpx.HTTPError as exc:
-            return self._unreachable(exc, status)
-        headers = self._response_headers(upstream, status)
-
-        async def relay() -> AsyncIterator[bytes]:
-            try:
-                async for piece in upstream.aiter_bytes():
-                    yield piece
-            finally:
-                await upstream.aclose()
-
-        return StreamingResponse(relay(), status_code=upstream.status_code, headers=headers)
-
     async def passthrough(self, request: Request) -> Response:
-        return await self._forward(request, await request.body(), "off; not a chat request")
+        """Any other ``/v1/...`` request, as it came (the upstream judges its key)."""
+        return await self.upstream.forward(request, await request.body(), "off; not a chat request")
 
 
 def _with_id(message: Message, mid: str) -> Message:

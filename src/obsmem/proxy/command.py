@@ -20,13 +20,19 @@ def add(sub: Any) -> None:
     parser = sub.add_parser(
         "proxy",
         help="an OpenAI-compatible server that gives any client observational memory",
-        description="Serves /v1/chat/completions (streaming or not) in front of any "
-        "OpenAI-compatible upstream. A request with a thread id (the X-Obsmem-Thread header, "
-        "the request's metadata.thread, or its user field) gets memory's context in place of "
-        "the client's history, and both sides of the conversation are stored; every other "
-        "request passes through unchanged. The client changes only its base URL. SIGTERM or "
-        "Ctrl-C stops it within about 10 s: requests in flight get 3 s, and background memory "
-        "work still running is abandoned (it resumes at the next start).",
+        description="Serves /v1/chat/completions and /v1/responses (streaming or not) in "
+        "front of any OpenAI-compatible upstream. The application names the conversation: a "
+        "request with a thread id (the X-Obsmem-Thread header, or the request's metadata.thread) "
+        "gets memory's context in place of the client's history, and both sides of the "
+        "conversation are stored; a request without one passes through unchanged, and its "
+        "X-Obsmem-Memory header says so. The user and safety_identifier fields name the end "
+        "user (each gets memory of their own), never a conversation. Memory belongs to the "
+        "client's API key (its own, or the resource --keys names for it); a request without a "
+        "key is refused (401) unless --resource names its owner. Memory starts for a key once "
+        "the upstream has accepted it (until then its requests pass through unchanged). The "
+        "client changes only its base URL. SIGTERM or Ctrl-C stops it within about 10 s: "
+        "requests in flight get 3 s, and background memory work still running is abandoned (it "
+        "resumes at the next start).",
         conflict_handler="resolve",
     )
     parser.add_argument(
@@ -50,6 +56,16 @@ def add(sub: Any) -> None:
         "default: each key is its own resource",
     )
     parser.add_argument(
+        "--known-keys-only",
+        action="store_true",
+        help="refuse (401) every API key the --keys file does not name",
+    )
+    parser.add_argument(
+        "--resource",
+        metavar="ID",
+        help="the resource (owner) of every request without an API key; default: refuse them (401)",
+    )
+    parser.add_argument(
         "--memory-key-env",
         help="environment variable holding the API key memory's own upstream calls send "
         "(default: none, for a local upstream); not needed with --model",
@@ -68,7 +84,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     _check_extra()
     from ..cli.serving import BoundedServer
     from .app import ProxyConfig, create_app
-    from .identity import KeyMap
+    from .identity import KeyMap, Owners
 
     upstream = str(args.upstream).rstrip("/")
     if not upstream.startswith(("http://", "https://")):
@@ -78,6 +94,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         )
     try:
         keys = KeyMap.load(args.keys) if args.keys else KeyMap()
+        owners = Owners(keys, resource=args.resource, known_keys_only=args.known_keys_only)
     except ValueError as exc:
         raise CannotStart(str(exc)) from exc
     refuse_unusable_model(args.model)
@@ -104,13 +121,14 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         options=options,
         memory_model=args.model,
         memory_key=memory_key,
-        keys=keys,
+        owners=owners,
     )
     sock = listening_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     print(
         f"obsmem proxy: http://{host}:{port}/v1 -> {upstream}; store {db_label(args.db)}; "
-        f"memory model {args.model or 'the upstream, with the client model'}",
+        f"memory model {args.model or 'the upstream, with the client model'}; "
+        f"{owners.describe()}",
         file=out,
         flush=True,
     )

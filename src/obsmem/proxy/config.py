@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .identity import KeyMap
+from .identity import Owners
 
 if TYPE_CHECKING:
     from ..stores import Store
@@ -26,7 +26,10 @@ class ProxyConfig:
     the first client asked for."""
     memory_key: str | None = None
     """The API key memory's own calls to the upstream send (None: a placeholder)."""
-    keys: KeyMap = field(default_factory=KeyMap)
+    owners: Owners = field(default_factory=Owners)
+    """Who owns a request's memory: its API key (a keys file can name resources for keys),
+    or ``owners.resource`` for a request without one; see :mod:`.identity`. By default a
+    request without a key is refused."""
     timeout: float = 600.0
     """Seconds to wait on the upstream."""
     cache_breakpoints: bool | None = None

@@ -1,31 +1,76 @@
 """Whose conversation a request is: the thread, and the resource that owns it.
 
-* **Thread**: the ``X-Obsmem-Thread`` header, else the request's ``metadata`` (``thread``,
-  ``thread_id`` or ``obsmem_thread``), else its ``user`` field. Without one, memory is off for the
-  request: it passes through unchanged.
-* **Resource**: ``key-`` and a hash of the client's API key (the ``Authorization: Bearer`` token,
-  or ``api-key`` header), so a client reaches only its own memory; a request without a key is the
-  resource ``anonymous``. A keys file maps keys to resources the operator names (several keys
-  for one user, say): a JSON object whose names are API keys, or ``sha256:<hex>`` of them (so
-  the file need not hold the keys themselves), and whose values are resource ids.
+The application names both; the proxy never guesses a conversation.
 
-The key itself is never stored or logged: only its hash is kept, as the resource id.
+* **Thread**: the ``X-Obsmem-Thread`` header, else the request's ``metadata`` (``thread``,
+  ``thread_id`` or ``obsmem_thread``). Nothing else names one: OpenAI's ``user`` and
+  ``safety_identifier`` name the end user, and ``prompt_cache_key`` a cache, so a thread named
+  by them would merge every conversation of one user. Without a thread id, memory is off for
+  the request: it passes through unchanged, and ``X-Obsmem-Memory: off; no thread id ...`` says
+  so.
+* **Owner** (:class:`Owners`), from the client's API key (the ``Authorization: Bearer`` token,
+  or the ``api-key`` header):
+
+  - a key the keys file names: the resource the file gives it (several keys for one user,
+    say). The file is a JSON object whose names are API keys, or ``sha256:<hex>`` of them (so
+    it need not hold the keys themselves), and whose values are resource ids;
+  - another key: ``key-`` and a hash of the key, so a client reaches only its own memory; with
+    ``known_keys_only`` (``--known-keys-only``), a 401 instead;
+  - no key: the operator's ``resource`` (``--resource ID``: one named owner for every request
+    that carries no key), else a 401. Key-less clients never share a resource nobody named.
+
+* **Resource**: the owner, or, when the request names an end user (its ``user`` field, else
+  its ``safety_identifier``), ``<owner>.user-<h>`` where ``<h>`` is the first 32 hex digits of
+  the SHA-256 of the end user's id. Injective: ``<h>`` has a fixed length, so the owner is the
+  rest of the id, and the hash tells end users apart (operator-named resources may not end in
+  that shape, nor hold a ``:``). The end user's id is hashed because it is often an e-mail
+  address, and thread ids reach logs and headers.
+
+The stored thread's id is ``<resource>:<thread>``, so one owner's or end user's thread ids never
+meet another's. The key itself is never stored or logged; only its hash is kept.
+
+**Threads stored before end users had resources of their own.** The proxy once took the
+``user`` field as the thread, storing ``<owner>:<user>`` (resource ``<owner>``). A request
+whose thread id equals its ``user`` field, while its own thread (``<owner>.user-<h>:<user>``)
+does not exist, continues that thread (:meth:`Caller.legacy_ref`): its memory stays reachable,
+only by that end user (another would have to name the thread by a ``user`` that is not theirs),
+and it stays under the owner's resource where it was stored. A request without an end user
+names the same ids as before, so its threads need nothing. Key-less requests were the resource
+``anonymous``: ``--resource anonymous`` keeps their threads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
-__all__ = ["THREAD_HEADER", "Identity", "KeyMap", "api_key_of", "hash_key", "thread_of"]
+from ..memory import ThreadRef
+
+__all__ = [
+    "THREAD_HEADER",
+    "Caller",
+    "KeyMap",
+    "Owners",
+    "Refused",
+    "api_key_of",
+    "end_user_of",
+    "hash_key",
+    "thread_of",
+    "user_resource",
+]
 
 THREAD_HEADER = "x-obsmem-thread"
-ANONYMOUS = "anonymous"
 _METADATA_NAMES = ("thread", "thread_id", "obsmem_thread")
+END_USER_FIELDS = ("user", "safety_identifier")
+"""The request fields that name the end user, in the order they are read."""
+_USER_MARK = ".user-"
+_USER_HASH_LENGTH = 32
+_USER_SHAPED = re.compile(rf"{re.escape(_USER_MARK)}[0-9a-f]{{{_USER_HASH_LENGTH}}}$")
 
 
 def hash_key(key: str) -> str:
@@ -42,6 +87,10 @@ def api_key_of(headers: Mapping[str, str]) -> str | None:
     return key or None
 
 
+def _text_field(value: Any) -> str | None:
+    return (value.strip() or None) if isinstance(value, str) else None
+
+
 def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
     """The thread id the request names (module doc), or None."""
     given = headers.get(THREAD_HEADER, "").strip()
@@ -51,12 +100,39 @@ def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None
     if isinstance(metadata, dict):
         meta = cast(dict[str, Any], metadata)
         for name in _METADATA_NAMES:
-            value = meta.get(name)
-            if isinstance(value, str) and value.strip():
-                return value.strip()
-    user = body.get("user")
-    if isinstance(user, str) and user.strip():
-        return user.strip()
+            if value := _text_field(meta.get(name)):
+                return value
+    return None
+
+
+def end_user_of(body: Mapping[str, Any]) -> str | None:
+    """The end user the request names (its ``user``, else its ``safety_identifier``), or None."""
+    for name in END_USER_FIELDS:
+        if value := _text_field(body.get(name)):
+            return value
+    return None
+
+
+def user_resource(owner: str, end_user: str) -> str:
+    """The resource of one end user of ``owner`` (module doc: injective)."""
+    digest = hashlib.sha256(end_user.encode()).hexdigest()[:_USER_HASH_LENGTH]
+    return f"{owner}{_USER_MARK}{digest}"
+
+
+def owner_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a resource id the operator names, or None."""
+    if not name.strip():
+        return "a resource id must be a non-empty string"
+    if ":" in name:
+        return (
+            f"resource {name!r} has a ':'; the proxy names threads <resource>:<thread>, so "
+            "give one without it"
+        )
+    if _USER_SHAPED.search(name):
+        return (
+            f"resource {name!r} ends like the resource the proxy gives an end user "
+            f"({_USER_MARK}<32 hex digits>); give another name"
+        )
     return None
 
 
@@ -86,28 +162,111 @@ class KeyMap:
             )
         by_hash: dict[str, str] = {}
         for name, resource in cast(dict[Any, Any], data).items():
-            if not isinstance(resource, str) or not resource.strip():
+            if not isinstance(resource, str):
                 raise ValueError(
                     f"the keys file {file}: the resource for a key must be a non-empty string"
                 )
-            if ":" in resource:
-                raise ValueError(
-                    f"the keys file {file}: resource {resource!r} has a ':'; resource ids there "
-                    "name threads as <resource>:<thread>, so give one without it"
-                )
+            problem = owner_name_problem(resource)
+            if problem is not None:
+                raise ValueError(f"the keys file {file}: {problem}")
             text = str(name)
             digest = text[7:].lower() if text.startswith("sha256:") else hash_key(text)
             by_hash[digest] = resource.strip()
         return cls(by_hash)
 
-    def resource(self, key: str | None) -> str:
-        if key is None:
-            return ANONYMOUS
-        digest = hash_key(key)
-        return self.by_hash.get(digest) or f"key-{digest[:24]}"
+    def named(self, key: str) -> str | None:
+        """The resource the file names for ``key``, or None."""
+        return self.by_hash.get(hash_key(key))
+
+    def resource(self, key: str) -> str:
+        """The resource of ``key``: the one the file names, else ``key-`` and its hash."""
+        return self.named(key) or f"key-{hash_key(key)[:24]}"
+
+
+class Refused(Exception):
+    """The proxy does not serve this request (a 401): ``str()`` says why and the fix."""
+
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+        """OpenAI's error code for it (``missing_api_key``, ``invalid_api_key``)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Identity:
-    thread: str | None
-    resource: str
+class Caller:
+    """Who sent a request: what the upstream judges, and the owner of its memory."""
+
+    credential: str
+    """The hash of the request's API key ('' for none): whose acceptance by the upstream
+    memory waits for (:mod:`.admission`)."""
+    owner: str
+
+    def ref(self, thread: str, end_user: str | None) -> ThreadRef:
+        """The stored thread a request names (module doc)."""
+        resource = self.owner if end_user is None else user_resource(self.owner, end_user)
+        return ThreadRef(thread=f"{resource}:{thread}", resource=resource)
+
+    def legacy_ref(self, thread: str, body: Mapping[str, Any]) -> ThreadRef | None:
+        """The thread the proxy stored for the request's ``user`` when it took that field as
+        the thread (``<owner>:<user>``), when the request names that thread; else None."""
+        if thread != _text_field(body.get("user")):
+            return None
+        return ThreadRef(thread=f"{self.owner}:{thread}", resource=self.owner)
+
+
+@dataclass(frozen=True, slots=True)
+class Owners:
+    """Who owns the memory of a request, from its API key (module doc)."""
+
+    keys: KeyMap = field(default_factory=KeyMap)
+    resource: str | None = None
+    """The owner of every request without an API key (``--resource``); None: refuse them."""
+    known_keys_only: bool = False
+    """Refuse a key the keys file does not name (``--known-keys-only``)."""
+
+    def __post_init__(self) -> None:
+        if self.known_keys_only and not self.keys.by_hash:
+            raise ValueError(
+                "--known-keys-only refuses every key a keys file does not name, and there is "
+                "none: give the keys with --keys FILE"
+            )
+        if self.resource is not None:
+            problem = owner_name_problem(self.resource)
+            if problem is not None:
+                raise ValueError(f"--resource: {problem}")
+
+    def caller(self, key: str | None) -> Caller:
+        """The caller of a request with API key ``key``; :class:`Refused` when it has none."""
+        if key is None:
+            if self.resource is None:
+                raise Refused(
+                    "obsmem proxy: this request has no API key. Send one (Authorization: "
+                    "Bearer <key>); or the proxy's operator names the owner of key-less "
+                    "requests with --resource ID.",
+                    "missing_api_key",
+                )
+            return Caller("", self.resource)
+        named = self.keys.named(key)
+        if named is None and self.known_keys_only:
+            raise Refused(
+                "obsmem proxy: this API key is not one the proxy's keys file names "
+                f'(--known-keys-only). Its operator can add it as "sha256:{hash_key(key)}".',
+                "invalid_api_key",
+            )
+        return Caller(hash_key(key), named or self.keys.resource(key))
+
+    def describe(self) -> str:
+        """Who owns what, in a few words (the start-up line)."""
+        named = len(self.keys.by_hash)
+        if self.known_keys_only:
+            keyed = f"only the {named} key(s) the keys file names (others refused)"
+        elif named:
+            keyed = f"{named} key(s) as the keys file names them, each other API key its own"
+        else:
+            keyed = "each API key its own"
+        keyless = (
+            f"requests without a key: resource {self.resource!r}"
+            if self.resource is not None
+            else "requests without a key refused (--resource ID names their owner)"
+        )
+        return f"memory: {keyed}; {keyless}"
