@@ -72,7 +72,7 @@ async def test_two_conversations_of_one_user_never_share_a_thread(
                 reply = await _chat(http, proxy.base_url, messages, user="alice")
                 assert reply.status_code == 200
                 said = reply.headers["x-obsmem-memory"]
-                assert said.startswith("off; no thread id: the user field names the end user")
+                assert said.startswith("off; no thread id (the user and safety_identifier")
                 assert "send the X-Obsmem-Thread header" in said
         assert [r["messages"] for r in upstream.requests] == [a, b, a, b]
         assert proxy.proxy.memory_if_made is None  # nothing stored
@@ -232,6 +232,26 @@ async def test_a_key_the_upstream_stops_taking_waits_again() -> None:
         assert second.headers["x-obsmem-memory"] == UPSTREAM_REFUSED
         assert len(await memory.messages(f"{OWNER}:t")) == stored
         assert len(upstream.requests) == 2
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
+async def test_an_upstream_error_before_the_key_is_accepted_reaches_the_client_unchanged(
+    stream: bool,
+) -> None:
+    """A 500 proves nothing of the key: it reaches the client as it came, and the next
+    request of the key still waits for an answer."""
+    body = error_body(500, "upstream says 500")
+    said = [{"role": "user", "content": turn(0)}]
+    async with (
+        FixedUpstream(500, body, {"Content-Type": "application/json"}) as upstream,
+        running_proxy(upstream.base_url, accepted=()) as proxy,
+        httpx.AsyncClient() as http,
+    ):
+        for _ in range(2):
+            reply = await _chat(http, proxy.base_url, said, thread="t", stream=stream)
+            assert (reply.status_code, reply.content) == (500, body)
+            assert reply.headers["x-obsmem-memory"] == NOT_ACCEPTED_YET
+        assert proxy.proxy.memory_if_made is None
 
 
 async def test_memory_starts_once_the_upstream_accepted_the_key() -> None:

@@ -96,7 +96,8 @@ class Admission:
         """The ``X-Obsmem-Memory`` value for a request that names no thread (logged once)."""
         named_user = end_user_of(body) is not None
         why = (
-            "no thread id: the user field names the end user, not the conversation; "
+            "no thread id (the user and safety_identifier fields name the end user, not the "
+            "conversation); "
             if named_user
             else "no thread id; "
         )

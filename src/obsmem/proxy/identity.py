@@ -246,14 +246,14 @@ class Owners:
                     "missing_api_key",
                 )
             return Caller("", self.resource)
-        named = self.keys.named(key)
-        if named is None and self.known_keys_only:
+        if self.known_keys_only and self.keys.named(key) is None:
             raise Refused(
                 "obsmem proxy: this API key is not one the proxy's keys file names "
-                f'(--known-keys-only). Its operator can add it as "sha256:{hash_key(key)}".',
+                "(--known-keys-only). The proxy's operator can add it to that file as "
+                f'"sha256:{hash_key(key)}".',
                 "invalid_api_key",
             )
-        return Caller(hash_key(key), named or self.keys.resource(key))
+        return Caller(hash_key(key), self.keys.resource(key))
 
     def describe(self) -> str:
         """Who owns what, in a few words (the start-up line)."""
