@@ -30,10 +30,9 @@ def add(sub: Any) -> None:
         "client's API key (its own, or the resource --keys names for it); a request without a "
         "key is refused (401) unless --resource names its owner. Memory starts for a key once "
         "the upstream has answered it in this process (its first request passes through "
-        "unchanged). The "
-        "client changes only its base URL. SIGTERM or Ctrl-C stops it within about 10 s: "
-        "requests in flight get 3 s, and background memory work still running is abandoned (it "
-        "resumes at the next start).",
+        "unchanged). The client changes only its base URL. SIGTERM or Ctrl-C stops it within "
+        "about 10 s: requests in flight get 3 s, and background memory work still running is "
+        "abandoned (it resumes at the next start).",
         conflict_handler="resolve",
     )
     parser.add_argument(
