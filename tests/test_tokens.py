@@ -7,12 +7,14 @@ arithmetic), never by calling the code under test.
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
 import zlib
 from typing import Any
 
 import pytest
 
+import obsmem.tokens.text
 from obsmem.errors import MissingExtraError
 from obsmem.messages import (
     DataPart,
@@ -109,6 +111,23 @@ CORPUS = [
 def test_fast_path_matches_segment_rules(text: str) -> None:
     # The fast path and the rule-by-rule reference must agree on every kind of text.
     assert estimate_text_tokens(text) == sum(segment_tokens(s) for s in segment_text(text))
+
+
+def test_long_text_is_counted_piece_by_piece_to_the_same_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Long text is counted a piece at a time (a counting thread then lets the event loop in
+    between), cut where no segment or indentation spans the cut: the same count as whole."""
+    texts = [
+        "\n".join(CORPUS) * 20,
+        json.dumps({"numbers": list(range(60)), "texts": CORPUS}, indent=2) * 5,  # priced as JSON
+        "\n    indented line of code();" * 100,
+        "x" * 5_000,  # no whitespace to cut at: one piece
+    ]
+    whole = [estimate_text_tokens(t) for t in texts]
+    monkeypatch.setattr(obsmem.tokens.text, "PIECE_CHARS", 64)
+    assert len(list(obsmem.tokens.text._pieces(texts[0]))) > 50  # pyright: ignore[reportPrivateUsage]
+    assert [estimate_text_tokens(t) for t in texts] == whole
 
 
 @pytest.mark.parametrize(

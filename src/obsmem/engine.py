@@ -246,7 +246,7 @@ class ObservationalMemory:
             self._deps,
             LoadRequest(
                 subject=subject,
-                append=self._turns.counted(new_messages, actor_model),
+                append=await self._turns.counted(new_messages, actor_model),
                 last_reply=self._idle_timed,
             ),
         )
@@ -299,7 +299,7 @@ class ObservationalMemory:
             self._deps,
             LoadRequest(
                 subject=subject,
-                append=self._turns.counted(response_messages, actor_model),
+                append=await self._turns.counted(response_messages, actor_model),
                 patches=patches,
             ),
         )

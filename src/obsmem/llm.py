@@ -540,7 +540,7 @@ def _content(item: str | ImagePart | FilePart) -> pa.UserContent:
     from pydantic_ai import messages as pa
 
     if isinstance(item, str):
-        return item
+        return display_text(item) or ""
     vendor = {"detail": item.detail} if isinstance(item, ImagePart) and item.detail else None
     if item.data is not None:
         return pa.BinaryContent(item.data, media_type=item.media_type, vendor_metadata=vendor)

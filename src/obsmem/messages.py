@@ -14,7 +14,7 @@ import base64
 import re
 import uuid
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeAlias, cast, get_args
 
@@ -30,6 +30,7 @@ __all__ = [
     "ToolCallPart",
     "ToolResultPart",
     "check_json",
+    "holds_much",
     "message_from_dict",
     "message_to_dict",
     "new_message_id",
@@ -200,6 +201,26 @@ def _not_json(value: Any, depth: int) -> str | None:
                 return problem
         return None
     return f"Object of type {type(value).__name__} is not JSON serializable"
+
+
+MUCH_DATA = 256 * 1024
+"""About this much text and data (characters and bytes) in messages is worth moving off the
+event loop: checking, counting and writing it takes tens of milliseconds or more."""
+
+
+def holds_much(messages: Iterable[Message]) -> bool:
+    """Whether ``messages`` hold about :data:`MUCH_DATA` or more of text and data: a walk over
+    their parts' values that stops there (every value costs at least 16, so it is short)."""
+    left = MUCH_DATA
+    stack: list[Any] = [getattr(p, f.name) for m in messages for p in m.parts for f in fields(p)]
+    while stack and left > 0:
+        value = stack.pop()
+        left -= max(16, len(value)) if isinstance(value, str | bytes) else 16
+        if isinstance(value, dict):
+            stack.extend(cast(dict[Any, Any], value).values())
+        elif isinstance(value, list | tuple):
+            stack.extend(cast(list[Any], value))
+    return left <= 0
 
 
 _UNSHOWABLE = re.compile("[\x00\ud800-\udfff]")

@@ -6,6 +6,7 @@ reflection, and the actor's context and status event assembled from the latest s
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,10 +17,11 @@ from .cycles.common import windows
 from .cycles.writes import reload
 from .errors import ConfigError
 from .events import StatusEvent
-from .messages import Message, check_json
+from .messages import Message, check_json, holds_much
 from .models import ModelSpec
 from .outcomes import Outcomes
 from .snapshot import Snapshot
+from .tokens import TokenEstimator
 from .window import ThreadWindow
 from .working_memory import WorkingMemory
 
@@ -35,6 +37,12 @@ def step_start(stored: Sequence[Message], step_from: int | None) -> int | None:
     first = (users[-1] if users else stored[0]).seq if stored else None
     step = [s for s in (step_from, first) if s]
     return min(step) if step else None
+
+
+def _check_and_count(messages: Sequence[Message], estimator: TokenEstimator) -> None:
+    for message in messages:
+        check_json(message)
+        estimator.count_message(message)
 
 
 class Turns:
@@ -55,11 +63,14 @@ class Turns:
         label = views.model_label(actor_model) if actor_model is not None else None
         return windows(self._deps, snapshot, label)
 
-    def counted(
+    async def counted(
         self, messages: Sequence[Any], actor_model: ModelSpec | None = None
     ) -> Sequence[Message]:
         """``messages`` with their token estimates cached in their parts, so every later read
-        of the window (from any store, in any process) reuses them instead of re-counting."""
+        of the window (from any store, in any process) reuses them instead of re-counting.
+        Large input (:func:`~obsmem.messages.holds_much`) is checked and counted on a
+        worker thread: counting a pasted page of megabytes takes seconds of CPU, which on the
+        event loop would stall every other conversation the process serves."""
         estimator = cycles.estimator_for(
             self._deps, views.model_label(actor_model) if actor_model is not None else None
         )
@@ -74,8 +85,10 @@ class Turns:
                     type(message).__name__,
                     "must be an obsmem Message (Message.user(...), Message.assistant(...))",
                 )
-            check_json(message)
-            estimator.count_message(message)
+        if holds_much(messages):
+            await asyncio.to_thread(_check_and_count, messages, estimator)
+        else:
+            _check_and_count(messages, estimator)
         return messages
 
     # -- observation -----------------------------------------------------------------------------

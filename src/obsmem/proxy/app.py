@@ -21,7 +21,9 @@ WARNING on the ``obsmem`` logger); an Observer or Reflector that fails is report
 from the thread's failure state. ``on`` when memory served the request, ``off; <why>`` when it
 did not (no thread id, a key the upstream has not accepted yet). A refusal at the door is not a
 memory failure. Upstream errors reach the client with the upstream's status and body. Every
-other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through.
+other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through. A request
+:mod:`.guard` refuses (foreign host or origin, too large, nested too deep, not JSON) is answered
+by the proxy with the status that says why, and nothing of it is stored or forwarded.
 
 Several proxy processes can share one database (PostgreSQL) with nothing else shared: new
 messages get ids from their content and place (:func:`.history.message_id`), so two requests that
@@ -56,6 +58,7 @@ from ..models.capabilities import prompt_cache_mark
 from .admission import MEMORY_HEADER, NOT_ACCEPTED_YET, REFUSED_KEY, UPSTREAM_REFUSED, Admission
 from .apis import CHAT, RESPONSES, Api
 from .config import ProxyConfig
+from .guard import guarding, off_loop, read_json
 from .history import (
     StoredEntry,
     align,
@@ -198,7 +201,7 @@ class Proxy:
         the client's ``raw`` messages, and the step to finish."""
         memory = await self.memory(model_name)
         instructions, conversation = split_instructions(raw)
-        prints = [fingerprint(m) for m in conversation]
+        prints = await off_loop(lambda: [fingerprint(m) for m in conversation])
         lock, users = self._thread_locks.setdefault(ref.thread, (asyncio.Lock(), [0]))
         users[0] += 1
         try:
@@ -255,7 +258,7 @@ class Proxy:
             else (shown[-1].id if shown and alignment.retract == 0 else None)
         )
         new: list[Message] = []
-        converted = _converted(conversation, alignment.known, ref)
+        converted = await off_loop(_converted, conversation, alignment.known, ref)
         for message, print_ in zip(converted, prints[alignment.known :], strict=True):
             attempt = 0
             while (mid := message_id(ref.thread, after, print_, attempt)) in taken:
@@ -329,15 +332,7 @@ class Proxy:
         caller = self.admission.caller(headers)
         if isinstance(caller, Response):
             return caller
-        raw = await request.body()
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            off = "off; the request body is not a JSON object"
-            return await self._as_is(request, raw, caller, off)
-        body = cast(dict[str, Any], body)
+        raw, body = await read_json(request, self.config.max_json_depth)
         thread = thread_of(headers, body)
         off = api.memory_off(body)
         if off is not None:
@@ -570,6 +565,7 @@ def create_app(config: ProxyConfig) -> Starlette:
                 methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
             ),
         ],
+        middleware=[guarding(config)],
         lifespan=lifespan,
     )
     app.state.proxy = proxy

@@ -70,7 +70,77 @@ def add(sub: Any) -> None:
         help="environment variable holding the API key memory's own upstream calls send "
         "(default: none, for a local upstream); not needed with --model",
     )
+    _add_guard_options(parser)
     parser.set_defaults(run=_run)
+
+
+_GUARD_FLAGS = {
+    "ProxyConfig.allowed_hosts": "--allow-host",
+    "ProxyConfig.allowed_origins": "--allow-origin",
+    "ProxyConfig.max_request_bytes": "--max-request-bytes",
+    "ProxyConfig.max_json_depth": "--max-json-depth",
+}
+_ANY_ADDRESS = ("0.0.0.0", "::", "")
+
+
+def _add_guard_options(parser: argparse.ArgumentParser) -> None:
+    """What every request must pass (:mod:`obsmem.proxy.guard`)."""
+    from .config import (
+        DEFAULT_MAX_JSON_DEPTH,
+        DEFAULT_MAX_REQUEST_BYTES,
+        MAX_JSON_DEPTH_CEILING,
+        MIN_JSON_DEPTH,
+    )
+
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients address the proxy by, besides loopback ones and the --host "
+        "address (repeatable; '*': any, for a reverse proxy in front that checks it); other "
+        "requests get a 421",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="the origin of a web app whose pages may call the proxy from a browser, e.g. "
+        "https://app.example.com (repeatable; pages on loopback hosts may already); requests "
+        "from other pages get a 403",
+    )
+    parser.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="BYTES",
+        help=f"the largest request body read (default {DEFAULT_MAX_REQUEST_BYTES:,}, 32 MiB); "
+        "larger ones get a 413",
+    )
+    parser.add_argument(
+        "--max-json-depth",
+        type=int,
+        default=DEFAULT_MAX_JSON_DEPTH,
+        metavar="LEVELS",
+        help=f"the deepest JSON nesting of a request and of each tool call's arguments "
+        f"(default {DEFAULT_MAX_JSON_DEPTH}; {MIN_JSON_DEPTH} to {MAX_JSON_DEPTH_CEILING}); "
+        "deeper ones get a 400",
+    )
+
+
+def _guard_config(args: argparse.Namespace) -> dict[str, Any]:
+    """The ProxyConfig fields of the guard flags: the address the proxy listens on is a host
+    it answers too (unless it listens on every address)."""
+    hosts = list(args.allow_host)
+    if args.host not in _ANY_ADDRESS:
+        hosts.append(args.host)
+    return {
+        "allowed_hosts": hosts,
+        "allowed_origins": list(args.allow_origin),
+        "max_request_bytes": args.max_request_bytes,
+        "max_json_depth": args.max_json_depth,
+    }
 
 
 def _check_extra() -> None:
@@ -83,6 +153,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
 
     _check_extra()
     from ..cli.serving import BoundedServer
+    from ..errors import ConfigError
     from .app import ProxyConfig, create_app
     from .identity import KeyMap, Owners
 
@@ -115,14 +186,19 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         "reflection": {"observationTokens": args.observation_tokens},
     }
     store = open_store(args.db)
-    config = ProxyConfig(
-        upstream=upstream,
-        store=store,
-        options=options,
-        memory_model=args.model,
-        memory_key=memory_key,
-        owners=owners,
-    )
+    try:
+        config = ProxyConfig(
+            upstream=upstream,
+            store=store,
+            options=options,
+            memory_model=args.model,
+            memory_key=memory_key,
+            owners=owners,
+            **_guard_config(args),
+        )
+    except ConfigError as exc:
+        flag = _GUARD_FLAGS.get(exc.option, exc.option)
+        raise CannotStart(f"{flag} {exc.value!r}: {exc.rule}") from None
     sock = listening_socket(args.host, args.port)
     host, port = sock.getsockname()[:2]
     print(
@@ -132,6 +208,13 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         file=out,
         flush=True,
     )
+    if args.host in _ANY_ADDRESS and not args.allow_host:
+        print(
+            "obsmem proxy: listening on every address, it answers requests addressed to a "
+            "loopback name only: add --allow-host NAME for each name clients use",
+            file=out,
+            flush=True,
+        )
     server = BoundedServer(
         create_app(config),
         command="proxy",

@@ -2,16 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
+from ..errors import ConfigError
+from ..hosts import read_allowed_hosts, read_allowed_origins
 from .identity import Owners
 
 if TYPE_CHECKING:
     from ..stores import Store
 
-__all__ = ["ProxyConfig"]
+__all__ = [
+    "DEFAULT_MAX_JSON_DEPTH",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "MAX_JSON_DEPTH_CEILING",
+    "MIN_JSON_DEPTH",
+    "ProxyConfig",
+]
+
+DEFAULT_MAX_REQUEST_BYTES = 32 * 1024 * 1024
+"""32 MiB: room for a conversation carrying a few photos or a dozen screenshots as data URLs
+(Anthropic's Messages API takes up to 32 MB too). Text alone never needs it: a million tokens
+is about 4 MB."""
+DEFAULT_MAX_JSON_DEPTH = 64
+"""Levels of JSON nesting a request (and each tool call's arguments) may have: a chat request
+with a tool whose schema nests ten objects deep is about 25."""
+MIN_JSON_DEPTH = 16
+"""Less refuses ordinary requests: a tool's schema alone is 7 levels deep."""
+MAX_JSON_DEPTH_CEILING = 128
+"""The most ``max_json_depth`` may be: memory stores JSON nested up to 200 levels
+(:data:`obsmem.messages.MAX_JSON_DEPTH`), and a message sits a few levels into its request."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,3 +63,37 @@ class ProxyConfig:
     history, buffering, a reflection: model calls that may take minutes) instead of abandoning
     it. Abandoning loses nothing: memory's state is in the store, and a thread that is behind
     catches up at its next request."""
+    allowed_hosts: Collection[str] = ()
+    """Host names or addresses the proxy answers besides loopback ones (``--allow-host``; the
+    port is not compared; ``"*"``: every one, for a reverse proxy in front that checks them)."""
+    allowed_origins: Collection[str] = ()
+    """Origins of web pages that may send requests besides pages on a loopback host
+    (``--allow-origin``, e.g. ``https://app.example.com``; ``"*"``: every one)."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The largest request body the proxy reads (413 past it)."""
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    """The deepest nesting a request's JSON, and each tool call's arguments, may have (400
+    past it)."""
+
+    def __post_init__(self) -> None:
+        hosts = read_allowed_hosts(self.allowed_hosts, "ProxyConfig.allowed_hosts")
+        origins = read_allowed_origins(self.allowed_origins, "ProxyConfig.allowed_origins")
+        object.__setattr__(self, "allowed_hosts", hosts)
+        object.__setattr__(self, "allowed_origins", origins)
+        size = cast(object, self.max_request_bytes)
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1024:
+            raise ConfigError(
+                "ProxyConfig.max_request_bytes", size, "give a number of bytes, at least 1024"
+            )
+        depth = cast(object, self.max_json_depth)
+        if (
+            isinstance(depth, bool)
+            or not isinstance(depth, int)
+            or not MIN_JSON_DEPTH <= depth <= MAX_JSON_DEPTH_CEILING
+        ):
+            raise ConfigError(
+                "ProxyConfig.max_json_depth",
+                depth,
+                f"give a number from {MIN_JSON_DEPTH} (a tool's schema alone is 7 levels deep) "
+                f"to {MAX_JSON_DEPTH_CEILING} (memory stores JSON nested up to 200 levels)",
+            )

@@ -104,7 +104,7 @@ def fingerprint(message: Mapping[str, Any]) -> str:
     if role == "tool":
         canonical.append(message.get("tool_call_id"))
     raw = json.dumps(canonical, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-    return hashlib.sha256(raw.encode()).hexdigest()[:32]
+    return hashlib.sha256(raw.encode("utf-8", "surrogatepass")).hexdigest()[:32]
 
 
 def stored_fingerprint(message: Message) -> str:

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
-from ..messages import Message, utcnow
+from ..messages import Message, holds_much, utcnow
 from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
 from . import commit_flow, flows, load_flow
@@ -166,7 +166,7 @@ class SQLStore:
             write=bool(
                 request.append or request.patches or request.resource_patch or request.cycles
             ),
-            quick=True,
+            quick=not holds_much(request.append),  # writing megabytes is not quick
         )
         self._seen(snapshot)
         return snapshot

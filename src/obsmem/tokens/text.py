@@ -27,6 +27,7 @@ priced separately, with a fast path for ASCII words.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 __all__ = ["PUNCTUATION", "estimate_text_tokens", "segment_text", "segment_tokens"]
 
@@ -89,8 +90,30 @@ def estimate_text_tokens(text: str) -> int:
     """The heuristic token count of ``text`` (0 for the empty string)."""
     if not text:
         return 0
-    if text.count('"') * 100 > len(text) * JSON_QUOTE_PERCENT:
-        return _json_tokens(text)
+    count = _json_tokens if text.count('"') * 100 > len(text) * JSON_QUOTE_PERCENT else _tokens
+    return sum(map(count, _pieces(text)))
+
+
+PIECE_CHARS = 1 << 20
+"""Long text is counted a piece of about this many characters at a time: each regex scan holds
+the GIL, so a counting thread then lets the event loop in between pieces."""
+_SPACE_BEFORE_WORD = re.compile(r"\s(?=\S)")
+
+
+def _pieces(text: str) -> Iterator[str]:
+    """``text`` cut right after a whitespace run, every :data:`PIECE_CHARS` or so: no segment
+    and no line's indentation spans a cut, so the pieces' counts add up to the whole's."""
+    start = 0
+    while len(text) - start > PIECE_CHARS:
+        cut = _SPACE_BEFORE_WORD.search(text, start + PIECE_CHARS)
+        if cut is None:
+            break
+        yield text[start : cut.end()]
+        start = cut.end()
+    yield text[start:]
+
+
+def _tokens(text: str) -> int:
     total = sum(map(_punct_tokens, _PUNCT_RUN.findall(text)))
     return total + sum(map(_word_tokens, _WORD_RUN.findall(text)))
 

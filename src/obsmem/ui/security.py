@@ -11,11 +11,12 @@ own name to 127.0.0.1 (DNS rebinding) gets a 403, not the conversations.
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
+
+from ..hosts import host_allowed, host_name, is_loopback
 
 __all__ = ["COOKIE", "LoopbackHost", "TokenGate", "bind_problem", "host_name", "is_loopback"]
 
@@ -25,17 +26,6 @@ Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
 Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback name or address (``localhost``, 127.0.0.0/8, ``::1``)."""
-    name = host.strip().strip("[]").lower()
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_problem(host: str, token: str | None) -> str | None:
@@ -53,14 +43,6 @@ def bind_problem(host: str, token: str | None) -> str | None:
     return None
 
 
-def host_name(header: str) -> str:
-    """The host of a ``Host`` header, without its port (``[::1]:8765`` is ``::1``)."""
-    value = header.strip()
-    if value.startswith("["):
-        return value[1:].split("]", 1)[0]
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
-
-
 class LoopbackHost:
     """ASGI middleware: an HTTP request whose ``Host`` is not a loopback name or address gets a
     403 saying why (the inspector without a token answers only requests addressed to it on
@@ -72,8 +54,8 @@ class LoopbackHost:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
             headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            host = host_name(headers.get("host", ""))
-            if not is_loopback(host):
+            if not host_allowed(headers.get("host")):
+                host = host_name(headers.get("host", ""))
                 body = (
                     f"obsmem ui answers only requests addressed to 127.0.0.1 or localhost, not "
                     f"{host[:80]!r}: open the URL it printed (a page of another site may be "
