@@ -1,10 +1,11 @@
 """What one client's large request costs every other client of ``obsmem proxy``.
 
 The proxy runs as the command runs (``python -m obsmem proxy``, its own process, default
-options, SQLite), in front of the test suite's strict loopback server (tests/strict_server.py,
-on its own thread, answering at once). One client sends small requests (a short question on a
-thread of its own) one after another; measured alone, then while other clients keep sending
-large requests just under the proxy's request-size limit, each on a new thread:
+options, SQLite), in front of a loopback upstream in a process of its own that answers at once
+without parsing what it is sent (so its own work on a large request holds up nothing: what is
+measured is the proxy). One client sends small requests (a short question on a thread of its
+own) one after another; measured alone, then while another client keeps sending large requests
+just under the proxy's request-size limit, each on a new thread:
 
 * **text**: one user message of ``--megabytes`` of pasted text (the proxy stores it, counts its
   tokens, and memory observes it);
@@ -22,19 +23,82 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import contextlib
 import json
+import multiprocessing
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 from _common import header, percentile, proxy_process, ratio, table
-from tests.proxy.helpers import memory_aware
-from tests.strict_server import strict_server_thread
 
 WORDS = ["the", "budget", "travel", "plan", "release", "schedule", "customer", "invoice"]
+
+
+OBSERVATION = "<observations>\nDate: Dec 4, 2025\n* 🟡 (10:00) User shared a page.\n</observations>"
+
+
+def _answer(raw: bytes) -> bytes:
+    """The HTTP answer to a chat request, read as bytes only: memory's own calls (their system
+    prompt asks for the output format) get an observation, the rest a one-word answer; streamed
+    when the request asks for it."""
+    text = OBSERVATION if b"## Output format" in raw[:100_000] else "Noted."
+    base = {"id": "c", "created": 0, "model": "local"}
+    if raw.find(b'"stream":true') < 0 and raw.find(b'"stream": true') < 0:
+        message = {"role": "assistant", "content": text}
+        choice = {"index": 0, "message": message, "finish_reason": "stop"}
+        usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
+        body = {**base, "object": "chat.completion", "choices": [choice], "usage": usage}
+        data, kind = json.dumps(body).encode(), b"application/json"
+    else:
+        chunks = [
+            {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": None},
+            {"index": 0, "delta": {}, "finish_reason": "stop"},
+        ]
+        events = [{**base, "object": "chat.completion.chunk", "choices": [c]} for c in chunks]
+        lines = [f"data: {json.dumps(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+        data, kind = "".join(lines).encode(), b"text/event-stream"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n" % (kind, len(data))
+    return head + b"Connection: close\r\n\r\n" + data
+
+
+def _serve_upstream(ports: Any) -> None:
+    """The upstream, in its own process: one request per connection, answered at once."""
+
+    async def one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        writer.write(_answer(await reader.readexactly(length)))
+        await writer.drain()
+        writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(one, "127.0.0.1", 0)
+        ports.put(server.sockets[0].getsockname()[1])
+        await server.serve_forever()
+
+    asyncio.run(main())
+
+
+@contextlib.contextmanager
+def upstream_process() -> Iterator[str]:
+    """The upstream's base URL, served by a process of its own until the end."""
+    context = multiprocessing.get_context("spawn")
+    ports = context.Queue()
+    process = context.Process(target=_serve_upstream, args=(ports,), daemon=True)
+    process.start()
+    try:
+        yield f"http://127.0.0.1:{ports.get(timeout=60)}/v1"
+    finally:
+        process.kill()
+        process.join()
 
 
 def large_body(kind: str, size: int, rng: random.Random) -> bytes:
@@ -128,13 +192,10 @@ async def main() -> None:
     header("a large request's cost to other clients of obsmem proxy", megabytes=megabytes)
     rows: list[list[str]] = []
     ratios: list[tuple[str, float]] = []
-    with (
-        strict_server_thread(answer=memory_aware(lambda _: "Noted."), multimodal=True) as server,
-        tempfile.TemporaryDirectory() as folder,
-    ):
+    with upstream_process() as upstream, tempfile.TemporaryDirectory() as folder:
         for kind in ("text", "images"):
             db = str(Path(folder) / f"{kind}.db")
-            async with proxy_process(server.base_url, "--db", db) as (url, _):
+            async with proxy_process(upstream, "--db", db) as (url, _):
                 alone, during = await measure(url, kind, size, count)
             for name, values in (("alone", alone), (f"during {kind}", during)):
                 p50, worst = percentile(values, 50) * 1000, max(values) * 1000

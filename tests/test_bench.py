@@ -29,6 +29,7 @@ SCRIPTS = [
     "proxy",
     "ui_scale",
     "shutdown",
+    "proxy_large",
 ]
 
 pytestmark = pytest.mark.slow

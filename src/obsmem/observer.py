@@ -9,6 +9,7 @@ attachments themselves are returned so they can be sent along as model inputs).
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from obsmem.messages import (
     TextPart,
     ToolCallPart,
     ToolResultPart,
+    holds_much,
 )
 from obsmem.models import ModelSpec
 from obsmem.models.streaming import REPEATING
@@ -396,6 +398,33 @@ async def observe(
     return exchange.parsed, exchange.result
 
 
+async def _rendered(
+    inp: ObserverInput, estimator: TokenEstimator, attachment_filter: AttachmentFilter
+) -> tuple[str, list[ImagePart | FilePart]]:
+    """The transcript of ``inp`` and its attachments. Capping a page of megabytes counts all
+    of it, seconds of CPU: large input is rendered off the event loop."""
+
+    def render() -> tuple[str, list[ImagePart | FilePart]]:
+        if inp.threads:
+            return render_multi_thread_transcript(
+                inp.threads,
+                tz=inp.tz,
+                estimator=estimator,
+                part_cap=inp.part_cap,
+                attachment_filter=attachment_filter,
+            )
+        return render_transcript(
+            inp.messages,
+            tz=inp.tz,
+            estimator=estimator,
+            part_cap=inp.part_cap,
+            attachment_filter=attachment_filter,
+        )
+
+    shown = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
+    return await asyncio.to_thread(render) if holds_much(shown) else render()
+
+
 async def observe_exchange(
     inp: ObserverInput,
     *,
@@ -410,22 +439,7 @@ async def observe_exchange(
 ) -> ObserverExchange:
     """Like :func:`observe`, also returning the request (extractors' follow-ups show it)."""
     multi = bool(inp.threads)
-    if multi:
-        transcript, attachments = render_multi_thread_transcript(
-            inp.threads,
-            tz=inp.tz,
-            estimator=estimator,
-            part_cap=inp.part_cap,
-            attachment_filter=attachment_filter,
-        )
-    else:
-        transcript, attachments = render_transcript(
-            inp.messages,
-            tz=inp.tz,
-            estimator=estimator,
-            part_cap=inp.part_cap,
-            attachment_filter=attachment_filter,
-        )
+    transcript, attachments = await _rendered(inp, estimator, attachment_filter)
     request = LLMRequest(
         role="observer",
         model=model,

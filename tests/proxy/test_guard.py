@@ -6,16 +6,18 @@ loopback upstream."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import threading
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 import obsmem.tokens.estimator
+from obsmem.cli import main
 from obsmem.errors import ConfigError
 from obsmem.messages import Message
 from obsmem.proxy import ProxyConfig
@@ -149,6 +151,23 @@ def test_allowed_hosts_and_origins_are_read_at_start() -> None:
         ProxyConfig(upstream="http://127.0.0.1:1/v1", store=InMemoryStore(), allowed_hosts=["a b"])
     with pytest.raises(ConfigError, match="from 16"):
         ProxyConfig(upstream="http://127.0.0.1:1/v1", store=InMemoryStore(), max_json_depth=500)
+
+
+@pytest.mark.parametrize(
+    ("flags", "says"),
+    [
+        (["--max-json-depth", "500"], "--max-json-depth 500: give a number from 16"),
+        (["--max-request-bytes", "10"], "--max-request-bytes 10: give a number of bytes"),
+        (["--allow-origin", "app.example.com"], "--allow-origin 'app.example.com': give an"),
+    ],
+)
+def test_the_command_refuses_a_bad_limit_or_origin_with_the_fix(
+    flags: list[str], says: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = str(tmp_path / "proxy.db")
+    args = ["proxy", "--upstream", "http://127.0.0.1:9/v1", "--db", db, *flags]
+    assert main(args, out=io.StringIO()) == 2
+    assert says in capsys.readouterr().err
 
 
 # -- size and nesting limits ---------------------------------------------------------------------
@@ -371,43 +390,55 @@ async def test_an_upstream_that_breaks_off_is_one_log_line_never_a_traceback(
 # -- a large request never holds up the others -----------------------------------------------------
 
 
-def _held_count(counting: threading.Event, release: threading.Event) -> Callable[[str], int]:
-    """The text estimate, which waits for ``release`` the first time it counts a large text
-    (so the test can see what the proxy serves meanwhile)."""
-    count = obsmem.tokens.estimator.estimate_text_tokens
+class HeldCount:
+    """The text estimate, which waits for ``release`` when it counts a large text for the
+    ``which``-th time (so the test can see what the proxy serves meanwhile)."""
 
-    def held(text: str) -> int:
-        if len(text) > 1_000_000 and not counting.is_set():
-            counting.set()
-            release.wait(timeout=10)
-        return count(text)
+    def __init__(self, which: int) -> None:
+        self.which = which
+        self.counting, self.release = threading.Event(), threading.Event()
+        self.timed_out = False
+        """The count waited for ``release`` in vain: nothing else was served meanwhile."""
+        self._large = 0
+        self._count = obsmem.tokens.estimator.estimate_text_tokens
 
-    return held
+    def __call__(self, text: str) -> int:
+        if len(text) > 1_000_000:
+            self._large += 1
+            if self._large == self.which:
+                self.counting.set()
+                self.timed_out = not self.release.wait(timeout=10)
+        return self._count(text)
 
 
+@pytest.mark.parametrize("which", [1, 2], ids=["storing it", "the Observer capping it"])
 async def test_a_small_request_is_served_while_a_large_one_is_counted(
-    monkeypatch: pytest.MonkeyPatch,
+    which: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Counting the tokens of a pasted page of megabytes takes seconds of CPU: it runs on a
-    worker thread, so another conversation's request is answered meanwhile."""
-    counting, release = threading.Event(), threading.Event()
-    monkeypatch.setattr(
-        obsmem.tokens.estimator, "estimate_text_tokens", _held_count(counting, release)
-    )
+    """Counting the tokens of a pasted page of megabytes takes seconds of CPU, once when it is
+    stored and once when the Observer's transcript caps it: both run on a worker thread, so
+    another conversation's request is answered while the count waits (on the event loop, the
+    count would hold every request up until it gave up waiting)."""
+    held = HeldCount(which)
+    monkeypatch.setattr(obsmem.tokens.estimator, "estimate_text_tokens", held)
     async with (
         strict_server(answer=memory_aware(lambda _: "ok")) as upstream,
         running_proxy(upstream.base_url) as proxy,
     ):
-        page = "Turn 0: " + "a pasted page of text " * 60_000
-        large = asyncio.create_task(post(proxy, chat([{"role": "user", "content": page}])))
+        history = [{"role": "user", "content": "Turn 0: " + "a pasted page of text " * 60_000}]
+        if which == 2:  # the page is observed once it is no longer the current step
+            stored = await post(proxy, chat(history))
+            history += [stored.json()["choices"][0]["message"], {"role": "user", "content": "?"}]
+        large = asyncio.create_task(post(proxy, chat(history)))
         try:
-            assert await asyncio.to_thread(counting.wait, 10)
+            assert await asyncio.to_thread(held.counting.wait, 10)
             small = await post(proxy, chat([{"role": "user", "content": "hi"}]), thread="other")
             assert small.status_code == 200
             assert small.headers["x-obsmem-memory"] == "on"
-            assert not large.done()  # still being counted
         finally:
-            release.set()
+            held.release.set()
         answered = await large
         assert answered.status_code == 200
         assert answered.headers["x-obsmem-memory"] == "on"
+        await proxy.proxy.settle()
+    assert not held.timed_out

@@ -65,9 +65,10 @@ from .history import (
     fingerprint,
     for_strict_template,
     message_id,
+    new_messages,
     split_instructions,
     step_from,
-    stored_fingerprint,
+    stored_entries,
     with_cache_breakpoint,
 )
 from .identity import Caller, end_user_of, thread_of
@@ -178,7 +179,7 @@ class Proxy:
             seen = Seen()
         if thread.message_count > seen.count:
             fresh = await memory.store.list_messages(thread_id, after_seq=seen.count)
-            seen.entries.extend(StoredEntry(m.seq or 0, m.id, stored_fingerprint(m)) for m in fresh)
+            seen.entries.extend(await off_loop(stored_entries, fresh, heavy=len(fresh) > 1_000))
             seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
         self._seen[thread_id] = seen
         while len(self._seen) > MAX_CACHED_THREADS:
@@ -257,18 +258,13 @@ class Proxy:
             if alignment.after is not None
             else (shown[-1].id if shown and alignment.retract == 0 else None)
         )
-        new: list[Message] = []
-        converted = await off_loop(_converted, conversation, alignment.known, ref)
-        for message, print_ in zip(converted, prints[alignment.known :], strict=True):
-            attempt = 0
-            while (mid := message_id(ref.thread, after, print_, attempt)) in taken:
-                attempt += 1
-            new.append(_with_id(message, mid))
-            after = mid
+        new, after = await off_loop(
+            new_messages, conversation, alignment.known, ref, prints, after, taken
+        )
         actor = self.actor(model_name)
         current = step_from(conversation, alignment)
         context = await memory.context(ref, new, actor_model=actor, step_from=current)
-        self._saw(ref.thread, context.stored_input)
+        await self._saw(ref.thread, context.stored_input)
         current = step_start(context.stored_input) or current
         return LinedUp(context, after, taken, tail, again, actor, meta, current)
 
@@ -292,22 +288,25 @@ class Proxy:
         (message,) = from_openai_chat(
             [reply], thread_id=step.ref.thread, resource_id=step.ref.resource
         )
-        stored = await self._memory.save(step.ref, [_with_id(message, mid)], actor_model=step.actor)
-        self._saw(step.ref.thread, stored)
+        message = replace(message, id=mid)
+        stored = await self._memory.save(step.ref, [message], actor_model=step.actor)
+        await self._saw(step.ref.thread, stored)
 
-    def _saw(self, thread_id: str, stored: Sequence[Message]) -> None:
+    async def _saw(self, thread_id: str, stored: Sequence[Message]) -> None:
         """What this process just stored, added to what it knows of the thread when it follows
         on from it (so the next request needs no read of it); a gap means another writer came
         between, and the next request reads what it missed."""
+        if thread_id not in self._seen:
+            return
+        entries = await off_loop(stored_entries, stored)
         seen = self._seen.get(thread_id)
         if seen is None:
             return
-        for message in sorted(stored, key=lambda m: m.seq or 0):
-            seq = message.seq or 0
-            if seq == seen.count + 1:
-                seen.entries.append(StoredEntry(seq, message.id, stored_fingerprint(message)))
-                seen.count = seq
-            elif seq > seen.count + 1:
+        for entry in entries:
+            if entry.seq == seen.count + 1:
+                seen.entries.append(entry)
+                seen.count = entry.seq
+            elif entry.seq > seen.count + 1:
                 return
 
     @staticmethod
@@ -522,24 +521,6 @@ class Proxy:
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1/...`` request, as it came (the upstream judges its key)."""
         return await self.upstream.forward(request, await request.body(), "off; not a chat request")
-
-
-def _with_id(message: Message, mid: str) -> Message:
-    return replace(message, id=mid)
-
-
-def _converted(
-    conversation: Sequence[Mapping[str, Any]], known: int, ref: ThreadRef
-) -> list[Message]:
-    """obsmem messages for ``conversation[known:]``, converted with the assistant message whose
-    calls their first tool results answer (so each result gets its tool's name)."""
-    start = known
-    if known < len(conversation) and conversation[known].get("role") == "tool":
-        while start > 0 and conversation[start - 1].get("role") == "tool":
-            start -= 1
-        start = max(0, start - 1)  # the assistant message that made the calls
-    out = from_openai_chat(conversation[start:], thread_id=ref.thread, resource_id=ref.resource)
-    return out[known - start :]
 
 
 def create_app(config: ProxyConfig) -> Starlette:

@@ -211,10 +211,10 @@ def _where(exc: BaseException) -> str:
     return f"{type(exc).__name__}{': ' + text if text else ''}{at}"
 
 
-async def off_loop(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)``, on a worker thread when the request being served is large (its CPU work
-    would hold up every other request), else here."""
-    if _large_request.get():
+async def off_loop(fn: Callable[..., T], *args: Any, heavy: bool = False) -> T:
+    """``fn(*args)``, on a worker thread when it is ``heavy`` or the request being served is
+    large (its CPU work would hold up every other request), else here."""
+    if heavy or _large_request.get():
         return await anyio.to_thread.run_sync(fn, *args)
     return fn(*args)
 

@@ -34,11 +34,14 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, cast
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, cast
 
-from ..convert.openai_chat import to_openai_chat
+from ..convert.openai_chat import from_openai_chat, to_openai_chat
 from ..messages import Message
+
+if TYPE_CHECKING:
+    from ..memory import ThreadRef
 
 __all__ = [
     "Alignment",
@@ -46,8 +49,10 @@ __all__ = [
     "align",
     "fingerprint",
     "message_id",
+    "new_messages",
     "split_instructions",
     "step_from",
+    "stored_entries",
 ]
 
 _JSON = dict[str, Any]
@@ -122,6 +127,41 @@ def message_id(thread_id: str, after: str | None, print_: str, attempt: int = 0)
     was taken back (the client said it again after rewriting history)."""
     raw = json.dumps([thread_id, after, print_, attempt], separators=(",", ":"))
     return "px-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
+
+
+def new_messages(
+    conversation: Sequence[Mapping[str, Any]],
+    known: int,
+    ref: ThreadRef,
+    prints: Sequence[str],
+    after: str | None,
+    taken: set[str],
+) -> tuple[list[Message], str | None]:
+    """The client's new messages (``conversation[known:]``, fingerprinted ``prints[known:]``)
+    with their ids, following the stored message ``after`` and avoiding the ids the thread
+    took back, and the id of the last one."""
+    new: list[Message] = []
+    for message, print_ in zip(_converted(conversation, known, ref), prints[known:], strict=True):
+        attempt = 0
+        while (mid := message_id(ref.thread, after, print_, attempt)) in taken:
+            attempt += 1
+        new.append(replace(message, id=mid))
+        after = mid
+    return new, after
+
+
+def _converted(
+    conversation: Sequence[Mapping[str, Any]], known: int, ref: ThreadRef
+) -> list[Message]:
+    """obsmem messages for ``conversation[known:]``, converted with the assistant message whose
+    calls their first tool results answer (so each result gets its tool's name)."""
+    start = known
+    if known < len(conversation) and conversation[known].get("role") == "tool":
+        while start > 0 and conversation[start - 1].get("role") == "tool":
+            start -= 1
+        start = max(0, start - 1)  # the assistant message that made the calls
+    out = from_openai_chat(conversation[start:], thread_id=ref.thread, resource_id=ref.resource)
+    return out[known - start :]
 
 
 def split_instructions(messages: Sequence[Mapping[str, Any]]) -> tuple[list[_JSON], list[_JSON]]:
@@ -257,3 +297,9 @@ def with_cache_breakpoint(
         return messages
     parts[-1] = {**cast(dict[str, Any], parts[-1]), field: dict(value)}
     return [{**messages[0], "content": parts}, *messages[1:]]
+
+
+def stored_entries(stored: Sequence[Message]) -> list[StoredEntry]:
+    """What a proxy process keeps of stored messages, in seq order."""
+    ordered = sorted(stored, key=lambda m: m.seq or 0)
+    return [StoredEntry(m.seq or 0, m.id, stored_fingerprint(m)) for m in ordered]

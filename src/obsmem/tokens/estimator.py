@@ -84,12 +84,15 @@ class BaseEstimator:
     """The message and part rules around a text counter. Subclasses set ``source`` (the cache
     source; two estimators never share numbers) and implement :meth:`count_text`."""
 
-    __slots__ = ("_model", "provider_model")
+    __slots__ = ("_model", "_roles", "provider_model")
     source: ClassVar[str] = ""
 
     def __init__(self, provider_model: str | None = None) -> None:
         self.provider_model = provider_model
         self._model: ModelRef = parse_model(provider_model)
+        self._roles: dict[str, int] = {}
+        """Each role's tokens, counted once (a window of 100,000 messages counts it 100,000
+        times)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(provider_model={self.provider_model!r})"
@@ -116,7 +119,10 @@ class BaseEstimator:
     # -- messages ---------------------------------------------------------------------------
 
     def count_message(self, message: Message) -> int:
-        total = self.count_text(message.role) + TOKENS_PER_MESSAGE
+        role = self._roles.get(message.role)
+        if role is None:
+            role = self._roles[message.role] = self.count_text(message.role)
+        total = role + TOKENS_PER_MESSAGE
         for part in message.parts:
             total += self.count_part(part)
         return _round_half_up(total)
