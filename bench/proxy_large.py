@@ -104,7 +104,7 @@ def upstream_process() -> Iterator[str]:
 def large_body(kind: str, size: int, rng: random.Random) -> bytes:
     """A chat request of about ``size`` bytes."""
     if kind == "text":
-        text = " ".join(rng.choice(WORDS) for _ in range(size // 7))
+        text = " ".join(rng.choices(WORDS, k=size // 7))
         content: Any = f"Please keep this page: {text[:size]}"
     else:
         images = [base64.b64encode(rng.randbytes(size // 4 * 3 // 4)).decode() for _ in range(4)]
@@ -142,41 +142,47 @@ async def small_latencies(
     return taken
 
 
-async def keep_busy(
-    http: httpx.AsyncClient, url: str, kind: str, size: int, busy: asyncio.Event
-) -> int:
-    """Send large requests one after another until cancelled; how many were answered."""
-    rng = random.Random(7)
+async def send_large(http: httpx.AsyncClient, url: str, body: bytes, thread: str) -> float:
+    """Seconds one large request took (on a new thread)."""
+    headers = {
+        "Authorization": "Bearer sk-bench",
+        "X-Obsmem-Thread": thread,
+        "Content-Type": "application/json",
+    }
+    start = time.perf_counter()
+    reply = await http.post(f"{url}/chat/completions", content=body, headers=headers)
+    reply.raise_for_status()
+    return time.perf_counter() - start
+
+
+async def keep_busy(http: httpx.AsyncClient, url: str, body: bytes, busy: asyncio.Event) -> int:
+    """Send ``body`` again and again, each time on a new thread, until cancelled; how many were
+    answered."""
     answered = 0
     try:
         while True:
-            body = large_body(kind, size, rng)
-            headers = {
-                "Authorization": "Bearer sk-bench",
-                "X-Obsmem-Thread": f"large-{kind}-{answered}",
-                "Content-Type": "application/json",
-            }
             busy.set()
             try:
-                reply = await http.post(f"{url}/chat/completions", content=body, headers=headers)
+                await send_large(http, url, body, f"large-{answered}")
             finally:
                 busy.clear()
-            reply.raise_for_status()
             answered += 1
     except asyncio.CancelledError:
         return answered
 
 
 async def measure(url: str, kind: str, size: int, count: int) -> tuple[list[float], list[float]]:
+    body = large_body(kind, size, random.Random(7))  # made once: the client's own CPU never counts
     async with httpx.AsyncClient(timeout=300) as http:
         await small_latencies(http, url, 3)  # warm: imports, connections, memory set up
         alone = await small_latencies(http, url, count)
+        took = await send_large(http, url, body, "large-alone")
         busy = asyncio.Event()
-        sender = asyncio.create_task(keep_busy(http, url, kind, size, busy))
+        sender = asyncio.create_task(keep_busy(http, url, body, busy))
         during = await small_latencies(http, url, count, busy)
         sender.cancel()
         answered = await sender
-        print(f"# {kind}: {answered} large requests answered while measuring")
+        print(f"# {kind}: a large request alone took {took:.2f} s; {answered} more while measuring")
     return alone, during
 
 
