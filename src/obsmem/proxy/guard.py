@@ -140,7 +140,8 @@ class Guard:
             log.error("obsmem proxy: %s failed: %s", what, _where(exc))
             if not started:
                 error = {
-                    "message": f"obsmem proxy failed to serve the request: {type(exc).__name__}",
+                    "message": f"obsmem proxy failed to serve the request "
+                    f"({type(exc).__name__}); the proxy's log says where",
                     "type": "server_error",
                     "code": 500,
                 }
