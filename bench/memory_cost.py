@@ -56,9 +56,11 @@ async def run_obsmem(
     )
     failures: list[str] = []
     om.subscribe(
-        lambda event: failures.append(f"{event.type}: {getattr(event, 'error', '')}")
-        if event.type.endswith("-failed")
-        else None
+        lambda event: (
+            failures.append(f"{event.type}: {getattr(event, 'error', '')}")
+            if event.type.endswith("-failed")
+            else None
+        )
     )
     started = time.perf_counter()
     await replay(om, messages)

@@ -266,7 +266,7 @@ async def test_memory_starts_once_the_upstream_accepted_the_key() -> None:
         "reflection": {"observationTokens": 40_000, "model": scripted_reflector()},
     }
     async with (
-        strict_server(answer=echo, context_size=1_400) as upstream,
+        strict_server(answer=echo, context_size=1_600) as upstream,
         running_proxy(
             upstream.base_url, options=big, memory_model=scripted_observer(words=3), accepted=()
         ) as proxy,
