@@ -511,7 +511,7 @@ def lossy(parsed: ParsedOutput, inp: ObserverInput, estimator: TokenEstimator) -
     past messages nobody noted."""
     messages = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
     shown = sum(
-        min(estimator.count_text(m.text), LOSSY_MESSAGE_TOKENS)
+        min(estimator.count_text(_head(m)), LOSSY_MESSAGE_TOKENS)
         for m in messages
         if m.role in ("user", "assistant")
     )
@@ -524,6 +524,22 @@ def lossy(parsed: ParsedOutput, inp: ObserverInput, estimator: TokenEstimator) -
         f"far shorter than the conversation it covers ({written:,} tokens of notes for "
         f"{shown:,} tokens of user and assistant text)"
     )
+
+
+_HEAD_CHARS = LOSSY_MESSAGE_TOKENS * 20
+"""Enough of a message's text to count :data:`LOSSY_MESSAGE_TOKENS` in any script, so a
+message of megabytes costs :func:`lossy` no more than a short one."""
+
+
+def _head(message: Message) -> str:
+    """The start of ``message``'s text parts, at most :data:`_HEAD_CHARS` characters."""
+    head: list[str] = []
+    left = _HEAD_CHARS
+    for part in message.parts:
+        if isinstance(part, TextPart) and left > 0:
+            head.append(part.text[:left])
+            left -= len(head[-1])
+    return "\n".join(head)
 
 
 NOTHING_TO_NOTE_TOKENS = 400
