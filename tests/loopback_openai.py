@@ -44,9 +44,9 @@ def answer(body: dict[str, Any]) -> str:
         line = (
             f"User stated their favorite color is {color.group(1)}." if color else "User chatted."
         )
-        # One line per message shown, as a model that notes what it reads writes.
-        said = re.findall(r"^(?:User|Assistant)(?: \([^)]*\))?: (.{0,60})", everything, re.M)
-        lines = "".join(f"* 🟡 (10:00) Message: {text}\n" for text in said)
+        # A line per ten messages shown, as a model that notes what it reads writes.
+        said = re.findall(r"^(?:User|Assistant)(?: \([^)]*\))?: (.{0,40})", everything, re.M)
+        lines = "".join(f"* 🟡 (10:00) Message: {text}\n" for text in said[::10])
         return f"<observations>\nDate: Dec 4, 2025\n* 🔴 (10:00) {line}\n{lines}</observations>"
     color = re.search(r"favorite colou?r is (\w+)", everything)
     if color:

@@ -129,3 +129,11 @@ def test_a_ledger_row_stored_before_redaction_is_read_redacted() -> None:
     )
     read = cycle_from_row(cycle_row(row))
     assert read.error == f"HTTP 401: Incorrect API key provided: {REDACTED}"
+
+
+def test_a_known_key_that_starts_a_longer_one_leaves_no_tail() -> None:
+    """A key remembered earlier in the process (another proxy's, another test's) that is the
+    start of the key in an error must not leave the rest of that key readable."""
+    remember_key("sk-proj-Q7vX2mNcR4tY8uWz1aBd5eFg9hJk3LpS")
+    text = "Incorrect API key provided: sk-proj-Q7vX2mNcR4tY8uWz1aBd5eFg9hJk3LpS_x-9."
+    assert redact(text) == f"Incorrect API key provided: {REDACTED}."

@@ -250,11 +250,14 @@ def render_multi_thread_transcript(
     Attachment numbers run across all threads; date and time headers restart in each block.
     """
     renderer = _Renderer(tz=tz, estimator=estimator, cap=part_cap, allow=attachment_filter)
-    blocks = [
+    return _thread_blocks(renderer, threads), renderer.attachments
+
+
+def _thread_blocks(renderer: _Renderer, threads: Sequence[tuple[str, Sequence[Message]]]) -> str:
+    return "\n\n".join(
         f'<thread id="{shown_thread_id(thread_id)}">\n{renderer.render(messages)}\n</thread>'
         for thread_id, messages in threads
-    ]
-    return "\n\n".join(blocks), renderer.attachments
+    )
 
 
 def shown_thread_id(thread_id: str) -> str:
@@ -405,21 +408,12 @@ async def _rendered(
     of it, seconds of CPU: large input is rendered off the event loop."""
 
     def render() -> tuple[str, list[ImagePart | FilePart]]:
-        if inp.threads:
-            return render_multi_thread_transcript(
-                inp.threads,
-                tz=inp.tz,
-                estimator=estimator,
-                part_cap=inp.part_cap,
-                attachment_filter=attachment_filter,
-            )
-        return render_transcript(
-            inp.messages,
-            tz=inp.tz,
-            estimator=estimator,
-            part_cap=inp.part_cap,
-            attachment_filter=attachment_filter,
+        renderer = _Renderer(
+            tz=inp.tz, estimator=estimator, cap=inp.part_cap, allow=attachment_filter
         )
+        if inp.threads:
+            return _thread_blocks(renderer, inp.threads), renderer.attachments
+        return renderer.render(inp.messages), renderer.attachments
 
     shown = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
     return await asyncio.to_thread(render) if holds_much(shown) else render()

@@ -114,9 +114,11 @@ def _keep_label(match: re.Match[str]) -> str:
 def redact(text: str) -> str:
     """``text`` with the keys this process knows and anything shaped like a credential
     replaced by ``[redacted]``."""
+    # Shapes first: a known key that is the start of a longer one must not leave its tail.
+    text = _PREFIXED.sub(REDACTED, text)
+    text = _BEARER.sub(_keep_label, text)
+    text = _ASSIGNED.sub(_keep_label, text)
     for key in _known:
         if key in text:
             text = text.replace(key, REDACTED)
-    text = _PREFIXED.sub(REDACTED, text)
-    text = _BEARER.sub(_keep_label, text)
-    return _ASSIGNED.sub(_keep_label, text)
+    return text

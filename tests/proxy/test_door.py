@@ -141,7 +141,7 @@ async def test_a_request_without_a_key_is_refused_unless_the_operator_names_its_
         assert proxy.proxy.memory_if_made is None
         models = await http.get(f"{proxy.base_url}/models")  # not memory's: the upstream judges
         assert models.status_code == 200
-    lines = [r for r in caplog.records if "refused a request (401" in r.getMessage()]
+    lines = [r for r in caplog.records if "(refused: 401" in r.getMessage()]
     assert len(lines) == 2
     async with (
         strict_server(answer=memory_aware(echo)) as upstream,

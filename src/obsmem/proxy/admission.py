@@ -57,7 +57,7 @@ class Admission:
         try:
             return self.owners.caller(api_key_of(headers))
         except Refused as refused:
-            log.warning("obsmem proxy: refused a request (401 %s): %s", refused.code, refused)
+            log.warning("%s (refused: 401 %s)", refused, refused.code)
             error = {
                 "message": str(refused),
                 "type": "invalid_request_error",
