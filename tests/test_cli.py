@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from obsmem.messages import Message, ToolCallPart
+from obsmem.messages import Message, ToolCallPart, ToolResultPart
 from obsmem.stores import SQLiteStore
 
 from .conformance.ops import observe, open_record
@@ -235,6 +235,52 @@ async def test_inspect_overview_thread_range_and_json(tmp_path: Path) -> None:
     everything = json.loads(obsmem("inspect", "--json", cwd=tmp_path).stdout)
     assert everything["resources"][0]["threads"][0]["memory"]["log_tokens"] == 14
     assert everything["resources"][0]["threads"][0]["memory"]["tokens_observed"] == 25
+
+
+async def test_inspect_shows_tool_calls_and_results(tmp_path: Path) -> None:
+    """A tool call shows its tool and arguments, a result its content cut to one line (the
+    JSON keeps all of it), an error result says so."""
+    store = SQLiteStore(tmp_path / "obsmem.db")
+    await store.create_thread("t1", "user-1")
+    long_result = "Paris forecast:\n" + "sunny " * 200
+    await store.append_messages(
+        "t1",
+        [
+            Message.user("Weather in Paris?"),
+            Message(
+                role="assistant",
+                parts=(
+                    ToolCallPart(tool_call_id="c1", tool_name="weather", args={"city": "Paris"}),
+                ),
+            ),
+            Message(
+                role="tool",
+                parts=(
+                    ToolResultPart(tool_call_id="c1", tool_name="weather", content=long_result),
+                ),
+            ),
+            Message(
+                role="tool",
+                parts=(
+                    ToolResultPart(
+                        tool_call_id="c2", tool_name="lookup", content="timeout", is_error=True
+                    ),
+                ),
+            ),
+        ],
+    )
+    await store.aclose()
+    shown = obsmem("inspect", "--thread", "t1", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert '      tool call weather: { "city": "Paris" }' in lines
+    result = next(line for line in lines if "tool result weather:" in line)
+    assert "Paris forecast: sunny sunny" in result
+    assert result.endswith("more characters)")
+    assert len(result) < 400
+    assert "      tool result lookup (error): timeout" in lines
+    data = json.loads(obsmem("inspect", "--thread", "t1", "--json", cwd=tmp_path).stdout)
+    assert data["messages"][2]["parts"][0]["content"] == long_result
 
 
 def test_inspect_errors_a_person_can_act_on(tmp_path: Path) -> None:

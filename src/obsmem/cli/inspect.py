@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
-from ..messages import Message, message_to_dict, utcnow
+from ..messages import Message, TextPart, message_to_dict, utcnow
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread, record_key
 from ..stores.reads import CycleQuery, thread_cycles
+from ..ui.render import part_view
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
 if TYPE_CHECKING:
@@ -318,12 +319,28 @@ async def _thread_text(
     label = f"messages {span[0]}-{span[1]}" if span else f"latest {len(messages)}"
     print(f"{label} of {thread.message_count} messages:", file=out)
     for message in messages:
-        text = message.text.replace("\n", " ")
-        if len(text) > 100:
-            text = text[:97] + "..."
         kinds = ",".join(sorted({p.kind for p in message.parts} - {"text"}))
         extra = f" [{kinds}]" if kinds else ""
-        print(f"  #{message.seq} {message.role}{extra}: {text}", file=out)
+        head = f"  #{message.seq} {message.role}{extra}: {_cut(message.text, 100)}"
+        print(head.rstrip(), file=out)
+        for part in message.parts:
+            if not isinstance(part, TextPart):
+                view = part_view(part)
+                print(f"      {view.label}: {_cut(view.text, PART_CUT_AT)}", file=out)
+
+
+PART_CUT_AT = 300
+"""A tool call's arguments, a tool result or another non-text part is shown on one line cut at
+this many characters (``--json`` has all of it), so a long result does not bury the listing."""
+
+
+def _cut(text: str, limit: int) -> str:
+    """``text`` on one line (runs of whitespace as one space), cut at ``limit`` characters with
+    how many were left out."""
+    flat = " ".join(text.split())
+    if len(flat) <= limit:
+        return flat
+    return f"{flat[:limit]}... ({len(flat) - limit:,} more characters)"
 
 
 async def _cycles(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:
