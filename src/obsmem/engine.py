@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
 
-from . import cycles, planner, views
+from . import cycles, planner, sent, views
 from .background import Background
 from .clocks import ReplyTimes, steady_clock_for
 from .cycles import Deps, Failure, Outcome
@@ -149,6 +149,7 @@ class ObservationalMemory:
             self._deps, self._outcomes, catch_up_concurrency=CATCH_UP_CONCURRENCY
         )
         self._turns = Turns(self._deps, self._background, self._outcomes)
+        self._sent = sent.PendingSent()  # each turn's measure, stamped on its reply
         self._tasks = self._background.tasks
         """The background tasks by name (``obs:<key>``, ``catch-up:<key>``, ``refl:<key>``)."""
         self._logs = self._outcomes.logs
@@ -261,14 +262,16 @@ class ObservationalMemory:
         if self.options.failure_policy == "raise":
             self._outcomes.raise_if_failing(snapshot)
         main = windows[0] if snapshot is loaded else None  # a plain turn: counted already
+        context = self._turns.context(
+            snapshot,
+            working_memory=self.working_memory,
+            recall=recall,
+            step_from=step_from,
+            window=main,
+        )
+        self._sent.put(thread_id, sent.measure(context, status, self.estimator))
         return PreparedContext(
-            messages=self._turns.context(
-                snapshot,
-                working_memory=self.working_memory,
-                recall=recall,
-                step_from=step_from,
-                window=main,
-            ),
+            messages=context,
             status=status,
             record=snapshot.record,
             stored_input=stored,
@@ -299,7 +302,10 @@ class ObservationalMemory:
             self._deps,
             LoadRequest(
                 subject=subject,
-                append=await self._turns.counted(response_messages, actor_model),
+                append=sent.stamped(
+                    await self._turns.counted(response_messages, actor_model),
+                    self._sent.take(thread_id),
+                ),
                 patches=patches,
             ),
         )

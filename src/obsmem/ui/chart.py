@@ -1,6 +1,9 @@
 """The sawtooth chart as inline SVG: context tokens per turn against the thresholds.
 
-Drawn from stored data only. Each message's tokens are estimated locally (the heuristic
+A turn the engine measured when it ran (:mod:`obsmem.sent`, stamped on its reply) is drawn as it
+was sent: memory messages and the raw messages after any left out, against the thresholds in
+force then. Other turns (stored before the measure existed, or whose reply was not recorded)
+are replayed from stored data. Each message's tokens are estimated locally (the heuristic
 counter); the cycle ledger says when the cursor moved (observations and activations, by the
 ranges they covered), when the log was rewritten (reflections) and what failed. The log's size
 after each cycle comes from the observation groups that cover the messages it observed, and
@@ -19,6 +22,7 @@ from html import escape
 
 from ..messages import Message
 from ..records import CycleRecord, ObservationGroup
+from ..sent import sent_of
 
 __all__ = ["ChartData", "Marker", "Point", "chart_data", "sawtooth_svg"]
 
@@ -30,6 +34,10 @@ class Point:
     seq: int
     raw: int
     log: int
+    left_out: int = 0
+    """Raw messages the turn left out (memory behind or failing)."""
+    sent: bool = False
+    """Measured when the turn was sent (its stamp); otherwise estimated from stored data."""
 
     @property
     def context(self) -> int:
@@ -57,6 +65,8 @@ class ChartData:
     observation_tokens: int
     first_seq: int = 1
     notes: tuple[str, ...] = field(default=())
+    stored_thresholds: bool = False
+    """The thresholds are those in force at the newest measured turn, not the fallback."""
 
 
 def _kind(c: CycleRecord) -> str | None:
@@ -170,6 +180,7 @@ def chart_data(
     points: list[Point] = []
     markers: list[Marker] = []
     n = 0
+    turns = {t.at: t for t in (sent_of(m) for m in messages) if t is not None}
     for m in messages:
         seq = m.seq or 0
         state.raw.append((seq, tokens(m)))
@@ -184,10 +195,23 @@ def chart_data(
                 title = f"{c.operation or c.kind} {c.outcome} at {c.started_at:%H:%M:%S}"
                 markers.append(Marker(seq, kind, title + (f": {c.error}" if c.error else "")))
             n += 1
-        if m.role == "user" or m is messages[-1]:
+        if seq in turns:
+            t = turns[seq]
+            points.append(Point(seq, t.raw, t.memory, t.left_out, sent=True))
+        elif m.role == "user" or (m is messages[-1] and not turns):
             points.append(Point(seq, sum(t for _, t in state.raw), state.log))
     first = (messages[0].seq or 1) if messages else 1
-    return ChartData(tuple(points), tuple(markers), message_tokens, observation_tokens, first)
+    newest = turns[max(turns)] if turns else None
+    if newest is not None:
+        message_tokens, observation_tokens = newest.message_tokens, newest.observation_tokens
+    return ChartData(
+        tuple(points),
+        tuple(markers),
+        message_tokens,
+        observation_tokens,
+        first,
+        stored_thresholds=newest is not None,
+    )
 
 
 _W, _H = 960, 320
@@ -197,6 +221,7 @@ _COLORS = {
     "activation": "#1565c0",
     "reflection": "#8e24aa",
     "failure": "#c62828",
+    "left-out": "#ef6c00",
 }
 
 
@@ -262,6 +287,13 @@ def sawtooth_svg(data: ChartData) -> str:
             f'stroke="{color}" stroke-opacity="0.35"/>'
             f'<circle cx="{x(m.seq):.1f}" cy="{_H - _B + 8}" r="4" fill="{color}"/></g>'
         )
+    for p in data.points:
+        if p.left_out:
+            parts.append(
+                f'<g class="marker marker-left-out"><title>{p.left_out:,} messages left out at '
+                f'message {p.seq}</title><circle cx="{x(p.seq):.1f}" cy="{y(p.context):.1f}" '
+                f'r="3.5" fill="{_COLORS["left-out"]}"/></g>'
+            )
     last = data.points[-1].seq if data.points else data.first_seq
     parts.append(
         f'<text x="{_L}" y="{_H - 8}" class="label">message {data.first_seq}</text>'

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from ..failures import FailureState, failures_in
 from ..messages import Message
 from ..records import ObservationGroup, OMRecord, Thread, record_key
+from ..sent import sent_of
 from ..stores.base import Store
 from ..stores.reads import CycleQuery, thread_cycles
 from ..tokens.estimator import HeuristicEstimator
@@ -30,6 +31,7 @@ __all__ = [
     "ThreadRow",
     "Thresholds",
     "head_of",
+    "in_force",
     "list_threads",
     "pages_of",
     "thread_cycles",
@@ -49,10 +51,21 @@ ESTIMATOR = HeuristicEstimator()
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
-    """The thresholds the pages compare against (the store does not keep the options)."""
+    """The thresholds the pages compare against when a thread has no measured turn (the
+    command's flags); a measured turn carries those in force (:func:`in_force`)."""
 
     message_tokens: int = 30_000
     observation_tokens: int = 40_000
+
+
+def in_force(messages: Sequence[Message], fallback: Thresholds) -> Thresholds:
+    """The thresholds stamped on the newest measured turn among ``messages`` (the writer's
+    options, :mod:`obsmem.sent`), else ``fallback``."""
+    for message in reversed(messages):
+        turn = sent_of(message)
+        if turn is not None:
+            return Thresholds(turn.message_tokens, turn.observation_tokens)
+    return fallback
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +169,7 @@ async def thread_state(
     )
     if failures:
         kind: Literal["healthy", "behind", "failing"] = "failing"
-    elif tokens > thresholds.message_tokens:
+    elif tokens > in_force(messages, thresholds).message_tokens:
         kind = "behind"
     else:
         kind = "healthy"
