@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from obsmem.messages import Message, ToolCallPart, ToolResultPart
+from obsmem.sent import TurnSent, stamped
 from obsmem.stores import SQLiteStore
 
 from .conformance.ops import observe, open_record
@@ -281,6 +282,28 @@ async def test_inspect_shows_tool_calls_and_results(tmp_path: Path) -> None:
     assert "      tool result lookup (error): timeout" in lines
     data = json.loads(obsmem("inspect", "--thread", "t1", "--json", cwd=tmp_path).stdout)
     assert data["messages"][2]["parts"][0]["content"] == long_result
+
+
+async def test_inspect_shows_what_the_last_turn_sent(tmp_path: Path) -> None:
+    """A reply stamped with its turn (obsmem.sent) shows what that turn sent and the thresholds
+    in force, in text and in JSON."""
+    store = SQLiteStore(tmp_path / "obsmem.db")
+    await store.create_thread("t1", "user-1")
+    turn = TurnSent(
+        at=1, sent=3_600, memory=400, left_out=12, message_tokens=3_000, observation_tokens=2_000
+    )
+    reply = stamped([Message.assistant("ok")], turn)
+    await store.append_messages("t1", [Message.user("hello"), *reply])
+    await store.aclose()
+    shown = obsmem("inspect", "--thread", "t1", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert (
+        "turn at message 1 sent 3,600 tokens (400 of memory, 3,200 raw, 12 messages left out); "
+        "thresholds in force: observe at 3,000, reflect at 2,000"
+    ) in shown.stdout
+    data = json.loads(obsmem("inspect", "--thread", "t1", "--json", cwd=tmp_path).stdout)
+    assert data["last_turn"]["sent"] == 3_600
+    assert data["last_turn"]["message_tokens"] == 3_000
 
 
 def test_inspect_errors_a_person_can_act_on(tmp_path: Path) -> None:

@@ -6,12 +6,13 @@ import argparse
 import asyncio
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..context import ContextInput, build_context
 from ..messages import Message, TextPart, message_to_dict, utcnow
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread, record_key
+from ..sent import TurnSent, sent_of
 from ..stores.reads import CycleQuery, thread_cycles
 from ..ui.render import part_view
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
@@ -276,6 +277,7 @@ async def _thread_json(store: SQLStore, shown: _ShownThread, out: TextIO) -> Non
             for c in (head.chunks if head else ())
         ],
         "messages": [message_to_dict(m) for m in shown.messages],
+        "last_turn": asdict(turn) if (turn := _newest_turn(shown.messages)) else None,
     }
     print(json.dumps(data, indent=2, default=str), file=out)
 
@@ -316,6 +318,15 @@ async def _thread_text(
             )
     else:
         print("no observation log yet", file=out)
+    turn = _newest_turn(messages)
+    if turn is not None:
+        left = f", {turn.left_out} messages left out" if turn.left_out else ""
+        print(
+            f"turn at message {turn.at} sent {turn.sent:,} tokens ({turn.memory:,} of memory, "
+            f"{turn.raw:,} raw{left}); thresholds in force: observe at {turn.message_tokens:,}, "
+            f"reflect at {turn.observation_tokens:,}",
+            file=out,
+        )
     label = f"messages {span[0]}-{span[1]}" if span else f"latest {len(messages)}"
     print(f"{label} of {thread.message_count} messages:", file=out)
     for message in messages:
@@ -327,6 +338,11 @@ async def _thread_text(
             if not isinstance(part, TextPart):
                 view = part_view(part)
                 print(f"      {view.label}: {_cut(view.text, PART_CUT_AT)}", file=out)
+
+
+def _newest_turn(messages: list[Message]) -> TurnSent | None:
+    """The newest turn measured when it was sent, among ``messages`` (:mod:`obsmem.sent`)."""
+    return next((t for m in reversed(messages) if (t := sent_of(m)) is not None), None)
 
 
 PART_CUT_AT = 300
