@@ -68,6 +68,13 @@ def test_demo_replays_the_bundled_conversation_and_draws_the_sawtooth(
     assert report["model_calls"] >= 5
     assert any(c["operation"] == "observation" for c in report["cycles"])
     assert (tmp_path / "obsmem.db").exists()
+    # The demo's own thresholds (3k/2k) are stored with its turns, for inspect and the ui.
+    [thread] = json.loads(obsmem("inspect", "--json", cwd=tmp_path).stdout)["resources"][0][
+        "threads"
+    ]
+    shown = json.loads(obsmem("inspect", "--thread", thread["id"], "--json", cwd=tmp_path).stdout)
+    assert shown["last_turn"]["message_tokens"] == report["thresholds"]["message_tokens"] == 3_000
+    assert shown["last_turn"]["observation_tokens"] == 2_000
 
 
 def test_demo_without_a_model_stops_at_once_and_says_how(tmp_path: Path) -> None:
