@@ -43,13 +43,14 @@ def add(sub: Any) -> None:
         "--message-tokens",
         type=int,
         default=30_000,
-        help="the observation threshold the pages compare against (default 30000)",
+        help="the observation threshold for threads with no measured turn (stored before the "
+        "thresholds were kept with each turn; default 30000)",
     )
     parser.add_argument(
         "--observation-tokens",
         type=int,
         default=40_000,
-        help="the reflection threshold the chart draws (default 40000)",
+        help="the reflection threshold the chart draws for such threads (default 40000)",
     )
     parser.set_defaults(run=_run)
 
