@@ -354,10 +354,7 @@ class ObservationalMemory:
         last = await newest_shown(self.store, thread_id)
         if last is None:
             return None
-        task = self._tasks.get(f"obs:{subject.key}")
-        if task is not None and not task.done():  # it may have read the message already
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._call_off(f"obs:{subject.key}")  # it may have read the message already
         patch = ThreadPatch(thread_id=thread_id, set=(((META_RETRACTED, last.id), True),))
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
         return last
@@ -430,6 +427,16 @@ class ObservationalMemory:
             await cycles.flush_ledger(self._deps, subject)  # no failure state to ride on
         return None
 
+    async def revise(
+        self, thread_id: str, resource_id: str | None, revision: cycles.Revision, *, by: str | None
+    ) -> OMRecord | None:
+        """Correct the log by hand as a new generation (:mod:`obsmem.cycles.revision`): this
+        process's buffering in flight is called off first (it was shown the old log)."""
+        self._check_open()
+        subject = self.subject(thread_id, resource_id)
+        await self._call_off(f"obs:{subject.key}", f"catch-up:{subject.key}")
+        return await cycles.revise(self._deps, await self._load(subject), revision, by=by)
+
     async def status(self, thread_id: str, resource_id: str | None = None) -> StatusEvent:
         snapshot = await self._load(self.subject(thread_id, resource_id))
         windows = self._turns.windows(snapshot)
@@ -474,15 +481,7 @@ class ObservationalMemory:
     async def clear(self, thread_id: str, resource_id: str | None = None) -> None:
         """Forget the memory of this thread (or resource); the messages stay."""
         key = self.key(thread_id, resource_id)
-        tasks = [
-            task
-            for name in (f"obs:{key}", f"catch-up:{key}", f"refl:{key}")
-            if (task := self._tasks.get(name)) is not None
-        ]
-        for task in tasks:
-            task.cancel()
-        # A cycle cancelled mid-commit may still land: wait for each to end before clearing.
-        await asyncio.gather(*tasks, return_exceptions=True)
+        await self._call_off(f"obs:{key}", f"catch-up:{key}", f"refl:{key}")
         self._outcomes.forget(key)
         await self.store.clear(key)
 
@@ -560,6 +559,14 @@ class ObservationalMemory:
         """Some setting activates after the thread was idle: turns need its last reply."""
         obs, ref = self.options.observation, self.options.reflection
         return obs.activate_after_idle is not None or ref.activate_after_idle is not None
+
+    async def _call_off(self, *names: str) -> None:
+        """Cancel the background tasks ``names`` and wait for each to end (a cycle cancelled
+        mid-commit may still land)."""
+        tasks = [task for name in names if (task := self._tasks.get(name)) is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _running(self, name: str) -> bool:
         return self._background.running(name)

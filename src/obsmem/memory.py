@@ -15,6 +15,7 @@ from datetime import UTC, datetime, tzinfo
 from typing import Any, TypeVar
 
 from ._sync import LoopThread
+from .cycles.revision import Revision
 from .engine import ObservationalMemory, newest_shown
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
@@ -25,7 +26,7 @@ from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMO
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .recall import RECALL_DESCRIPTION
-from .records import CycleRecord, Thread, record_key
+from .records import CycleRecord, OMRecord, Thread, record_key
 from .snapshot import Subject
 from .stores import SQLiteStore, Store
 from .stores.changes import LoadRequest
@@ -268,6 +269,32 @@ class Memory:
         return await self.om.compact(
             ref.thread, ref.resource, step_from=step_from or keep_raw_from, keep_tokens=keep_tokens
         )
+
+    async def revise(
+        self,
+        ref: ThreadRef | Mapping[str, Any],
+        *,
+        replace: Mapping[str, str] | None = None,
+        remove: Sequence[str] | None = None,
+        text: str | None = None,
+        by: str | None = None,
+    ) -> OMRecord | None:
+        """Correct the observation log by hand: ``replace={old_line: new_line}``,
+        ``remove=[line, ...]`` or the whole new log as ``text``. A line is named by its whole
+        text as the log shows it; one the log lacks, or holds twice, is a ConfigError naming
+        it. It writes a new generation, which the actor sees from the next turn on, recorded in
+        the cycle ledger as a ``revision`` with ``by`` (who asked) and when. Buffered work made
+        from the old log is dropped, and pending chunks get the same edit. The new head (None
+        when the memory was cleared meanwhile)."""
+        ref = ThreadRef.of(ref)
+        if self.om is None:
+            raise ConfigError(
+                "observational_memory", False, "there is no log to revise: turn memory on"
+            )
+        revision = Revision.of(replace=replace, remove=remove, text=text)
+        if await self.store.get_thread(ref.thread) is None:
+            raise ConfigError("memory.thread", ref.thread, "no such thread: nothing to revise")
+        return await self.om.revise(ref.thread, ref.resource, revision, by=by)
 
     # -- recall ------------------------------------------------------------------------------------
 

@@ -39,6 +39,7 @@ __all__ = [
     "MessageRange",
     "OMRecord",
     "ObservationGroup",
+    "Origin",
     "Scope",
     "Thread",
     "record_key",
@@ -46,6 +47,7 @@ __all__ = [
 
 Scope: TypeAlias = Literal["thread", "resource"]
 Cursor: TypeAlias = Mapping[str, int]
+Origin: TypeAlias = Literal["initial", "reflection", "revision"]
 """thread id -> seq of the last message covered by the active log."""
 
 
@@ -132,7 +134,9 @@ class OMRecord:
     thread_id: str | None
     resource_id: str | None
     generation: int = 0
-    origin: Literal["initial", "reflection"] = "initial"
+    origin: Origin = "initial"
+    """How the generation began: ``initial`` (generation 0), ``reflection`` (the Reflector's
+    rewrite) or ``revision`` (corrected by hand, ``Memory.revise``)."""
     version: int = 1
     """Bumped by every transition; a transition names the version it read (compare-and-set)."""
     observations: str = ""
@@ -191,9 +195,15 @@ class GroupEmbedding:
     vector: tuple[float, ...]
 
 
-CycleKind: TypeAlias = Literal["buffering", "observation", "activation", "reflection"]
+CycleKind: TypeAlias = Literal["buffering", "observation", "activation", "reflection", "revision"]
 CycleOutcome: TypeAlias = Literal["committed", "redundant", "failed"]
-CYCLE_KINDS: tuple[CycleKind, ...] = ("buffering", "observation", "activation", "reflection")
+CYCLE_KINDS: tuple[CycleKind, ...] = (
+    "buffering",
+    "observation",
+    "activation",
+    "reflection",
+    "revision",
+)
 CYCLE_OUTCOMES: tuple[CycleOutcome, ...] = ("committed", "redundant", "failed")
 
 
@@ -205,8 +215,9 @@ class CycleRecord:
     state; a redundant one, dropped because another worker covered its messages first, in a
     small write of its own). ``kind``: ``buffering`` (an observation chunk or a reflection made
     in the background), ``observation`` (synchronous, on demand or a background catch-up),
-    ``activation`` (buffered chunks or a buffered reflection moved into the log) or
-    ``reflection`` (synchronous)."""
+    ``activation`` (buffered chunks or a buffered reflection moved into the log),
+    ``reflection`` (synchronous) or ``revision`` (the log corrected by hand, a manual cycle
+    that calls no model)."""
 
     cycle_id: str
     key: str
@@ -234,7 +245,10 @@ class CycleRecord:
     when nothing was committed."""
     operation: str = ""
     """What exactly ran, for people: ``observation``, ``catch-up``, ``buffered-observation``,
-    ``buffered-reflection``, ``chunk-activation``, ``reflection-activation``, ``reflection``."""
+    ``buffered-reflection``, ``chunk-activation``, ``reflection-activation``, ``reflection``,
+    ``revision``."""
+    by: str | None = None
+    """Who asked for a manual cycle (``Memory.revise(..., by=...)``); None for memory's own."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready values (``started_at`` in ISO 8601, ranges as objects)."""
@@ -258,4 +272,5 @@ class CycleRecord:
                 for r in self.ranges
             ],
             "generation": self.generation,
+            "by": self.by,
         }

@@ -1,4 +1,4 @@
-"""The memory cycles: buffering, activation, synchronous observation and reflection.
+"""The memory cycles: buffering, activation, synchronous observation, reflection and revision.
 
 Each cycle starts from the snapshot it was handed, does its (possibly slow) model work without
 holding anything, then commits one change through the store against the head it read. The store
@@ -16,6 +16,7 @@ from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .observation import SyncObservation, catch_up, observe_sync
 from .observer_run import attachment_filter
 from .reflection import activate_reflection, buffer_reflection, reflect_now
+from .revision import Revision, revise
 from .writes import flush_ledger, load
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Failure",
     "Ledger",
     "Outcome",
+    "Revision",
     "SyncObservation",
     "activate_chunks",
     "activate_reflection",
@@ -38,5 +40,6 @@ __all__ = [
     "load",
     "observe_sync",
     "reflect_now",
+    "revise",
     "run_cycle",
 ]

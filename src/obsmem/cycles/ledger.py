@@ -41,6 +41,7 @@ class _Open:
     started_at: datetime
     started: float
     model: str | None
+    by: str | None = None
     answered_model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
@@ -72,8 +73,10 @@ class Ledger:
         now: datetime,
         thread_ids: Sequence[str] = (),
         model: str | None = None,
+        by: str | None = None,
     ) -> None:
-        """Open a cycle: from now on its model calls are counted."""
+        """Open a cycle: from now on its model calls are counted. ``by``: who asked for a manual
+        cycle."""
         if not self.on:
             return
         # Start times are strictly increasing within an engine, so "newest first" is the order
@@ -90,6 +93,7 @@ class Ledger:
             started_at=now,
             started=time.monotonic(),
             model=model,
+            by=by,
         )
         while len(self._open) > MAX_OPEN:
             self._open.pop(next(iter(self._open)))
@@ -141,6 +145,7 @@ class Ledger:
             ranges=tuple(ranges),
             generation=generation,
             operation=entry.operation,
+            by=entry.by,
         )
 
     def close(self, cycle_id: str) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 from ..messages import Message
 from ..records import (
@@ -129,10 +129,15 @@ class SetBufferedReflection:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StartGeneration:
     """Retire the head and start the next generation with ``observations`` as its log. The
-    cursor, the counters and the pending chunks carry over."""
+    cursor, the counters and the pending chunks carry over; a buffered reflection does not
+    (it was made from the old log)."""
 
     observations: str
     observation_tokens: int
+    origin: Literal["reflection", "revision"] = "reflection"
+    chunks: tuple[BufferedChunk, ...] | None = None
+    """The pending chunks with their text corrected (a revision): the same chunks, ids and
+    ranges, in the same order; None carries them over as they are."""
 
 
 Change: TypeAlias = (

@@ -237,6 +237,7 @@ def cycle_row(c: CycleRecord) -> Row:
         dumps(ranges_to_json(c.ranges)),
         c.generation,
         c.operation,
+        c.by,
     )
 
 
@@ -258,4 +259,5 @@ def cycle_from_row(row: Row) -> CycleRecord:
         ranges=group_ranges_from_json(loads(row[14])),
         generation=None if row[15] is None else int(row[15]),
         operation=row[16],
+        by=row[17],
     )

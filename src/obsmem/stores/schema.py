@@ -147,6 +147,10 @@ MIGRATION_SCRIPTS: list[str] = [
         );
         CREATE INDEX om_cycles_by_key ON om_cycles (key, started_at)
         """,
+    # 6: who asked for a manual cycle (a revision's ``by``)
+    """
+        ALTER TABLE om_cycles ADD COLUMN requested_by TEXT
+        """,
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
 run before a script, in the same transaction."""
@@ -335,11 +339,13 @@ SEARCH_VECTORS = (
 # the cycle ledger
 CYCLE_COLUMNS = (
     "cycle_id, key, resource_id, thread_ids, threads, kind, outcome, error, started_at, "
-    "duration_ms, model, input_tokens, output_tokens, cost_usd, ranges, generation, operation"
+    "duration_ms, model, input_tokens, output_tokens, cost_usd, ranges, generation, operation, "
+    "requested_by"
 )
 INSERT_CYCLE = (
     f"INSERT INTO om_cycles ({CYCLE_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (cycle_id) DO NOTHING"
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    "ON CONFLICT (cycle_id) DO NOTHING"
 )
 PRUNE_CYCLES = (
     "DELETE FROM om_cycles WHERE key = ? AND started_at < (SELECT started_at FROM om_cycles "

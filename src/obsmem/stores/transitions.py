@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from ..errors import ConflictError, StoreError
 from ..messages import Message, display_text
@@ -178,7 +178,14 @@ def apply_change(
         case SetBufferedReflection(reflection=reflection):
             return Applied(saved=set_buffered_reflection(record, reflection, now=now))
         case StartGeneration(observations=text, observation_tokens=tokens):
-            retired, head = reflect(record, observations=text, observation_tokens=tokens, now=now)
+            retired, head = reflect(
+                record,
+                observations=text,
+                observation_tokens=tokens,
+                now=now,
+                origin=change.origin,
+                chunks=change.chunks,
+            )
             return Applied(saved=retired, created=head)
 
 
@@ -343,17 +350,33 @@ def set_buffered_reflection(
 
 
 def reflect(
-    record: OMRecord, *, observations: str, observation_tokens: int, now: datetime
+    record: OMRecord,
+    *,
+    observations: str,
+    observation_tokens: int,
+    now: datetime,
+    origin: Literal["reflection", "revision"] = "reflection",
+    chunks: tuple[BufferedChunk, ...] | None = None,
 ) -> tuple[OMRecord, OMRecord]:
     """Returns (the retired record, the new head). The pending chunks move to the new head in
-    the same write: chunks belong to the key, never to a retired generation."""
+    the same write: chunks belong to the key, never to a retired generation. ``chunks`` (a
+    revision) replaces their text only: the same chunks must come back, covering the same
+    messages."""
+    if chunks is not None and [(c.id, c.ranges) for c in chunks] != [
+        (c.id, c.ranges) for c in record.chunks
+    ]:
+        raise StoreError(
+            f"a new generation of {record.key} must keep its buffered chunks (the same ids and "
+            "ranges, in order); only their text may change"
+        )
     new_id = new_record_id()
     retired = replace(record, superseded_by=new_id, chunks=(), updated_at=now)
     head = replace(
         record,
         id=new_id,
         generation=record.generation + 1,
-        origin="reflection",
+        origin=origin,
+        chunks=record.chunks if chunks is None else chunks,
         version=record.version + 1,
         observations=observations,
         observation_tokens=observation_tokens,
