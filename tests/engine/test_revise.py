@@ -7,6 +7,7 @@ cycle ledger (who asked, when), and nothing buffered from the old log brings a r
 from __future__ import annotations
 
 import re
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,10 +15,11 @@ import pytest
 from obsmem import Memory
 from obsmem.errors import ConfigError
 from obsmem.messages import Message
-from obsmem.stores import Store
+from obsmem.stores import Commit, StartGeneration, Store
 from obsmem.testing import scripted_observer, scripted_reflector
 
 from .helpers import Conversation
+from .test_round_trips import CountingStore
 
 REF = {"resource": "u1", "thread": "t1"}
 FACT = "My favorite color is blue"
@@ -181,3 +183,72 @@ async def test_a_buffered_reflection_made_before_the_revision_does_not_bring_the
     history = await store.history("thread:t1")
     assert [r.origin for r in history if r.generation > generation + 1], "it reflected again"
     assert all("blue" not in r.observations for r in history if r.generation > generation)
+
+
+async def test_a_pending_chunk_that_copied_the_line_loses_it_too(store: Store) -> None:
+    conv = Conversation()
+    memory = _memory(store, conv)
+    conv.user(1)
+    said_at = conv.now
+    await memory.context(REF, [Message.user(FACT, created_at=said_at)], actor_model=None)
+    assert await memory.compact(REF, keep_tokens=0)
+    line = _line_with(await _log(memory), "favorite color")
+    # The same words at the same minute again: the chunk buffered for them holds the same line.
+    await memory.context(REF, [Message.user(FACT, created_at=said_at)], actor_model=None)
+    await memory.save(REF, [conv.assistant(600)], actor_model=None)
+    await memory.settle()
+    head = (await store.history("thread:t1", limit=1))[0]
+    assert [line in c.observations for c in head.chunks] == [True]
+
+    revised = await memory.revise(REF, remove=[line], by="alice")
+
+    assert revised is not None
+    [chunk] = revised.chunks
+    assert (chunk.id, chunk.ranges) == (head.chunks[0].id, head.chunks[0].ranges)
+    assert "blue" not in chunk.observations
+    assert chunk.token_count < head.chunks[0].token_count
+    assert await memory.compact(REF, keep_tokens=0)  # the chunk activates
+    after = (await store.history("thread:t1", limit=1))[0]
+    assert not after.chunks
+    assert after.cursor["t1"] == 3
+    assert "blue" not in after.observations
+    assert "blue" not in await _system_text(memory, conv, "What is my favorite color?")
+
+
+class _Racing(CountingStore):
+    """Runs ``meanwhile`` once, right before the first revision's commit reaches the store:
+    another worker changes the head after the revision read it."""
+
+    def __init__(self, inner: Store, meanwhile: Callable[[], Awaitable[object]]) -> None:
+        super().__init__(inner)
+        self.meanwhile: Callable[[], Awaitable[object]] | None = meanwhile
+
+    async def commit(self, commit: Commit) -> Any:
+        change = commit.change
+        if isinstance(change, StartGeneration) and change.origin == "revision" and self.meanwhile:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return await self.inner.commit(commit)
+
+
+async def test_a_revision_that_loses_a_race_decides_again_from_the_new_head(
+    store: Store,
+) -> None:
+    conv = Conversation()
+    other = _memory(store, conv)  # another worker on the same store
+    await _say(other, conv, FACT)
+    assert await other.compact(REF, keep_tokens=0)
+    await _say(other, conv, "I live in Lisbon")  # not observed yet
+    line = _line_with(await _log(other), "favorite color")
+    assert "Lisbon" not in await _log(other)
+    racing = _Racing(store, lambda: other.compact(REF, keep_tokens=0))
+    memory = _memory(racing, conv)  # type: ignore[arg-type]
+
+    head = await memory.revise(REF, replace={line: line.replace("blue", "green")}, by="alice")
+
+    assert racing.meanwhile is None
+    assert head is not None
+    assert "favorite color is green" in head.observations
+    assert "blue" not in head.observations
+    assert "I live in Lisbon" in head.observations  # the other worker's observation is kept
+    assert [r.by for r in await memory.cycles(REF, kind="revision")] == ["alice"]
