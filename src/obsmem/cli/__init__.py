@@ -1,4 +1,5 @@
-"""The ``obsmem`` command line: demo, replay, chat, inspect, bench, doctor, mcp, proxy, ui.
+"""The ``obsmem`` command line: demo, replay, chat, inspect, revise, bench, doctor, mcp, proxy,
+ui.
 
 Exit codes: 0 done; 1 the work failed (a model, server or storage error, reported); 2 the
 command could not start (bad arguments, a missing file, thread, model or optional dependency, a
@@ -16,7 +17,7 @@ from typing import TextIO
 from .. import mcp_server
 from ..proxy import command as proxy
 from ..ui import cli as ui
-from . import bench, chat, doctor, inspect, replaycmd
+from . import bench, chat, doctor, inspect, replaycmd, revise
 from .common import describe_error
 
 __all__ = ["main"]
@@ -43,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     replaycmd.add_replay(sub)
     chat.add(sub)
     inspect.add(sub)
+    revise.add(sub)
     bench.add(sub)
     doctor.add(sub)
     mcp_server.add(sub)
