@@ -11,9 +11,9 @@ from pathlib import Path
 import httpx
 
 from obsmem.messages import Message, ToolCallPart
-from obsmem.records import CycleRecord, MessageRange, ObservationGroup
+from obsmem.records import CycleRecord, MessageRange, ObservationGroup, OMRecord
 from obsmem.ui.chart import chart_data, sawtooth_svg
-from obsmem.ui.diff import diff_logs
+from obsmem.ui.diff import diff_logs, generation_diffs
 from obsmem.ui.render import CUT_AT, group_links, log_blocks, message_href, part_view
 
 from .conftest import Built
@@ -32,6 +32,34 @@ def test_the_diff_names_kept_merged_dropped_and_added_lines() -> None:
     assert ("added", "* f") in kinds
     assert all("recall range" not in text for _, text in kinds)
     assert [line.kind for line in diff_logs("* a\n* b", "* a")] == ["kept", "dropped"]
+
+
+def test_a_revision_by_hand_shows_as_a_diff_of_its_own() -> None:
+    def generation(n: int, origin: str, log: str) -> OMRecord:
+        return OMRecord(
+            id=f"om-{n}",
+            key="thread:t",
+            scope="thread",
+            thread_id="t",
+            resource_id="t",
+            generation=n,
+            origin=origin,  # type: ignore[arg-type]
+            observations=log,
+            created_at=T0 + timedelta(minutes=n),
+            updated_at=T0 + timedelta(minutes=n),
+        )
+
+    history = [
+        generation(1, "revision", "* likes green\n* lives in Porto"),
+        generation(0, "initial", "* likes blue\n* lives in Porto"),
+    ]
+    [diff] = generation_diffs(history)
+    assert (diff.origin, diff.before, diff.after) == ("revision", 0, 1)
+    assert [(line.kind, line.text) for line in diff.lines] == [
+        ("merged", "* likes blue"),
+        ("merged-into", "* likes green"),
+        ("kept", "* lives in Porto"),
+    ]
 
 
 def _cycle(n: int, kind: str, at: int, last: int | None, outcome: str = "committed") -> CycleRecord:

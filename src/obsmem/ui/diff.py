@@ -33,7 +33,8 @@ class DiffLine:
 
 @dataclass(frozen=True, slots=True)
 class GenerationDiff:
-    """One reflection: the generation it retired, the one it started, and the diff."""
+    """One reflection (or revision by hand): the generation it retired, the one it started,
+    and the diff."""
 
     before: int
     after: int
@@ -41,6 +42,8 @@ class GenerationDiff:
     lines: tuple[DiffLine, ...]
     tokens_before: int
     tokens_after: int
+    origin: str = "reflection"
+    """``reflection`` or ``revision`` (``Memory.revise``)."""
 
     def count(self, kind: str) -> int:
         """How many lines are of ``kind``."""
@@ -73,18 +76,21 @@ def diff_logs(before: str, after: str) -> list[DiffLine]:
 def generation_diffs(
     history: Sequence[OMRecord], reflections: Sequence[ObservationGroup] = ()
 ) -> list[GenerationDiff]:
-    """One diff per reflection in ``history`` (newest first, as the store returns it): the
-    retired generation's log against what the reflection wrote (its reflection group, by
-    order; the new generation's log when no group is kept)."""
+    """One diff per reflection or revision in ``history`` (newest first, as the store returns
+    it): the retired generation's log against what the reflection wrote (its reflection group,
+    by order; the new generation's log when no group is kept, or for a revision by hand)."""
     ordered = sorted(history, key=lambda r: r.generation)
     groups = sorted(reflections, key=lambda g: g.created_at)
     out: list[GenerationDiff] = []
     n = 0
     for prev, rec in itertools.pairwise(ordered):
-        if rec.origin != "reflection":
+        if rec.origin == "revision":  # written by hand: no reflection group
+            written = rec.observations
+        elif rec.origin == "reflection":
+            written = groups[n].observations if n < len(groups) else rec.observations
+            n += 1
+        else:
             continue
-        written = groups[n].observations if n < len(groups) else rec.observations
-        n += 1
         out.append(
             GenerationDiff(
                 before=prev.generation,
@@ -93,6 +99,7 @@ def generation_diffs(
                 lines=tuple(diff_logs(prev.observations, written)),
                 tokens_before=prev.observation_tokens,
                 tokens_after=rec.observation_tokens,
+                origin=rec.origin,
             )
         )
     out.reverse()
