@@ -150,8 +150,12 @@ async def test_a_line_that_is_missing_or_ambiguous_is_an_error_naming_it(store: 
     with pytest.raises(ConfigError, match="use remove"):
         await memory.revise(REF, replace={_line_with(log, "favorite"): " "})
 
+    with pytest.raises(ConfigError, match=r"'t9'.*no such thread"):
+        await memory.revise({"resource": "u1", "thread": "t9"}, remove=[tea[0]])
+
     assert (await store.history("thread:t1"))[0].generation == generation
     assert await memory.cycles(REF, kind="revision") == []
+    assert await store.get_thread("t9") is None
 
 
 async def test_a_buffered_reflection_made_before_the_revision_does_not_bring_the_line_back(
@@ -252,3 +256,38 @@ async def test_a_revision_that_loses_a_race_decides_again_from_the_new_head(
     assert "blue" not in head.observations
     assert "I live in Lisbon" in head.observations  # the other worker's observation is kept
     assert [r.by for r in await memory.cycles(REF, kind="revision")] == ["alice"]
+
+
+async def test_in_resource_scope_a_revision_corrects_the_log_every_thread_shares(
+    store: Store,
+) -> None:
+    conv = Conversation()
+    memory = Memory(
+        store,
+        observational_memory={
+            "scope": "resource",
+            "observation": {"model": scripted_observer(), "messageTokens": 2_000},
+            "reflection": {"model": scripted_reflector()},
+        },
+        clock=conv.clock,
+    )
+    other = {"resource": "u1", "thread": "t2"}
+    await _say(memory, conv, FACT)
+    assert await memory.compact(REF, keep_tokens=0)
+    await memory.context(
+        other, [Message.user("Hello again", created_at=conv.now)], actor_model=None
+    )
+    line = _line_with(await _log(memory), "favorite color")
+
+    head = await memory.revise(other, remove=[line], by="ana")
+
+    assert head is not None
+    assert head.key == "resource:u1"
+    for ref in (REF, other):
+        conv.user(1)
+        context = await memory.context(
+            ref, [Message.user("Hi", created_at=conv.now)], actor_model=None
+        )
+        assert "favorite color" not in "\n".join(m.text for m in context.messages)
+        [row] = await memory.cycles(ref, kind="revision")
+        assert (row.by, row.key, set(row.thread_ids)) == ("ana", "resource:u1", {"t1", "t2"})
