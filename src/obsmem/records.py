@@ -72,6 +72,9 @@ class Thread:
     updated_at: datetime
     message_count: int = 0
     """How many messages the thread holds; the next message gets ``seq = message_count + 1``."""
+    incarnation: str = ""
+    """New each time the thread id is created: work that read the thread before it was deleted
+    names it, and writes nothing into a thread created again under the same id."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -21,6 +21,7 @@ from .changes import (
     ThreadChange,
     ThreadPatch,
 )
+from .erasure import Erasure
 from .memory import InMemoryStore
 from .postgres import PostgresStore
 from .sqlite import SQLiteStore
@@ -32,6 +33,7 @@ __all__ = [
     "Commit",
     "CommitObservation",
     "CommitResult",
+    "Erasure",
     "InMemoryStore",
     "LoadRequest",
     "PostgresStore",

@@ -23,6 +23,7 @@ from ..messages import Message
 from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
 from .changes import Commit, CommitResult, LoadRequest
+from .erasure import Erasure
 
 __all__ = ["Store"]
 
@@ -77,6 +78,21 @@ class Store(Protocol):
         """The cycle ledger of ``key``, newest first: at most ``limit`` rows that started before
         ``before`` (the next page: the last row's ``started_at``), of ``thread_id`` when given,
         of these kinds and outcomes when given. An unknown kind or outcome is a StoreError."""
+        ...
+
+    # -- an owner's delete (not memory work: see obsmem.stores.erasure) -------------------------
+
+    async def delete_thread(self, thread_id: str) -> Erasure | None:
+        """In one transaction, erase the thread: its messages, its log (thread scope) or its
+        blocks, cursor and buffered work in every generation of the resource's log (resource
+        scope), its observation groups, embeddings and cycle ledger rows, and the thread row
+        with its metadata. None when there is no such thread."""
+        ...
+
+    async def delete_resource(self, resource_id: str) -> Erasure | None:
+        """In one transaction, erase the resource: every thread of it as ``delete_thread`` does,
+        its log, and its metadata (working memory, failure state). None when nothing of it is
+        stored."""
         ...
 
     # -- threads -------------------------------------------------------------------------------

@@ -15,7 +15,14 @@ from typing import Any
 
 from ..errors import StoreError
 from ..messages import Message, utcnow
-from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import (
+    CycleRecord,
+    GroupEmbedding,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+    record_key,
+)
 from ..snapshot import Snapshot, Subject, ThreadState
 from ..vectors import encode, top_k
 from . import transitions as tr
@@ -27,6 +34,7 @@ from .changes import (
     ThreadChange,
     ThreadPatch,
 )
+from .erasure import Erasure, erase_thread_from, untraced
 
 __all__ = ["InMemoryStore"]
 
@@ -336,11 +344,72 @@ class InMemoryStore:
     async def clear(self, key: str) -> None:
         self._check_open()
         with self._lock:
-            for record in self._generations.pop(key, []):
-                self._records.pop(record.id, None)
-            self._groups = [g for g in self._groups if g.key != key]
-            self._cycles.pop(key, None)
-            self._embeddings = {k: e for k, e in self._embeddings.items() if e.key != key}
+            self._clear(key)
+
+    def _clear(self, key: str) -> None:
+        for record in self._generations.pop(key, []):
+            self._records.pop(record.id, None)
+        self._groups = [g for g in self._groups if g.key != key]
+        self._cycles.pop(key, None)
+        self._embeddings = {k: e for k, e in self._embeddings.items() if e.key != key}
+
+    # -- an owner's delete ---------------------------------------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> Erasure | None:
+        self._check_open()
+        with self._lock:
+            thread = self._threads.get(thread_id)
+            if thread is None:
+                return None
+            self._clear(record_key("thread", thread_id=thread_id, resource_id=None))
+            key = record_key("resource", thread_id=None, resource_id=thread.resource_id)
+            remaining = ""
+            now = utcnow()
+            for record in list(self._generations.get(key, [])):
+                after = erase_thread_from(record, thread_id, now=now)
+                self._put(after)
+                if after.is_head:
+                    remaining = untraced(after.observations)
+            if key in self._cycles:
+                self._cycles[key] = [c for c in self._cycles[key] if thread_id not in c.thread_ids]
+            self._forget_threads({thread_id})
+            return Erasure(
+                thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining
+            )
+
+    async def delete_resource(self, resource_id: str) -> Erasure | None:
+        self._check_open()
+        with self._lock:
+            threads = self._threads_of(resource_id)
+            key = record_key("resource", thread_id=None, resource_id=resource_id)
+            if not threads and resource_id not in self._resources and key not in self._generations:
+                return None
+            for thread in threads:
+                self._clear(record_key("thread", thread_id=thread.id, resource_id=None))
+            self._clear(key)
+            self._forget_threads({t.id for t in threads})
+            self._groups = [g for g in self._groups if g.resource_id != resource_id]
+            self._embeddings = {
+                k: e for k, e in self._embeddings.items() if e.resource_id != resource_id
+            }
+            for cycle_key, rows in list(self._cycles.items()):
+                self._cycles[cycle_key] = [c for c in rows if c.resource_id != resource_id]
+            self._resources.pop(resource_id, None)
+            return Erasure(
+                thread_ids=tuple(t.id for t in threads),
+                messages=sum(t.message_count for t in threads),
+            )
+
+    def _forget_threads(self, thread_ids: set[str]) -> None:
+        """The threads, their messages, and the groups and embeddings made of them."""
+        for thread_id in thread_ids:
+            self._threads.pop(thread_id, None)
+            for message in self._messages.pop(thread_id, []):
+                self._message_index.pop(message.id, None)
+        self._groups = [g for g in self._groups if g.thread_id not in thread_ids]
+        self._embeddings = {
+            k: e for k, e in self._embeddings.items() if e.thread_id not in thread_ids
+        }
 
     # -- observation groups --------------------------------------------------------------------
 

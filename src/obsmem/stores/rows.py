@@ -54,6 +54,7 @@ def thread_to_row(t: Thread) -> Row:
         t.message_count,
         dt_to_text(t.created_at),
         dt_to_text(t.updated_at),
+        t.incarnation,
     )
 
 
@@ -66,6 +67,7 @@ def thread_from_row(row: Row) -> Thread:
         message_count=row[4],
         created_at=dt_from_text(row[5]),
         updated_at=dt_from_text(row[6]),
+        incarnation=row[7],
     )
 
 

@@ -151,6 +151,13 @@ MIGRATION_SCRIPTS: list[str] = [
     """
         ALTER TABLE om_cycles ADD COLUMN requested_by TEXT
         """,
+    # 7: a thread's incarnation (new each time a thread id is created, so work begun before the
+    #    thread was deleted cannot write into a thread created again under the same id); the
+    #    ledger found by resource, for erasing a resource
+    """
+        ALTER TABLE threads ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
+        CREATE INDEX om_cycles_by_resource ON om_cycles (resource_id)
+        """,
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
 run before a script, in the same transaction."""
@@ -171,7 +178,9 @@ RECORD_COLUMNS = (
     "superseded_by, created_at, updated_at"
 )
 MESSAGE_COLUMNS = "id, thread_id, resource_id, seq, role, parts, metadata, created_at"
-THREAD_COLUMNS = "id, resource_id, title, metadata, message_count, created_at, updated_at"
+THREAD_COLUMNS = (
+    "id, resource_id, title, metadata, message_count, created_at, updated_at, incarnation"
+)
 GROUP_COLUMNS = (
     "id, key, resource_id, thread_id, cycle_id, start_id, end_id, observations, ranges, "
     "created_at, metadata"
@@ -211,7 +220,7 @@ SELECT_THREADS_OF_RESOURCE = (
 SELECT_THREAD_COUNTS = "SELECT id, message_count FROM threads WHERE id IN ({marks})"
 SELECT_RESOURCES = "SELECT DISTINCT resource_id FROM threads ORDER BY resource_id"
 INSERT_THREAD = (
-    f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (id) DO NOTHING"
 )
 UPDATE_THREAD = "UPDATE threads SET title = ?, metadata = ?, updated_at = ? WHERE id = ?"
@@ -361,3 +370,28 @@ SELECT_CYCLES = f"SELECT {CYCLE_COLUMNS} FROM om_cycles WHERE key = ?"
 SELECT_OLD_CHUNKS = "SELECT key, data FROM om_chunks ORDER BY key, position"
 ADD_CHUNKS_COLUMN = "ALTER TABLE om_records ADD COLUMN chunks TEXT NOT NULL DEFAULT '[]'"
 SET_HEAD_CHUNKS = "UPDATE om_records SET chunks = ? WHERE key = ? AND superseded_by IS NULL"
+
+# an owner's delete (``erase_flow``)
+DELETE_MESSAGES_OF_THREAD = "DELETE FROM messages WHERE thread_id = ?"
+DELETE_THREAD = "DELETE FROM threads WHERE id = ?"
+DELETE_VECTORS_OF_THREAD = (
+    "DELETE FROM group_vectors WHERE group_id IN "
+    "(SELECT group_id FROM group_embeddings WHERE thread_id = ?)"
+)
+DELETE_EMBEDDINGS_OF_THREAD = "DELETE FROM group_embeddings WHERE thread_id = ?"
+DELETE_GROUPS_OF_THREAD = "DELETE FROM observation_groups WHERE thread_id = ?"
+DELETE_CYCLES_OF_THREAD = "DELETE FROM om_cycles WHERE key = ? AND threads LIKE ?"
+SELECT_GENERATIONS = f"SELECT {RECORD_COLUMNS} FROM om_records WHERE key = ? ORDER BY generation"
+DELETE_MESSAGES_OF_RESOURCE = (
+    "DELETE FROM messages WHERE thread_id IN (SELECT id FROM threads WHERE resource_id = ?)"
+)
+DELETE_THREADS_OF_RESOURCE = "DELETE FROM threads WHERE resource_id = ?"
+DELETE_RECORDS_OF_RESOURCE = "DELETE FROM om_records WHERE resource_id = ?"
+DELETE_VECTORS_OF_RESOURCE = (
+    "DELETE FROM group_vectors WHERE group_id IN "
+    "(SELECT group_id FROM group_embeddings WHERE resource_id = ?)"
+)
+DELETE_EMBEDDINGS_OF_RESOURCE = "DELETE FROM group_embeddings WHERE resource_id = ?"
+DELETE_GROUPS_OF_RESOURCE = "DELETE FROM observation_groups WHERE resource_id = ?"
+DELETE_CYCLES_OF_RESOURCE = "DELETE FROM om_cycles WHERE resource_id = ?"
+DELETE_RESOURCE = "DELETE FROM resources WHERE id = ?"

@@ -102,6 +102,10 @@ class _ToWorker(Exception):
     the error."""
 
 
+SECURE_DELETE = "PRAGMA secure_delete = ON"
+"""Deleted rows are overwritten with zeros in the file, so an owner's delete takes the text out
+of the database file itself, not only out of reach (the WAL keeps it until its next checkpoint).
+"""
 INLINE_WRITES_PER_CHECKPOINT = 200
 """Inline writes never checkpoint the WAL; every so many, one write goes to the worker thread,
 whose connection checkpoints when the WAL has grown."""
@@ -291,6 +295,7 @@ class _SQLiteDriver:
                     raise StoreError(f"{self.path}: could not switch to WAL mode (got {mode})")
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(SECURE_DELETE)
             _migrate(conn, self.path)
             if self.path != ":memory:":  # a second ":memory:" connection is another database
                 self._remember_file(os.path.abspath(self.path))
@@ -359,6 +364,7 @@ class _SQLiteDriver:
         inline.execute("PRAGMA busy_timeout = 0")
         inline.execute("PRAGMA wal_autocheckpoint = 0")
         inline.execute("PRAGMA synchronous = NORMAL")
+        inline.execute(SECURE_DELETE)
         inline.execute("PRAGMA foreign_keys = ON")
         return inline
 

@@ -16,8 +16,9 @@ from typing import Any, Protocol, TypeVar
 from ..messages import Message, holds_much, utcnow
 from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
-from . import commit_flow, flows, load_flow
+from . import commit_flow, erase_flow, flows, load_flow
 from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadPatch
+from .erasure import Erasure
 from .flows import Flow
 from .rows import RecordCache
 
@@ -213,6 +214,30 @@ class SQLStore:
                 before=before,
             )
         )
+
+    # -- an owner's delete ---------------------------------------------------------------------
+
+    async def delete_thread(self, thread_id: str) -> Erasure | None:
+        erased = await self._write(
+            lambda: erase_flow.delete_thread(
+                thread_id, now=utcnow(), pgvector=self._driver.pgvector
+            )
+        )
+        self._forget_heads()
+        return erased
+
+    async def delete_resource(self, resource_id: str) -> Erasure | None:
+        erased = await self._write(
+            lambda: erase_flow.delete_resource(resource_id, pgvector=self._driver.pgvector)
+        )
+        self._forget_heads()
+        return erased
+
+    def _forget_heads(self) -> None:
+        """After a delete, the next load of any key reads its head whole (a head remembered
+        from before may hold erased text)."""
+        self._heads.clear()
+        self._records = RecordCache()
 
     # -- observation groups --------------------------------------------------------------------
 

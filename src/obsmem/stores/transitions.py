@@ -104,6 +104,7 @@ def new_thread(
         metadata=dict(metadata or {}),
         created_at=now,
         updated_at=now,
+        incarnation=uuid.uuid4().hex,
     )
 
 

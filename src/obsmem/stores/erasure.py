@@ -1,0 +1,83 @@
+"""An owner's delete: the rules every store applies when a thread or a resource is erased.
+
+Erasing is not memory work. Messages are append-only for memory (nothing it does rewrites
+them), but the people they belong to may take them back: a delete removes every trace of a
+thread or a resource in one transaction. In resource scope the log is shared by the resource's
+threads, so erasing one thread rewrites every generation of that log without the thread's
+``<thread id="…">`` blocks (and without its cursor); buffered chunks that touched the thread and
+a buffered reflection are dropped (they are recomputed from what remains). Lines that reflection
+merged out of their thread blocks cannot be traced to a thread: :attr:`Erasure.remaining` names
+them, so the owner can revise them.
+
+Pure functions only, like :mod:`obsmem.stores.transitions`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from ..neutral import neutral_line
+from ..records import OMRecord
+from ..tokens import estimate_text_tokens
+
+__all__ = ["Erasure", "erase_thread_from", "strip_thread", "untraced"]
+
+_ANY_BLOCK = re.compile(r'<thread id="[^"\n]*">.*?</thread>\n?', re.DOTALL)
+_BOUNDARY = "--- message boundary"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Erasure:
+    """What a delete removed, and what it could not trace."""
+
+    thread_ids: tuple[str, ...]
+    """The threads erased."""
+    messages: int
+    """How many messages were erased."""
+    remaining: str = ""
+    """Resource scope, erasing one thread: the lines of the shared log that belong to no
+    thread's block (reflection merged them), which may still tell of the erased thread; revise
+    them with ``Memory.revise``. Empty when there are none."""
+
+
+def strip_thread(text: str, thread_id: str) -> str:
+    """``text`` without the ``<thread id="…">`` blocks of ``thread_id``."""
+    shown = re.escape(neutral_line(thread_id))  # as the Observer's blocks name it
+    return re.sub(rf'<thread id="{shown}">.*?</thread>\n?', "", text, flags=re.DOTALL)
+
+
+def untraced(text: str) -> str:
+    """The lines of a resource log outside every thread block (boundaries and blanks aside)."""
+    lines = _ANY_BLOCK.sub("", text).splitlines()
+    return "\n".join(ln for ln in lines if ln.strip() and not ln.startswith(_BOUNDARY))
+
+
+def erase_thread_from(record: OMRecord, thread_id: str, *, now: datetime) -> OMRecord:
+    """``record`` (one generation of a resource log) without ``thread_id``: its blocks, its
+    cursor, and the buffered work that touched it; the record itself when nothing changes. A
+    head that changes gets the next version, so a cycle that read it before loses its race."""
+    observations = strip_thread(record.observations, thread_id)
+    touched = any(r.thread_id == thread_id for c in record.chunks for r in c.ranges)
+    changed = (
+        observations != record.observations
+        or thread_id in record.cursor
+        or touched
+        or (record.buffered_reflection is not None and observations != record.observations)
+    )
+    if not changed:
+        return record
+    logged = observations != record.observations
+    return replace(
+        record,
+        observations=observations,
+        observation_tokens=(
+            estimate_text_tokens(observations) if logged else record.observation_tokens
+        ),
+        cursor={t: seq for t, seq in record.cursor.items() if t != thread_id},
+        chunks=() if touched else record.chunks,
+        buffered_reflection=None if logged else record.buffered_reflection,
+        version=record.version + 1,
+        updated_at=now,
+    )

@@ -1,0 +1,255 @@
+"""An owner's delete, on every store: a thread or a resource leaves no trace behind."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from obsmem.messages import Message, TextPart, utcnow
+from obsmem.records import (
+    BufferedReflection,
+    CycleRecord,
+    GroupEmbedding,
+    MessageRange,
+    ObservationGroup,
+    Scope,
+    record_key,
+)
+from obsmem.stores import LoadRequest, SQLiteStore, Store
+from obsmem.stores.changes import ResourcePatch
+
+from .ops import add_chunk, load, new_generation, observe, open_record, set_reflection, subject
+
+T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
+SECRET = "my card number is 4111-1111-1111-1111"
+VECTOR = (0.6, 0.8)
+
+
+def _messages(thread: str, n: int) -> list[Message]:
+    return [
+        Message(
+            id=f"{thread}-m{i}",
+            role="user",
+            parts=(TextPart(text=f"{SECRET} ({thread} #{i})"),),
+            created_at=T0 + timedelta(minutes=i),
+        )
+        for i in range(1, n + 1)
+    ]
+
+
+def _group(key: str, thread: str, n: int) -> ObservationGroup:
+    return ObservationGroup(
+        id=f"g-{thread}-{n}",
+        key=key,
+        resource_id="r1",
+        thread_id=thread,
+        cycle_id=f"cycle-{thread}-{n}",
+        start_id=f"{thread}-m1",
+        end_id=f"{thread}-m2",
+        observations=f"* 🔴 {SECRET} ({thread})",
+        ranges=(MessageRange(thread_id=thread, first_seq=1, last_seq=2),),
+        created_at=utcnow(),
+    )
+
+
+def _cycle(key: str, thread: str) -> CycleRecord:
+    return CycleRecord(
+        cycle_id=f"cycle-{thread}-1",
+        key=key,
+        resource_id="r1",
+        thread_ids=(thread,),
+        kind="observation",
+        outcome="committed",
+        started_at=T0,
+        duration_ms=1.0,
+        ranges=(MessageRange(thread_id=thread, first_seq=1, last_seq=2),),
+        generation=0,
+        operation="observation",
+    )
+
+
+def _block(thread: str) -> str:
+    return f'<thread id="{thread}">\n* 🔴 {SECRET} ({thread})\n</thread>'
+
+
+async def _remember(store: Store, thread: str, scope: Scope) -> None:
+    """A thread with messages, an observed log, a group with its embedding and a ledger row."""
+    await store.load(
+        LoadRequest(
+            subject=subject(thread, scope=scope),
+            append=_messages(thread, 3),
+            resource_patch=ResourcePatch(resource_id="r1", set=((("om:working_memory",), SECRET),)),
+        )
+    )
+    record = await open_record(store, thread, scope=scope)
+    key = record.key
+    log = _block(thread) if scope == "resource" else f"* 🔴 {SECRET} ({thread})"
+    record = await observe(
+        store,
+        record,
+        observations=(record.observations + "\n" + log).strip(),
+        observation_tokens=20,
+        cursor={**record.cursor, thread: 2},
+        groups=[_group(key, thread, 1)],
+    )
+    await store.put_embeddings(
+        [
+            GroupEmbedding(
+                group_id=f"g-{thread}-1",
+                key=key,
+                resource_id="r1",
+                thread_id=thread,
+                observed_at=T0,
+                model="m",
+                vector=VECTOR,
+            )
+        ]
+    )
+    await store.load(
+        LoadRequest(subject=subject(thread, scope=scope), cycles=[_cycle(key, thread)])
+    )
+
+
+async def _assert_no_trace(store: Store, thread: str) -> None:
+    assert await store.get_thread(thread) is None
+    assert await store.list_messages(thread) == []
+    assert await store.get_messages([f"{thread}-m1", f"{thread}-m2"], resource_id="r1") == []
+    key = record_key("thread", thread_id=thread, resource_id=None)
+    assert await store.get_record(key) is None
+    assert await store.history(key) == []
+    assert await store.list_cycles(key) == []
+    assert await store.list_cycles("resource:r1", thread_id=thread) == []
+    assert await store.list_observation_groups("r1", thread_id=thread) == []
+    found = await store.search_embeddings("r1", VECTOR, model="m", thread_id=thread)
+    assert found == []
+
+
+async def test_delete_thread_erases_it_and_keeps_its_neighbours(store: Store) -> None:
+    await _remember(store, "t1", "thread")
+    await _remember(store, "t2", "thread")
+    erased = await store.delete_thread("t1")
+    assert erased is not None
+    assert (erased.thread_ids, erased.messages, erased.remaining) == (("t1",), 3, "")
+    await _assert_no_trace(store, "t1")
+    assert [t.id for t in await store.list_threads("r1")] == ["t2"]
+    assert len(await store.list_messages("t2")) == 3
+    assert (await store.get_record("thread:t2")) is not None
+    assert len(await store.list_observation_groups("r1", thread_id="t2")) == 1
+
+
+async def test_a_thread_created_again_is_a_fresh_one(store: Store) -> None:
+    await _remember(store, "t1", "thread")
+    before = await store.get_thread("t1")
+    assert before is not None
+    assert before.incarnation
+    await store.delete_thread("t1")
+    snapshot = await load(store, "t1")
+    again = snapshot.threads[0].thread
+    assert again.message_count == 0
+    assert again.incarnation != before.incarnation
+    assert snapshot.record.observations == ""
+    assert snapshot.record.version == 1
+
+
+async def test_unknown_thread_or_resource_erases_nothing(store: Store) -> None:
+    await _remember(store, "t1", "thread")
+    assert await store.delete_thread("nope") is None
+    assert await store.delete_resource("nobody") is None
+    assert len(await store.list_messages("t1")) == 3
+
+
+async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generation(
+    store: Store,
+) -> None:
+    await _remember(store, "t1", "resource")
+    await _remember(store, "t2", "resource")
+    head = await open_record(store, "t1", scope="resource")
+    merged = "* 🟡 the user shares cards across threads"
+    head = await new_generation(
+        store, head, observations=f"{merged}\n{_block('t1')}\n{_block('t2')}", observation_tokens=9
+    )
+    head = await set_reflection(
+        store,
+        head,
+        BufferedReflection(
+            cycle_id="c-r",
+            text=SECRET,
+            token_count=3,
+            input_tokens=9,
+            line_count=3,
+            created_at=utcnow(),
+        ),
+    )
+    erased = await store.delete_thread("t1")
+    assert erased is not None
+    assert erased.remaining == merged
+    await _assert_no_trace(store, "t1")
+    after = await store.get_record("resource:r1")
+    assert after is not None
+    assert after.version > head.version
+    assert "(t1)" not in after.observations
+    assert "(t2)" in after.observations
+    assert "t1" not in after.cursor
+    assert after.buffered_reflection is None
+    for generation in await store.history("resource:r1"):
+        assert "(t1)" not in generation.observations
+    assert len(await store.list_observation_groups("r1", thread_id="t2")) == 1
+    assert len(await store.list_cycles("resource:r1", thread_id="t2")) == 1
+
+
+async def test_delete_thread_drops_buffered_chunks_that_touch_it(store: Store) -> None:
+    from .test_store_conformance import _chunk  # pyright: ignore[reportPrivateUsage]
+
+    await store.load(
+        LoadRequest(subject=subject("t1", scope="resource"), append=_messages("t1", 3))
+    )
+    head = await open_record(store, "t1", scope="resource")
+    head = await add_chunk(store, head, _chunk(1, "t1", 1, 2))
+    await store.delete_thread("t1")
+    after = await store.get_record("resource:r1")
+    assert after is not None
+    assert after.chunks == ()
+
+
+async def test_delete_resource_erases_everything_of_it(store: Store) -> None:
+    for scope in ("thread", "resource"):
+        await _remember(store, "t1" if scope == "thread" else "t2", scope)  # type: ignore[arg-type]
+    await store.load(LoadRequest(subject=subject("x1", resource="r2"), append=_messages("x1", 1)))
+    erased = await store.delete_resource("r1")
+    assert erased is not None
+    assert sorted(erased.thread_ids) == ["t1", "t2"]
+    assert erased.messages == 6
+    for thread in ("t1", "t2"):
+        await _assert_no_trace(store, thread)
+    assert await store.get_record("resource:r1") is None
+    assert await store.list_cycles("resource:r1") == []
+    assert await store.list_observation_groups("r1") == []
+    assert await store.get_resource("r1") == {}
+    assert await store.list_resources() == ["r2"]
+    assert len(await store.list_messages("x1")) == 1
+
+
+def _file_bytes(path: Path) -> bytes:
+    """The database file after its WAL is checkpointed into it, with whatever WAL remains."""
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+    finally:
+        conn.close()
+    wal = path.with_name(path.name + "-wal")
+    return path.read_bytes() + (wal.read_bytes() if wal.exists() else b"")
+
+
+async def test_sqlite_file_bytes_hold_no_deleted_text(tmp_path: Path) -> None:
+    path = tmp_path / "obsmem.db"
+    store = SQLiteStore(path)
+    try:
+        await _remember(store, "t1", "resource")
+        await _remember(store, "t2", "thread")
+        assert SECRET.encode() in _file_bytes(path)
+        await store.delete_thread("t1")
+        await store.delete_resource("r1")
+        assert SECRET.encode() not in _file_bytes(path)
+    finally:
+        await store.aclose()
