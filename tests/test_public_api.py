@@ -53,6 +53,7 @@ def test_store_names_are_pinned() -> None:
         "Commit",
         "CommitObservation",
         "CommitResult",
+        "Erasure",
         "InMemoryStore",
         "LoadRequest",
         "PostgresStore",

@@ -50,7 +50,7 @@ from .models.environment import AutoModel
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .outcomes import Outcomes
 from .recall import RecallBoundary, recall, search_groups
-from .records import OMRecord
+from .records import OMRecord, record_key
 from .snapshot import Snapshot, Subject
 from .stores import LoadRequest, Store, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
@@ -512,6 +512,16 @@ class ObservationalMemory:
             ),
         )
         await cycles.load(self._deps, LoadRequest(subject=subject, patches=[patch]))
+
+    def forget_erased(self, thread_ids: Sequence[str], *, resource_id: str | None) -> None:
+        """After an owner's delete: nothing this process read of those threads (or of the
+        resource's log) is used again."""
+        self._deps.cached.forget(thread_ids)
+        keys = [record_key("thread", thread_id=t, resource_id=None) for t in thread_ids]
+        if resource_id is not None:
+            keys.append(record_key("resource", thread_id=None, resource_id=resource_id))
+        for key in keys:
+            self._outcomes.forget(key)
 
     # -- lifecycle -------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 from ._sync import LoopThread
 from .cycles.revision import Revision
 from .engine import ObservationalMemory, newest_shown
+from .erase import erase_resource, erase_thread
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
 from .failures import MemoryStatus
@@ -28,7 +29,7 @@ from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_option
 from .recall import RECALL_DESCRIPTION
 from .records import CycleRecord, OMRecord, Thread, record_key
 from .snapshot import Subject
-from .stores import SQLiteStore, Store
+from .stores import Erasure, SQLiteStore, Store
 from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
 from .window import is_retracted
@@ -247,6 +248,21 @@ class Memory:
             await self.store.update_thread(
                 ref.thread, metadata={META_RETRACTED_THROUGH: thread.message_count}
             )
+
+    async def delete_thread(self, ref: ThreadRef | Mapping[str, Any]) -> Erasure:
+        """Erase a thread for good, in one transaction: its messages and everything memory
+        made of them (see ``Store.delete_thread``). In resource scope the shared log loses the
+        thread's blocks; :attr:`Erasure.remaining` holds the lines it could not trace. Work in
+        flight for the thread commits nothing; a later turn starts a fresh thread."""
+        ref = ThreadRef.of(ref)
+        return await erase_thread(
+            self.store, self.om, thread_id=ref.thread, resource_id=ref.resource
+        )
+
+    async def delete_resource(self, resource_id: str) -> Erasure:
+        """Erase a resource for good, in one transaction: every thread of it with its messages,
+        its log, working memory and every other trace."""
+        return await erase_resource(self.store, self.om, resource_id=resource_id)
 
     async def compact(
         self,

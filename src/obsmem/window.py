@@ -169,6 +169,13 @@ class CachedMessages:
             self._covered.popitem(last=False)
         return snapshot
 
+    def forget(self, thread_ids: Sequence[str]) -> None:
+        """Drop what is cached of these threads (they were erased)."""
+        for thread_id in thread_ids:
+            self._messages.pop(thread_id, None)
+            self._tokens.pop(thread_id, None)
+            self._counted_by.pop(thread_id, None)
+
     def tokens(self, message: Message, estimator: TokenEstimator) -> int:
         """``message``'s token estimate, counted once while its thread is cached (and counted
         again when the thread's estimator changes: the actor moved to another provider)."""

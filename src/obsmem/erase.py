@@ -1,0 +1,58 @@
+"""An owner's delete through :class:`~obsmem.memory.Memory`: the checks that name the fix, the
+store's one-transaction erase, and what this process forgets with it.
+
+Erasing is not memory work (see :mod:`obsmem.stores.erasure`): it is the owner taking back what
+was stored. Work in flight for an erased thread, here or in another process, commits nothing:
+the thread it read is gone, and a thread created again under the same id has another
+incarnation.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import StoreError
+from .stores import Erasure, Store
+
+if TYPE_CHECKING:
+    from .engine import ObservationalMemory
+
+__all__ = ["erase_resource", "erase_thread"]
+
+
+async def erase_thread(
+    store: Store, om: ObservationalMemory | None, *, thread_id: str, resource_id: str
+) -> Erasure:
+    """Erase ``thread_id`` of ``resource_id``; a StoreError naming the fix when there is no
+    such thread, or it belongs to another resource."""
+    thread = await store.get_thread(thread_id)
+    if thread is not None and thread.resource_id != resource_id:
+        raise StoreError(
+            f"thread {thread_id!r} belongs to another resource, not {resource_id!r}: give the "
+            "thread's own resource (memory.thread(id).resource_id)"
+        )
+    erased = None if thread is None else await store.delete_thread(thread_id)
+    if erased is None:
+        raise StoreError(
+            f"no thread {thread_id!r} to delete: check the id against memory.threads("
+            f"{resource_id!r}) or `obsmem inspect --resource {resource_id}`"
+        )
+    if om is not None:
+        om.forget_erased(erased.thread_ids, resource_id=None)
+    return erased
+
+
+async def erase_resource(
+    store: Store, om: ObservationalMemory | None, *, resource_id: str
+) -> Erasure:
+    """Erase ``resource_id`` and everything of it; a StoreError naming the fix when nothing of
+    it is stored."""
+    erased = await store.delete_resource(resource_id)
+    if erased is None:
+        raise StoreError(
+            f"no resource {resource_id!r} to delete: check the id against "
+            "`obsmem inspect` (it lists every resource)"
+        )
+    if om is not None:
+        om.forget_erased(erased.thread_ids, resource_id=resource_id)
+    return erased
