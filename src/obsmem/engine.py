@@ -20,6 +20,7 @@ in :mod:`obsmem.outcomes`, the choice of memory models in :mod:`obsmem.memory_mo
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -30,7 +31,7 @@ from .background import Background
 from .clocks import ReplyTimes, steady_clock_for
 from .cycles import Deps, Failure, Outcome
 from .embeddings import Embedder, resolve_embedder
-from .errors import ConfigError, MemoryUnavailableError, check_id
+from .errors import ConfigError, ConflictError, MemoryUnavailableError, check_id
 from .events import EventBus, Hooks, Listener, StatusEvent, Trigger
 from .failures import FailureState, MemoryStatus
 from .llm import CallListener, ModelCaller
@@ -59,6 +60,7 @@ from .window import is_retracted
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
+log = logging.getLogger("obsmem")
 
 MAX_REMEMBERED_LOGS = 10_000
 """Most logs whose back-off state one engine keeps (the least recently used go first)."""
@@ -298,17 +300,19 @@ class ObservationalMemory:
             if actor_model is not None
             else []
         )
-        snapshot = await cycles.load(
-            self._deps,
-            LoadRequest(
-                subject=subject,
-                append=sent.stamped(
-                    await self._turns.counted(response_messages, actor_model),
-                    self._sent.take(thread_id),
-                ),
-                patches=patches,
+        request = LoadRequest(
+            subject=subject,
+            append=sent.stamped(
+                await self._turns.counted(response_messages, actor_model),
+                self._sent.take(thread_id),
             ),
+            patches=patches,
         )
+        try:
+            snapshot = await cycles.load(self._deps, cycles.expecting(self._deps, request))
+        except ConflictError as exc:  # the thread was deleted since this turn began
+            log.info("obsmem: %s (the reply is not stored)", exc)
+            return []
         if self._idle_timed:  # idle time since this reply, on the steady clock
             replies = [m for m in snapshot.stored if m.role == "assistant"]
             if replies:

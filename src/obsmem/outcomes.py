@@ -18,7 +18,7 @@ from typing import Any
 from . import cycles, planner, views
 from .cycles import Deps, Failure, Outcome, SyncObservation
 from .cycles.common import main_window
-from .errors import MemoryUnavailableError, ObsmemError
+from .errors import ConflictError, MemoryUnavailableError, ObsmemError
 from .failures import FailureState, Role, cause_of, failures_in, next_failure
 from .meta_keys import META_FAILURE
 from .planner import Backoff
@@ -209,8 +209,11 @@ class Outcomes:
             return
         value = failure.to_json() if failure is not None else None
         patch = ThreadPatch(thread_id=thread_id, set=(((META_FAILURE, "observer"), value),))
+        request = LoadRequest(subject=snapshot.subject, patches=[patch])
         try:
-            await cycles.load(self._deps, LoadRequest(subject=snapshot.subject, patches=[patch]))
+            await cycles.load(self._deps, cycles.expecting(self._deps, request))
+        except ConflictError:
+            return  # the thread was deleted: its failure state went with it
         except ObsmemError as exc:
             log.warning("obsmem: could not store the failure state of %s: %s", thread_id, exc)
 
@@ -242,7 +245,9 @@ class Outcomes:
             )
         )
         try:
-            await cycles.load(self._deps, request)
+            await cycles.load(self._deps, cycles.expecting(self._deps, request))
+        except ConflictError:
+            return  # the thread was deleted: its failure state went with it
         except ObsmemError as exc:
             log.warning("obsmem: could not store the failure state of %s: %s", subject.key, exc)
 

@@ -7,7 +7,9 @@ reflection, and the actor's context and status event assembled from the latest s
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import logging
+from collections.abc import Generator, Sequence
 from typing import Any
 
 from . import cycles, planner, views
@@ -15,7 +17,7 @@ from .background import Background
 from .cycles import Activation, Deps, Outcome
 from .cycles.common import windows
 from .cycles.writes import reload
-from .errors import ConfigError
+from .errors import ConfigError, ConflictError
 from .events import StatusEvent
 from .messages import Message, check_json, holds_much
 from .models import ModelSpec
@@ -26,6 +28,7 @@ from .window import ThreadWindow
 from .working_memory import WorkingMemory
 
 __all__ = ["Turns", "step_start"]
+log = logging.getLogger("obsmem")
 
 
 def step_start(stored: Sequence[Message], step_from: int | None) -> int | None:
@@ -104,14 +107,25 @@ class Turns:
         """Ask the planner what observation is due, emit the status event, and carry the plan
         out: activate chunks, observe synchronously, start buffering or a catch-up; the
         snapshot after it, and the status event."""
+        steps = {snapshot.subject.thread_id: step_from} if step_from else {}
+        plan = self._observation_plan(snapshot, windows, signals, steps, step_from)
+        status = self.status(snapshot, windows, plan.threshold)
+        self._deps.bus.emit(status)
+        with _unless_deleted():
+            snapshot = await self._observe(snapshot, plan, signals, steps)
+        return snapshot, status
+
+    async def _observe(
+        self,
+        snapshot: Snapshot,
+        plan: planner.ObservationPlan,
+        signals: views.CacheSignals,
+        steps: dict[str, int],
+    ) -> Snapshot:
+        """Carry out the observation plan; the snapshot after it."""
         deps = self._deps
         subject = snapshot.subject
         thread_id = subject.thread_id
-        steps = {thread_id: step_from} if step_from else {}
-        plan = self._observation_plan(snapshot, windows, signals, steps, step_from)
-        status = self.status(snapshot, windows, plan.threshold)
-        deps.bus.emit(status)
-
         if plan.activate and plan.trigger is not None and not plan.observe_sync:
             why = Activation(
                 trigger=plan.trigger,
@@ -141,7 +155,7 @@ class Turns:
             self._background.spawn(
                 f"catch-up:{subject.key}", self._background.catch_up(snapshot, after)
             )
-        return snapshot, status
+        return snapshot
 
     def _observation_plan(
         self,
@@ -173,6 +187,11 @@ class Turns:
 
     async def reflection_step(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
         """Activate, run or start a reflection when the planner says so; the snapshot after."""
+        with _unless_deleted():
+            snapshot = await self._reflect(snapshot, signals)
+        return snapshot
+
+    async def _reflect(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
         deps = self._deps
         record = snapshot.record
         key = snapshot.subject.key
@@ -254,3 +273,15 @@ class Turns:
     def signals(self, snapshot: Snapshot, actor_model: ModelSpec | None) -> views.CacheSignals:
         idle = self._deps.replies.idle_seconds(snapshot.subject.thread_id, snapshot.last_reply_at)
         return views.cache_signals(snapshot, self._deps.options, actor_model, idle_seconds=idle)
+
+
+@contextlib.contextmanager
+def _unless_deleted() -> Generator[None]:
+    """A turn whose thread is deleted while its memory work runs (here or by another worker)
+    goes on with the snapshot it has: the work stores nothing, and neither will the reply."""
+    try:
+        yield
+    except ConflictError as exc:
+        if exc.current is not None:
+            raise
+        log.info("obsmem: %s; the turn goes on without it", exc)

@@ -36,6 +36,9 @@ __all__ = [
 
 MAX_CACHED_THREADS = 256
 """Most threads whose unobserved messages one engine caches between steps."""
+ERASED = "erased"
+"""The incarnation this process gives a thread it erased: no stored thread has it, so work
+begun on the thread before stores nothing (stored incarnations are hex)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -141,6 +144,7 @@ class CachedMessages:
         self._tokens: dict[str, dict[int, int]] = {}
         self._counted_by: dict[str, TokenEstimator] = {}
         self._covered: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        self._incarnations: OrderedDict[str, str] = OrderedDict()
 
     def messages(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
         """What is cached for the threads ``subject`` covers (as last loaded)."""
@@ -153,6 +157,8 @@ class CachedMessages:
         self._covered[key] = snapshot.subject.threads
         self._covered.move_to_end(key)
         for state in snapshot.threads:
+            self._incarnations[state.id] = state.thread.incarnation
+            self._incarnations.move_to_end(state.id)
             self._messages[state.id] = state.unobserved
             self._messages.move_to_end(state.id)
             counted = self._tokens.setdefault(state.id, {})
@@ -167,11 +173,21 @@ class CachedMessages:
             self._counted_by.pop(thread_id, None)
         while len(self._covered) > self._max:
             self._covered.popitem(last=False)
+        while len(self._incarnations) > self._max:
+            self._incarnations.popitem(last=False)
         return snapshot
 
+    def incarnation(self, thread_id: str) -> str | None:
+        """The incarnation of the thread as last read (``ERASED`` once this process erased it;
+        None when not known): work begun on it names it, so it stores nothing once the thread
+        was deleted."""
+        return self._incarnations.get(thread_id)
+
     def forget(self, thread_ids: Sequence[str]) -> None:
-        """Drop what is cached of these threads (they were erased)."""
+        """Drop what is cached of these threads (they were erased): work begun on them before
+        stores nothing, and the next turn starts them afresh."""
         for thread_id in thread_ids:
+            self._incarnations[thread_id] = ERASED
             self._messages.pop(thread_id, None)
             self._tokens.pop(thread_id, None)
             self._counted_by.pop(thread_id, None)

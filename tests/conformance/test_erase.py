@@ -253,3 +253,30 @@ async def test_sqlite_file_bytes_hold_no_deleted_text(tmp_path: Path) -> None:
         assert SECRET.encode() not in _file_bytes(path)
     finally:
         await store.aclose()
+
+
+async def test_an_embedding_of_an_erased_group_is_not_stored(store: Store) -> None:
+    """Embeddings are computed after their group's commit: one that arrives after the group
+    was erased (its thread deleted meanwhile) is dropped, not stored for later."""
+    record = await open_record(store, "t1")
+    late = GroupEmbedding(
+        group_id="g-t1-1",
+        key=record.key,
+        resource_id="r1",
+        thread_id="t1",
+        observed_at=T0,
+        model="m",
+        vector=VECTOR,
+    )
+    await store.put_embeddings([late])  # the group is not (or no longer) stored
+    await observe(
+        store,
+        record,
+        observations="* 🔴 a fact",
+        observation_tokens=3,
+        cursor={},
+        groups=[_group(record.key, "t1", 1)],
+    )
+    assert await store.search_embeddings("r1", VECTOR, model="m") == []
+    await store.put_embeddings([late])
+    assert [g.id for g, _ in await store.search_embeddings("r1", VECTOR, model="m")] == ["g-t1-1"]

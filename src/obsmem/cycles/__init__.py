@@ -17,7 +17,7 @@ from .observation import SyncObservation, catch_up, observe_sync
 from .observer_run import attachment_filter
 from .reflection import activate_reflection, buffer_reflection, reflect_now
 from .revision import Revision, revise
-from .writes import flush_ledger, load
+from .writes import expecting, flush_ledger, load
 
 __all__ = [
     "Activation",
@@ -35,6 +35,7 @@ __all__ = [
     "buffer_reflection",
     "catch_up",
     "estimator_for",
+    "expecting",
     "flush_ledger",
     "join_log",
     "load",

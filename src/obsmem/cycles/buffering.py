@@ -72,7 +72,9 @@ async def activate_chunks(
         )
 
     try:
-        result = await commit(deps, snapshot.subject, snapshot.record, decide, cycle_id=cycle_id)
+        result = await commit(
+            deps, snapshot.subject, snapshot.record, decide, seen=snapshot, cycle_id=cycle_id
+        )
     finally:
         deps.ledger.close(cycle_id)
     if result is None or result.snapshot is None:
@@ -198,7 +200,13 @@ async def _buffer(
         )
 
     result = await commit(
-        deps, subject, snapshot.record, decide, cycle_id=cycle.cycle_id, ranges=chunk.ranges
+        deps,
+        subject,
+        snapshot.record,
+        decide,
+        seen=snapshot,
+        cycle_id=cycle.cycle_id,
+        ranges=chunk.ranges,
     )
     if result is not None:
         await index_groups(deps, groups)

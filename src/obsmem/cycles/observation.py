@@ -247,6 +247,7 @@ async def _observe(
         subject,
         head,
         decide,
+        seen=snapshot,
         cycle_id=cycle.cycle_id,
         ranges=tuple(_range_of(b) for b in found),
     )

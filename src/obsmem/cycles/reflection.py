@@ -120,7 +120,9 @@ async def reflect_now(
         )
         text, groups = await _reflection_groups(deps, snapshot, text)
         decide = _generation(deps, source, text, groups, threads=threads, resource=resource)
-        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle.cycle_id)
+        result = await commit(
+            deps, snapshot.subject, head, decide, seen=snapshot, cycle_id=cycle.cycle_id
+        )
         if result is not None:
             await index_groups(deps, groups)
             report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
@@ -195,7 +197,9 @@ async def buffer_reflection(deps: Deps, snapshot: Snapshot) -> Outcome | Failure
                 resource=resource,
             )
 
-        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle.cycle_id)
+        result = await commit(
+            deps, snapshot.subject, head, decide, seen=snapshot, cycle_id=cycle.cycle_id
+        )
         return Outcome.after(
             result,
             observations=text,
@@ -242,7 +246,9 @@ async def activate_reflection(
         )
 
     try:
-        result = await commit(deps, snapshot.subject, head, decide, cycle_id=cycle_id)
+        result = await commit(
+            deps, snapshot.subject, head, decide, seen=snapshot, cycle_id=cycle_id
+        )
     finally:
         deps.ledger.close(cycle_id)
     if result is None:

@@ -45,15 +45,18 @@ async def commit(
     head: OMRecord,
     decide: Callable[[OMRecord], Write | None],
     *,
+    seen: Snapshot,
     cycle_id: str | None = None,
     ranges: Sequence[MessageRange] = (),
 ) -> CommitResult | None:
     """Commit ``decide(head)`` against the head the cycle read, and read the snapshot after it.
 
     A lost race carries the current head; the cycle decides again from it (``decide`` returns
-    None when its work became redundant, which drops it). None when dropped or when the memory
-    was cleared meanwhile. The ledger row of cycle ``cycle_id`` (covering ``ranges``, or the
-    write's own) goes with the commit; a dropped cycle's row is written on its own.
+    None when its work became redundant, which drops it). None when dropped, when the memory
+    was cleared meanwhile, or when a thread of ``seen`` (the snapshot the cycle decided from)
+    was deleted meanwhile: the commit checks their incarnations, so nothing comes back. The
+    ledger row of cycle ``cycle_id`` (covering ``ranges``, or the write's own) goes with the
+    commit; a dropped cycle's row is written on its own.
     """
     for _ in range(COMMIT_ATTEMPTS):
         write = decide(head)
@@ -90,12 +93,13 @@ async def commit(
                     resource_metadata=deps.reads_resource,
                     cycles=rows,
                     keep_cycles=deps.ledger.keep,
+                    incarnations=tuple((s.id, s.thread.incarnation) for s in seen.threads),
                 )
             )
         except ConflictError as exc:
             _queue_again(deps, rows, row)
             if not isinstance(exc.current, OMRecord):
-                return None  # the memory was cleared meanwhile
+                return None  # the memory was cleared, or a thread deleted, meanwhile
             head = exc.current
             continue
         except BaseException:
@@ -133,7 +137,9 @@ async def flush_ledger(deps: Deps, subject: Subject) -> None:
     if not rows:
         return
     try:
-        await load(deps, LoadRequest(subject=subject, cycles=rows))
+        await load(deps, expecting(deps, LoadRequest(subject=subject, cycles=rows)))
+    except ConflictError:
+        pass  # the thread was deleted: its cycles go with it
     except ObsmemError as exc:
         for row in rows:
             deps.ledger.queue(row)
@@ -163,5 +169,13 @@ async def load(deps: Deps, request: LoadRequest) -> Snapshot:
 
 
 async def reload(deps: Deps, subject: Subject) -> Snapshot:
-    """A fresh snapshot (when a dropped commit brought none)."""
-    return await load(deps, LoadRequest(subject=subject))
+    """A fresh snapshot (when a dropped commit brought none); a ConflictError without a
+    current head when the thread was deleted meanwhile."""
+    return await load(deps, expecting(deps, LoadRequest(subject=subject)))
+
+
+def expecting(deps: Deps, request: LoadRequest) -> LoadRequest:
+    """``request`` for work begun on its thread: it names the thread's incarnation as this
+    engine last read it, so it creates and stores nothing once the thread was deleted."""
+    incarnation = deps.cached.incarnation(request.subject.thread_id)
+    return request if incarnation is None else replace(request, incarnation=incarnation)

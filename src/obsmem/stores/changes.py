@@ -170,6 +170,11 @@ class LoadRequest:
     """Cycle ledger rows to store (a failed cycle with its failure state)."""
     keep_cycles: int = DEFAULT_KEEP_CYCLES
     """After storing ``cycles``, keep about this many newest rows of each of their keys."""
+    incarnation: str | None = None
+    """Work begun on the subject's thread (a reply, a cycle's small write) names the
+    incarnation it read: once that thread was deleted, the load creates and stores nothing and
+    raises a ConflictError without a current head. None: a turn that begins (it creates the
+    thread when missing)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -193,6 +198,10 @@ class Commit:
     """Cycle ledger rows to store with the change (the committing cycle's own)."""
     keep_cycles: int = DEFAULT_KEEP_CYCLES
     """As for :class:`LoadRequest`."""
+    incarnations: tuple[tuple[str, str], ...] = ()
+    """``(thread id, incarnation)`` of each thread the cycle read: when one of them was deleted
+    meanwhile (or created again under its id), the commit changes nothing and raises a
+    ConflictError without a current head."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -75,6 +75,9 @@ def _reads(change: Commit, *, now: datetime) -> tuple[_Reads, tuple[Op, ...]]:
     if resource_patch is not None:
         ops.append(Op(sql.INSERT_RESOURCE, (resource_patch.resource_id, dt_to_text(now))))
         ops.append(Op(sql.SELECT_RESOURCE, (resource_patch.resource_id,), lock=True))
+    if change.incarnations:  # read last; locked, so a delete waits for this commit or wins
+        ids = tuple(t for t, _ in change.incarnations)
+        ops.append(Op(sql.SELECT_INCARNATIONS.format(marks=marks(len(ids))), ids, lock=True))
     return wanted, tuple(ops)
 
 
@@ -137,6 +140,8 @@ def commit(
     if wanted.resource_patch is not None:
         next(found)
         resource_rows = next(found)
+    if change.incarnations:
+        tr.check_incarnations(change.incarnations, {r[0]: r[1] for r in next(found)})
     applied = tr.apply_change(current, change.change, message_counts=counts, now=now)
     writes = [Op(sql.UPDATE_RECORD, record_update_values(applied.saved))]
     if applied.created is not None:

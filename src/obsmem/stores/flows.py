@@ -334,11 +334,13 @@ def list_cycles(
 
 
 def put_embeddings(embeddings: Sequence[GroupEmbedding], *, pgvector: bool) -> Flow[None]:
-    yield Op(sql.INSERT_EMBEDDING, [embedding_row(e) for e in embeddings], many=True)
+    """Only for groups still stored: embeddings computed after a commit find the group erased
+    when its thread was deleted meanwhile, and are dropped."""
+    yield Op(sql.INSERT_EMBEDDING, [(*embedding_row(e), e.group_id) for e in embeddings], many=True)
     if pgvector:
         yield Op(
             sql.UPSERT_VECTOR,
-            [(e.group_id, vector_literal(e.vector)) for e in embeddings],
+            [(e.group_id, vector_literal(e.vector), e.group_id) for e in embeddings],
             many=True,
         )
 

@@ -81,6 +81,9 @@ def load(
         lock_of="t",
     )
     width = len(sql.THREAD_COLUMNS.split(","))
+    if request.incarnation is not None:
+        found = {r[0]: thread_from_row(r[:width]).incarnation for r in rows}
+        tr.check_incarnations(((subject.thread_id, request.incarnation),), found)
     if rows:
         main = thread_from_row(rows[0][:width])
         head = parse_record(rows[0][width:], records) if rows[0][width] is not None else None
@@ -157,7 +160,7 @@ def _at_once(request: LoadRequest, *, now: datetime, known_head: OMRecord | None
     read_after = held[-1].seq if held else known.cursor.get(subject.thread_id, 0) if known else None
     ops = [_thread_and_head(subject, known, lock=n > 0)]
     if n:
-        ops += _append_at_end(subject, plan.new, now=now)
+        ops += _append_at_end(subject, plan.new, now=now, incarnation=request.incarnation)
     if read_after is not None:
         ops.append(
             Op(
@@ -188,9 +191,12 @@ def _thread_and_head(subject: Subject, known: OMRecord | None, *, lock: bool) ->
     )
 
 
-def _append_at_end(subject: Subject, new: Sequence[Message], *, now: datetime) -> list[Op]:
+def _append_at_end(
+    subject: Subject, new: Sequence[Message], *, now: datetime, incarnation: str | None
+) -> list[Op]:
     """The input stored and counted by statements that change nothing unless the thread is the
-    subject's, the key has a head and no input id is stored yet."""
+    subject's (of ``incarnation`` when given), the key has a head and no input id is stored
+    yet."""
     ids = [m.id for m in new]
     values: list[Any] = []
     for message in new:
@@ -200,7 +206,7 @@ def _append_at_end(subject: Subject, new: Sequence[Message], *, now: datetime) -
     return [
         Op(
             sql.insert_messages_at_end(n),
-            (*values, subject.thread_id, subject.resource_id, subject.key, *ids),
+            (*values, subject.thread_id, subject.resource_id, incarnation, subject.key, *ids),
         ),
         Op(sql.COUNT_APPENDED, (n, dt_to_text(now), subject.thread_id, ids[-1], n)),
     ]
@@ -229,6 +235,8 @@ def _load_at_once(
     if not rows or rows[0][width] is None:
         return None
     main = thread_from_row(rows[0][:width])
+    if request.incarnation not in (None, main.incarnation):
+        return None  # deleted meanwhile: the step-by-step load says so
     tr.check_thread_owner(main, subject.resource_id)
     head_row, known = rows[0][width:], batch.known
     if known is not None and head_row[0] == known.id and head_row[7] == known.version:

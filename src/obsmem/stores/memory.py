@@ -213,6 +213,9 @@ class InMemoryStore:
         self._check_open()
         subject = request.subject
         with self._lock:
+            if request.incarnation is not None:
+                expected = ((subject.thread_id, request.incarnation),)
+                tr.check_incarnations(expected, self._incarnations(expected))
             main = self._create_thread(subject.thread_id, subject.resource_id)
             stored: tuple[Message, ...] = ()
             if request.append:
@@ -270,6 +273,7 @@ class InMemoryStore:
             generations = self._generations.get(change.key)
             head = generations[-1] if generations else None
             current = tr.check_current(record, change.record_id, change.expected_version, head=head)
+            tr.check_incarnations(change.incarnations, self._incarnations(change.incarnations))
             for patch in change.threads:  # check before changing anything
                 self._require_thread(patch.thread_id)
             counts = {
@@ -290,6 +294,10 @@ class InMemoryStore:
             if change.reload is not None:
                 snapshot = self._state(change.reload, applied.head)
             return CommitResult(record=applied.head, threads=threads, snapshot=snapshot)
+
+    def _incarnations(self, expected: Sequence[tuple[str, str]]) -> dict[str, str]:
+        """The stored incarnation of each thread named in ``expected`` that still exists."""
+        return {t: self._threads[t].incarnation for t, _ in expected if t in self._threads}
 
     def _record_cycles(self, cycles: Sequence[CycleRecord], keep: int) -> None:
         for key in dict.fromkeys(c.key for c in cycles):
@@ -416,8 +424,10 @@ class InMemoryStore:
     async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
         self._check_open()
         with self._lock:
+            groups = {g.id for g in self._groups}
             for e in embeddings:
-                self._embeddings[e.group_id] = e
+                if e.group_id in groups:  # a group erased meanwhile gets no embedding
+                    self._embeddings[e.group_id] = e
 
     async def search_embeddings(
         self,

@@ -217,6 +217,7 @@ then the key and the thread)."""
 SELECT_THREADS_OF_RESOURCE = (
     f"SELECT {THREAD_COLUMNS} FROM threads WHERE resource_id = ? ORDER BY created_at, id"
 )
+SELECT_INCARNATIONS = "SELECT id, incarnation FROM threads WHERE id IN ({marks})"
 SELECT_THREAD_COUNTS = "SELECT id, message_count FROM threads WHERE id IN ({marks})"
 SELECT_RESOURCES = "SELECT DISTINCT resource_id FROM threads ORDER BY resource_id"
 INSERT_THREAD = (
@@ -232,9 +233,10 @@ SELECT_RESOURCE = "SELECT metadata FROM resources WHERE id = ?"
 def insert_messages_at_end(n: int) -> str:
     """``n`` messages numbered on from the thread's count, in one statement; the parameters:
     per message its id, its number in the batch (1..n), role, parts, metadata and created_at,
-    then the thread's id and resource, the key of the head record and the batch's ids. It stores
-    nothing unless the thread is the resource's, the key has a head, and none of the ids is
-    stored yet, so a turn can send it with the reads it depends on (``load_flow.load``)."""
+    then the thread's id, resource and incarnation (NULL: any), the key of the head record and
+    the batch's ids. It stores nothing unless the thread is the resource's (and of that
+    incarnation), the key has a head, and none of the ids is stored yet, so a turn can send it
+    with the reads it depends on (``load_flow.load``)."""
     rows = ", ".join("(?, CAST(? AS BIGINT), ?, ?, ?, ?)" for _ in range(n))
     ids = ", ".join("?" for _ in range(n))
     return (
@@ -242,6 +244,7 @@ def insert_messages_at_end(n: int) -> str:
         "SELECT v.column1, t.id, t.resource_id, t.message_count + v.column2, v.column3, "
         f"v.column4, v.column5, v.column6 FROM (VALUES {rows}) AS v, threads t "
         "WHERE t.id = ? AND t.resource_id = ? "
+        "AND t.incarnation = COALESCE(CAST(? AS TEXT), t.incarnation) "
         "AND EXISTS (SELECT 1 FROM om_records r WHERE r.key = ? AND r.superseded_by IS NULL) "
         f"AND NOT EXISTS (SELECT 1 FROM messages m WHERE m.id IN ({ids}))"
     )
@@ -316,10 +319,12 @@ DELETE_GROUPS = "DELETE FROM observation_groups WHERE key = ?"
 
 EMBEDDING_COLUMNS = "group_id, key, resource_id, thread_id, observed_at, model, dims, vector"
 INSERT_EMBEDDING = (
-    f"INSERT INTO group_embeddings ({EMBEDDING_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO group_embeddings ({EMBEDDING_COLUMNS}) SELECT ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM observation_groups g WHERE g.id = ?) "
     "ON CONFLICT (group_id) DO UPDATE SET model = excluded.model, dims = excluded.dims, "
     "vector = excluded.vector"
 )
+"""Only for a group still stored (parameters: the row, then the group's id again)."""
 SELECT_EMBEDDINGS = (
     "SELECT group_id, thread_id, observed_at, vector FROM group_embeddings "
     "WHERE resource_id = ? AND model = ?"
@@ -332,7 +337,8 @@ CREATE_VECTOR_TABLE = (
     "(group_id TEXT PRIMARY KEY, embedding vector NOT NULL)"
 )
 UPSERT_VECTOR = (
-    "INSERT INTO group_vectors (group_id, embedding) VALUES (?, ?::vector) "
+    "INSERT INTO group_vectors (group_id, embedding) SELECT ?, ?::vector "
+    "WHERE EXISTS (SELECT 1 FROM group_embeddings e WHERE e.group_id = ?) "
     "ON CONFLICT (group_id) DO UPDATE SET embedding = excluded.embedding"
 )
 DELETE_VECTORS = (

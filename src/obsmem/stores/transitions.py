@@ -55,6 +55,7 @@ __all__ = [
     "apply_thread_patch",
     "check_current",
     "check_cycle_query",
+    "check_incarnations",
     "check_thread_owner",
     "commit_observation",
     "cycle_matches",
@@ -106,6 +107,18 @@ def new_thread(
         updated_at=now,
         incarnation=uuid.uuid4().hex,
     )
+
+
+def check_incarnations(expected: Sequence[tuple[str, str]], stored: Mapping[str, str]) -> None:
+    """A ConflictError without a current head (the work is dropped) when a thread the work
+    read is gone or was created again since (``stored``: incarnation by thread id)."""
+    for thread_id, incarnation in expected:
+        if stored.get(thread_id) != incarnation:
+            raise ConflictError(
+                f"thread {thread_id!r} was deleted while work begun on it was under way; "
+                "that work stores nothing",
+                current=None,
+            )
 
 
 def check_current(
