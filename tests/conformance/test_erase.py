@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -16,10 +17,19 @@ from obsmem.records import (
     Scope,
     record_key,
 )
-from obsmem.stores import LoadRequest, SQLiteStore, Store
+from obsmem.stores import LoadRequest, SQLiteStore, StartGeneration, Store
 from obsmem.stores.changes import ResourcePatch
 
-from .ops import add_chunk, load, new_generation, observe, open_record, set_reflection, subject
+from .ops import (
+    add_chunk,
+    apply,
+    load,
+    new_generation,
+    observe,
+    open_record,
+    set_reflection,
+    subject,
+)
 
 T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
 SECRET = "my card number is 4111-1111-1111-1111"
@@ -181,6 +191,15 @@ async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generat
             created_at=utcnow(),
         ),
     )
+    spanning = replace(
+        _group(head.key, "t2", 2),
+        ranges=(
+            MessageRange(thread_id="t1", first_seq=1, last_seq=2),
+            MessageRange(thread_id="t2", first_seq=1, last_seq=2),
+        ),
+    )
+    change = StartGeneration(observations=head.observations, observation_tokens=9)
+    head = await apply(store, head, change, groups=[spanning])  # a reflection's group
     erased = await store.delete_thread("t1")
     assert erased is not None
     assert erased.remaining == merged
@@ -194,7 +213,8 @@ async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generat
     assert after.buffered_reflection is None
     for generation in await store.history("resource:r1"):
         assert "(t1)" not in generation.observations
-    assert len(await store.list_observation_groups("r1", thread_id="t2")) == 1
+    kept = await store.list_observation_groups("r1")
+    assert [g.id for g in kept] == ["g-t2-1"]  # not the reflection's group that spans t1
     assert len(await store.list_cycles("resource:r1", thread_id="t2")) == 1
 
 

@@ -11,8 +11,9 @@ from datetime import datetime
 
 from ..records import record_key
 from . import schema as sql
-from .erasure import Erasure, erase_thread_from, untraced
-from .flows import Flow, Op, clear, get_thread, list_threads
+from .codec import group_from_row
+from .erasure import Erasure, erase_thread_from, traced_to, untraced
+from .flows import Flow, Op, clear, get_thread, in_batches, list_threads, marks
 from .rows import record_from_row, record_update_values, thread_match
 
 __all__ = ["delete_resource", "delete_thread"]
@@ -29,6 +30,14 @@ def delete_thread(thread_id: str, *, now: datetime, pgvector: bool) -> Flow[Eras
         yield Op(sql.DELETE_VECTORS_OF_THREAD, (thread_id,))
     yield Op(sql.DELETE_EMBEDDINGS_OF_THREAD, (thread_id,))
     yield Op(sql.DELETE_GROUPS_OF_THREAD, (thread_id,))
+    rows = yield Op(sql.SELECT_GROUPS, (thread.resource_id,))
+    traced = [g.id for g in map(group_from_row, rows) if traced_to(g, thread_id)]
+    for batch in in_batches(traced):
+        ids = marks(len(batch))
+        if pgvector:
+            yield Op(sql.DELETE_VECTORS_BY_ID.format(marks=ids), tuple(batch))
+        yield Op(sql.DELETE_EMBEDDINGS_BY_ID.format(marks=ids), tuple(batch))
+        yield Op(sql.DELETE_GROUPS_BY_ID.format(marks=ids), tuple(batch))
     key = record_key("resource", thread_id=None, resource_id=thread.resource_id)
     yield Op(sql.DELETE_CYCLES_OF_THREAD, (key, f"%{thread_match(thread_id)}%"))
     remaining = ""

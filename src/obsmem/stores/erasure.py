@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from ..neutral import neutral_line
-from ..records import OMRecord
+from ..records import ObservationGroup, OMRecord
 from ..tokens import estimate_text_tokens
 
-__all__ = ["Erasure", "erase_thread_from", "strip_thread", "untraced"]
+__all__ = ["Erasure", "erase_thread_from", "strip_thread", "traced_to", "untraced"]
 
 _ANY_BLOCK = re.compile(r'<thread id="[^"\n]*">.*?</thread>\n?', re.DOTALL)
 _BOUNDARY = "--- message boundary"
@@ -46,6 +46,16 @@ def strip_thread(text: str, thread_id: str) -> str:
     """``text`` without the ``<thread id="…">`` blocks of ``thread_id``."""
     shown = re.escape(neutral_line(thread_id))  # as the Observer's blocks name it
     return re.sub(rf'<thread id="{shown}">.*?</thread>\n?', "", text, flags=re.DOTALL)
+
+
+def traced_to(group: ObservationGroup, thread_id: str) -> bool:
+    """Whether the group tells of the thread: its own, covering some of its messages (a
+    reflection's group spans its sources), or holding one of its blocks."""
+    return (
+        group.thread_id == thread_id
+        or any(r.thread_id == thread_id for r in group.ranges)
+        or strip_thread(group.observations, thread_id) != group.observations
+    )
 
 
 def untraced(text: str) -> str:

@@ -34,7 +34,7 @@ from .changes import (
     ThreadChange,
     ThreadPatch,
 )
-from .erasure import Erasure, erase_thread_from, untraced
+from .erasure import Erasure, erase_thread_from, traced_to, untraced
 
 __all__ = ["InMemoryStore"]
 
@@ -380,6 +380,9 @@ class InMemoryStore:
                     remaining = untraced(after.observations)
             if key in self._cycles:
                 self._cycles[key] = [c for c in self._cycles[key] if thread_id not in c.thread_ids]
+            traced = {g.id for g in self._groups if traced_to(g, thread_id)}
+            self._groups = [g for g in self._groups if g.id not in traced]
+            self._embeddings = {k: e for k, e in self._embeddings.items() if k not in traced}
             self._forget_threads({thread_id})
             return Erasure(
                 thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining

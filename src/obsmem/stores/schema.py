@@ -401,3 +401,6 @@ DELETE_EMBEDDINGS_OF_RESOURCE = "DELETE FROM group_embeddings WHERE resource_id 
 DELETE_GROUPS_OF_RESOURCE = "DELETE FROM observation_groups WHERE resource_id = ?"
 DELETE_CYCLES_OF_RESOURCE = "DELETE FROM om_cycles WHERE resource_id = ?"
 DELETE_RESOURCE = "DELETE FROM resources WHERE id = ?"
+DELETE_VECTORS_BY_ID = "DELETE FROM group_vectors WHERE group_id IN ({marks})"
+DELETE_EMBEDDINGS_BY_ID = "DELETE FROM group_embeddings WHERE group_id IN ({marks})"
+DELETE_GROUPS_BY_ID = "DELETE FROM observation_groups WHERE id IN ({marks})"
