@@ -177,3 +177,26 @@ async def test_a_reply_whose_turn_began_before_the_delete_recreates_nothing(
     await memory.settle()
     await _nothing_left(store)
     await memory.aclose()
+
+
+async def test_messages_read_before_a_delete_elsewhere_are_not_shown_again(
+    store: Store,
+) -> None:
+    """A process that read a thread's messages before another one deleted it and a third
+    started it afresh shows its actor the new thread only."""
+    if isinstance(store, InMemoryStore):
+        pytest.skip("one in-memory store: there is no other process to delete from")
+    quiet = _options(scripted_observer(), scope="thread", buffered=False)
+    quiet["observation"]["messageTokens"] = 100_000
+    here = Memory(store, observational_memory=quiet)
+    await here.context(REF, [_said(i) for i in range(3)], actor_model=None)
+    elsewhere = Memory(_other(store), observational_memory=quiet)
+    await elsewhere.delete_thread(REF)
+    fresh = [Message.user(f"fresh {i}", id=f"fresh-{i}") for i in range(4)]
+    await elsewhere.context(REF, fresh, actor_model=None)
+    await elsewhere.aclose()
+    context = await here.context(REF, [Message.user("and now?", id="now")], actor_model=None)
+    shown = "\n".join(repr(m) for m in context.messages)
+    assert SECRET not in shown
+    assert "fresh 3" in shown
+    await here.aclose()

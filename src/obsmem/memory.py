@@ -238,7 +238,8 @@ class Memory:
     async def forget_thread(self, ref: ThreadRef | Mapping[str, Any]) -> None:
         """Forget a thread and go on with it empty: its observations, buffered work and hints
         are deleted, and every message stored so far is taken back (storage keeps them,
-        marked; nothing shows them again). Thread scope only (a resource's log is shared)."""
+        marked; nothing shows them again). Thread scope only (a resource's log is shared).
+        To erase a thread for good, storage included, use :meth:`delete_thread`."""
         ref = ThreadRef.of(ref)
         if self.om is not None:
             await self.om.forget_thread(ref.thread, ref.resource)

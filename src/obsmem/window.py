@@ -157,6 +157,10 @@ class CachedMessages:
         self._covered[key] = snapshot.subject.threads
         self._covered.move_to_end(key)
         for state in snapshot.threads:
+            if self._incarnations.get(state.id, state.thread.incarnation) != (
+                state.thread.incarnation
+            ):  # deleted and created again: its seqs name other messages now
+                self._tokens.pop(state.id, None)
             self._incarnations[state.id] = state.thread.incarnation
             self._incarnations.move_to_end(state.id)
             self._messages[state.id] = state.unobserved
@@ -176,6 +180,10 @@ class CachedMessages:
         while len(self._incarnations) > self._max:
             self._incarnations.popitem(last=False)
         return snapshot
+
+    def incarnations(self, thread_ids: Collection[str]) -> dict[str, str]:
+        """The incarnation each of these threads was read from (those known)."""
+        return {t: i for t in thread_ids if (i := self._incarnations.get(t)) is not None}
 
     def incarnation(self, thread_id: str) -> str | None:
         """The incarnation of the thread as last read (``ERASED`` once this process erased it;

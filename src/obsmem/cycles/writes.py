@@ -152,9 +152,11 @@ async def load(deps: Deps, request: LoadRequest) -> Snapshot:
     rows: list[CycleRecord] = []
     if request.append or request.patches or request.resource_patch or request.cycles:
         rows = deps.ledger.take(request.subject.key)
+    held = request.held or deps.cached.messages(request.subject)
     request = replace(
         request,
-        held=request.held or deps.cached.messages(request.subject),
+        held=held,
+        held_incarnations=deps.cached.incarnations(held),
         resource_metadata=deps.reads_resource,
         cycles=(*request.cycles, *rows),
         keep_cycles=deps.ledger.keep,

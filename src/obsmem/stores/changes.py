@@ -164,6 +164,9 @@ class LoadRequest:
     held: Mapping[str, Sequence[Message]] = field(default_factory=dict[str, Sequence[Message]])
     """Per thread, unobserved messages the caller already holds (in seq order, from an earlier
     snapshot): the store reads only what comes after them (see ``snapshot.reusable``)."""
+    held_incarnations: Mapping[str, str] = field(default_factory=dict[str, str])
+    """Per thread, the incarnation ``held`` was read from: messages held of a thread deleted
+    since (and perhaps created again) are not used."""
     resource_metadata: bool = True
     """Read the resource's metadata too (working memory in resource scope needs it)."""
     cycles: Sequence[CycleRecord] = ()

@@ -115,6 +115,7 @@ def load(
             stored=stored,
             last_reply=request.last_reply,
             held=request.held,
+            held_incarnations=request.held_incarnations,
             resource_metadata=request.resource_metadata,
         )
     )
@@ -260,7 +261,8 @@ def _load_at_once(
     last_reply_at: datetime | None = None
     if request.last_reply and (reply_rows := next(found)):
         last_reply_at = dt_from_text(reply_rows[0][0])
-    unobserved = yield from _unobserved(main, record, batch.held, by_seq, reached)
+    held = held_of(main, {main.id: batch.held}, request.held_incarnations)
+    unobserved = yield from _unobserved(main, record, held, by_seq, reached)
     return Snapshot(
         subject=subject,
         record=record,
@@ -302,6 +304,17 @@ def _unobserved(
 # -- after the record ------------------------------------------------------------------------------
 
 
+def held_of(
+    thread: Thread,
+    held: Mapping[str, Sequence[Message]] | None,
+    incarnations: Mapping[str, str] | None,
+) -> Sequence[Message]:
+    """The messages held of ``thread``, unless they were read from an incarnation of it that
+    was deleted since."""
+    read_from = (incarnations or {}).get(thread.id, thread.incarnation)
+    return (held or {}).get(thread.id, ()) if read_from == thread.incarnation else ()
+
+
 def read_state(
     subject: Subject,
     record: OMRecord,
@@ -310,6 +323,7 @@ def read_state(
     stored: tuple[Message, ...] = (),
     last_reply: bool = False,
     held: Mapping[str, Sequence[Message]] | None = None,
+    held_incarnations: Mapping[str, str] | None = None,
     resource_metadata: bool = True,
 ) -> Flow[Snapshot]:
     """Everything after the record: the covered threads with their unobserved messages (only
@@ -322,7 +336,7 @@ def read_state(
     states: list[ThreadState] = []
     for thread in threads:
         cursor = record.cursor.get(thread.id, 0)
-        known = reusable((held or {}).get(thread.id, ()), cursor)
+        known = reusable(held_of(thread, held, held_incarnations), cursor)
         after = (known[-1].seq or 0) if known else cursor
         if thread.id == main.id and stored:
             # What this transaction appended follows on without a read.
