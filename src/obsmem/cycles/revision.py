@@ -183,7 +183,9 @@ async def revise(
         by=by,
     )
     try:
-        result = await commit(deps, subject, snapshot.record, decide, cycle_id=cycle_id)
+        result = await commit(
+            deps, subject, snapshot.record, decide, seen=snapshot, cycle_id=cycle_id
+        )
     finally:
         deps.ledger.close(cycle_id)
     return None if result is None else result.record
