@@ -803,3 +803,17 @@ def test_cycle_retention_defaults_to_1000_and_takes_a_count() -> None:
 def test_cycle_retention_must_be_a_count(value: Any) -> None:
     with pytest.raises(ConfigError, match=r"cycle_retention.*whole number of cycles to keep"):
         resolve({"cycle_retention": value})
+
+
+def test_cycle_detail_keeps_the_newest_20_by_default_and_takes_a_count_or_false() -> None:
+    assert resolve(True).cycle_detail == 20
+    assert resolve({"cycleDetail": False}).cycle_detail == 0
+    assert resolve({"cycle_detail": True}).cycle_detail == 20
+    assert resolve(ObservationalMemoryOptions(cycle_detail=5)).cycle_detail == 5
+    assert resolve({"cycle_detail": 3}).snapshot()["cycle_detail"] == 3
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, "10", None])
+def test_cycle_detail_must_be_a_switch_or_a_count(value: Any) -> None:
+    with pytest.raises(ConfigError, match=r"cycle_detail.*True .*False .*whole number"):
+        resolve({"cycle_detail": value})

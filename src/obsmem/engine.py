@@ -143,7 +143,7 @@ class ObservationalMemory:
                 if options.retrieval is not None and options.retrieval.vector
                 else None
             ),
-            ledger=cycles.Ledger(keep=options.cycle_retention),
+            ledger=cycles.Ledger(keep=options.cycle_retention, keep_detail=options.cycle_detail),
         )
         self._stop_ledger = self.caller.add_listener(self._deps.ledger.on_call)
         self._outcomes = Outcomes(self._deps, remember=MAX_REMEMBERED_LOGS)

@@ -14,6 +14,8 @@ Vocabulary (see ARCHITECTURE.md):
 - *cycle record*: one row of the cycle ledger, what one piece of memory work did (kind,
   outcome, timing, model, tokens, the messages it covered, the generation it produced), written
   in the cycle's own commit.
+- *cycle detail*: what a cycle's model calls were shown and answered (:class:`ModelExchange`),
+  stored with its cycle record for the newest cycles of a key only (``cycle_detail``).
 - *chunk*: observations made in the background for the messages right after the cursor, waiting
   to be activated. Chunks belong to the key, not to a generation, so a reflection can never strand
   them.
@@ -37,6 +39,7 @@ __all__ = [
     "CycleRecord",
     "GroupEmbedding",
     "MessageRange",
+    "ModelExchange",
     "OMRecord",
     "ObservationGroup",
     "Origin",
@@ -211,6 +214,38 @@ CYCLE_OUTCOMES: tuple[CycleOutcome, ...] = ("committed", "redundant", "failed")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ModelExchange:
+    """One model call of a cycle, as the model saw it: its instructions (``system``), the user
+    message (``shown``, attachments as ``[image: name]`` placeholders) and its answer."""
+
+    role: str
+    """``observer``, ``reflector`` or ``extractor``."""
+    model: str
+    system: str
+    shown: str
+    answer: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "role": self.role,
+            "model": self.model,
+            "system": self.system,
+            "shown": self.shown,
+            "answer": self.answer,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ModelExchange:
+        return cls(
+            role=str(data["role"]),
+            model=str(data["model"]),
+            system=str(data["system"]),
+            shown=str(data["shown"]),
+            answer=str(data["answer"]),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CycleRecord:
     """One cycle of memory work, as the cycle ledger keeps it (newest first per key).
 
@@ -252,6 +287,9 @@ class CycleRecord:
     ``revision``."""
     by: str | None = None
     """Who asked for a manual cycle (``Memory.revise(..., by=...)``); None for memory's own."""
+    detail: tuple[ModelExchange, ...] = field(default=(), compare=False)
+    """The cycle's model calls, on a row being written (``cycle_detail``). Reads of the ledger
+    leave it empty: the detail is read on its own (``Store.cycle_detail``)."""
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready values (``started_at`` in ISO 8601, ranges as objects)."""

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from obsmem.errors import ConflictError, StoreError
-from obsmem.records import CycleRecord, MessageRange
+from obsmem.records import CycleRecord, MessageRange, ModelExchange
 from obsmem.stores import Commit, CommitObservation, LoadRequest, Store
 
 from .ops import open_record, subject
@@ -160,3 +161,56 @@ async def test_clear_deletes_the_ledger_of_the_key(store: Store) -> None:
     await store.load(LoadRequest(subject=subject(), cycles=[_cycle(1)]))
     await store.clear("thread:t1")
     assert await store.list_cycles("thread:t1") == []
+
+
+def _shown(n: int) -> CycleRecord:
+    """Cycle ``n`` with the detail of one Observer call (text a store must keep exactly)."""
+    return replace(
+        _cycle(n),
+        detail=(
+            ModelExchange(
+                role="observer",
+                model="test/observer",
+                system="You are the Observer.",
+                shown=f"User: call me Ada \u00e9\u2028 [image: photo.png] ({n})",
+                answer=f"* Ada wants to be called Ada ({n})",
+            ),
+        ),
+    )
+
+
+async def test_a_cycle_detail_is_stored_with_its_cycle_and_read_on_its_own(store: Store) -> None:
+    record = await open_record(store)
+    done = _shown(1)
+    await store.commit(
+        Commit(
+            key=record.key,
+            record_id=record.id,
+            expected_version=record.version,
+            change=CommitObservation(
+                observations="* one", observation_tokens=2, cursor=(("t1", 0),)
+            ),
+            cycles=[done],
+        )
+    )
+    assert await store.cycle_detail("cycle-0001") == list(done.detail)
+    (listed,) = await store.list_cycles("thread:t1")
+    assert listed.detail == ()  # the ledger's list does not carry it
+    assert await store.cycle_detail("cycle-9999") == []  # unknown
+
+
+async def test_cycle_detail_has_its_own_retention(store: Store) -> None:
+    await open_record(store)
+    for n in range(1, 6):
+        await store.load(
+            LoadRequest(subject=subject(), cycles=[_shown(n)], keep_cycles=10, keep_detail=2)
+        )
+    assert len(await store.list_cycles("thread:t1")) == 5  # the rows stay
+    kept = [n for n in range(1, 6) if await store.cycle_detail(f"cycle-{n:04d}")]
+    assert kept == [4, 5]
+    # Detail off: the next write drops the detail still kept.
+    await store.load(
+        LoadRequest(subject=subject(), cycles=[_cycle(6)], keep_cycles=10, keep_detail=0)
+    )
+    assert await store.cycle_detail("cycle-0005") == []
+    assert len(await store.list_cycles("thread:t1")) == 6

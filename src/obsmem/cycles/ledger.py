@@ -3,7 +3,8 @@
 
 A cycle is opened when it starts (:meth:`Ledger.start`); the engine's model caller tells the
 ledger about every answered call (:meth:`Ledger.on_call`), counted for the cycle whose id the
-call carries. When the cycle commits, :meth:`Ledger.row` builds its record and the commit stores
+call carries, and, unless ``detail`` is off, keeps what the call was shown and answered (the
+cycle detail). When the cycle commits, :meth:`Ledger.row` builds its record and the commit stores
 it (``Commit.cycles``). A failed cycle's row waits (:meth:`Ledger.queue`) for the next write
 for its key, which is the small write that stores the failure state; :meth:`Ledger.take`
 hands waiting rows to that write. Rows are never written on their own except for a redundant
@@ -16,15 +17,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from ..llm import LLMRequest, LLMResult
+from ..messages import FilePart, ImagePart
 from ..models import ModelSpec, model_id_of, provider_of
-from ..records import CycleKind, CycleOutcome, CycleRecord, MessageRange
+from ..records import CycleKind, CycleOutcome, CycleRecord, MessageRange, ModelExchange
 from ..snapshot import Subject
 
-__all__ = ["Ledger", "model_name"]
+__all__ = ["Ledger", "exchange", "model_name"]
 
 MAX_WAITING = 100
 """Most rows per key waiting for a write (the oldest go first)."""
@@ -47,14 +49,17 @@ class _Open:
     output_tokens: int = 0
     cost_usd: float | None = 0.0
     calls: int = 0
+    exchanges: list[ModelExchange] = field(default_factory=list[ModelExchange])
 
 
 class Ledger:
     """The rows of this engine's cycles, built as they run; ``keep`` rows kept per key (0: the
-    ledger is off and nothing is recorded)."""
+    ledger is off and nothing is recorded), the detail of the newest ``keep_detail`` of them
+    (0: no detail is collected)."""
 
-    def __init__(self, keep: int = 1000) -> None:
+    def __init__(self, keep: int = 1000, keep_detail: int = 0) -> None:
         self.keep = keep
+        self.keep_detail = min(keep_detail, keep)
         self._open: dict[str, _Open] = {}
         self._waiting: dict[str, list[CycleRecord]] = {}
         self._last_start: datetime | None = None
@@ -113,6 +118,8 @@ class Ledger:
         )
         if entry.answered_model is None and request.role in ("observer", "reflector"):
             entry.answered_model = result.model_name
+        if self.keep_detail > 0:
+            entry.exchanges.append(exchange(request, result))
 
     def row(
         self,
@@ -146,6 +153,7 @@ class Ledger:
             generation=generation,
             operation=entry.operation,
             by=entry.by,
+            detail=tuple(entry.exchanges),
         )
 
     def close(self, cycle_id: str) -> None:
@@ -161,6 +169,25 @@ class Ledger:
         """The rows waiting for ``key``, handed to a write (give them back with :meth:`queue` if it
         fails)."""
         return self._waiting.pop(key, [])
+
+
+def exchange(request: LLMRequest, result: LLMResult) -> ModelExchange:
+    """A call as the model saw it: text kept as sent, an attachment as a placeholder naming it
+    (the detail is for reading, and the attachment is stored with its message)."""
+    shown = "".join(item if isinstance(item, str) else _placeholder(item) for item in request.user)
+    return ModelExchange(
+        role=request.role,
+        model=result.model_name,
+        system=request.system,
+        shown=shown,
+        answer=result.text,
+    )
+
+
+def _placeholder(item: ImagePart | FilePart) -> str:
+    kind = "image" if isinstance(item, ImagePart) else "file"
+    name = item.filename or item.media_type
+    return f"[{kind}: {name}]"
 
 
 def model_name(model: ModelSpec) -> str:

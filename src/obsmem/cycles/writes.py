@@ -94,6 +94,7 @@ async def commit(
                     cycles=rows,
                     keep_cycles=deps.ledger.keep,
                     incarnations=tuple((s.id, s.thread.incarnation) for s in seen.threads),
+                    keep_detail=deps.ledger.keep_detail,
                 )
             )
         except ConflictError as exc:
@@ -160,6 +161,7 @@ async def load(deps: Deps, request: LoadRequest) -> Snapshot:
         resource_metadata=deps.reads_resource,
         cycles=(*request.cycles, *rows),
         keep_cycles=deps.ledger.keep,
+        keep_detail=deps.ledger.keep_detail,
     )
     try:
         snapshot = await deps.store.load(request)

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "attachment_filter",
     "continuation_hints",
+    "cycle_detail",
     "cycle_retention",
     "extractors",
     "is_number",
@@ -53,6 +54,24 @@ def cycle_retention(value: object) -> int:
             "cycle_retention",
             value,
             "must be a whole number of cycles to keep per log (>= 0; 0 records none)",
+        )
+    return value
+
+
+DEFAULT_CYCLE_DETAIL = 20
+"""Cycles per log whose detail is kept with ``cycle_detail=True``."""
+
+
+def cycle_detail(value: object) -> int:
+    """``cycle_detail`` as a count of cycles per log (True: the default, False: none)."""
+    if isinstance(value, bool):
+        return DEFAULT_CYCLE_DETAIL if value else 0
+    if not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            "cycle_detail",
+            value,
+            "must be True (the newest 20 cycles per log), False (none) or a whole number of "
+            "cycles per log (>= 0)",
         )
     return value
 

@@ -142,6 +142,11 @@ class ObservationalMemoryOptions(_Options):
     failure_policy: FailurePolicy = "warn"
     cycle_retention: int = 1000
     """Cycle ledger rows kept per log (``Memory.cycles``); 0 records none."""
+    cycle_detail: bool | int = True
+    """Keep what each cycle's model calls were shown and answered (the inspector's cycle page):
+    True for the newest 20 cycles per log, a number for that many, False (or 0) for none. The
+    detail holds conversation text as sent; it is erased with the thread, and older detail is
+    dropped, so a long thread does not store more detail than messages."""
     scope: Scope = "thread"
     share_token_budget: bool = False
     activate_after_idle: Duration = None
@@ -176,6 +181,8 @@ _EXPECTED: dict[str, str] = {
     "scope": 'must be "thread" or "resource"',
     "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',
     "cycle_retention": "must be a whole number of cycles to keep per log (>= 0; 0 records none)",
+    "cycle_detail": "must be True (the newest 20 cycles per log), False (none) or a whole number "
+    "of cycles per log (>= 0)",
     "message_tokens": _TOKENS,
     "observation_tokens": _TOKENS,
     "max_tokens_per_batch": _TOKENS,

@@ -18,6 +18,7 @@ from obsmem.models.specs import AUTO
 from obsmem.options.checks import (
     attachment_filter,
     continuation_hints,
+    cycle_detail,
     cycle_retention,
     extractors,
     is_number,
@@ -183,6 +184,7 @@ class _Resolver:
             reflection=self._reflection(reflector_model, observation_tokens, async_on),
             failure_policy=self.top.failure_policy,
             cycle_retention=cycle_retention(self.top.cycle_retention),
+            cycle_detail=cycle_detail(self.top.cycle_detail),
             auto_model=AUTO in (observer_model, reflector_model),
         )
 

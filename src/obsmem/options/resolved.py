@@ -143,6 +143,8 @@ class ResolvedOptions:
     heals) and the turn goes on; ``"raise"``: a turn whose memory cannot work raises."""
     cycle_retention: int = 1000
     """Cycle ledger rows kept per log; 0 records none."""
+    cycle_detail: int = 20
+    """Cycles per log (the newest) whose model calls' input and answer are kept; 0 keeps none."""
     auto_model: bool = False
     """The Observer or Reflector model is ``"auto"``: the engine picks it at the first turn."""
 
@@ -168,6 +170,7 @@ class ResolvedOptions:
             "scope": self.scope,
             "failure_policy": self.failure_policy,
             "cycle_retention": self.cycle_retention,
+            "cycle_detail": self.cycle_detail,
             "share_token_budget": self.share_token_budget,
             "async_buffering": self.async_buffering,
             "temporal_markers": self.temporal_markers,

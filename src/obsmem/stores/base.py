@@ -20,7 +20,14 @@ from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
 from ..messages import Message
-from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import (
+    CycleRecord,
+    GroupEmbedding,
+    ModelExchange,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+)
 from ..snapshot import Snapshot
 from .changes import Commit, CommitResult, LoadRequest
 from .erasure import Erasure
@@ -93,6 +100,11 @@ class Store(Protocol):
         """In one transaction, erase the resource: every thread of it as ``delete_thread`` does,
         its log, and its metadata (working memory, failure state). None when nothing of it is
         stored."""
+        ...
+
+    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
+        """What the cycle's model calls were shown and answered, in call order; empty when the
+        cycle is unknown, called no model, or its detail was not kept (``cycle_detail``)."""
         ...
 
     # -- threads -------------------------------------------------------------------------------

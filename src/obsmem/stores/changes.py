@@ -49,6 +49,9 @@ __all__ = [
 
 DEFAULT_KEEP_CYCLES = 1000
 """Cycle ledger rows kept per key unless the request says otherwise (``cycle_retention``)."""
+DEFAULT_KEEP_DETAIL = 20
+"""Ledger rows per key that keep their detail unless the request says otherwise
+(``cycle_detail``)."""
 
 MetadataPath: TypeAlias = tuple[str, ...]
 """Keys from the top of a metadata object down to the value to set."""
@@ -178,6 +181,8 @@ class LoadRequest:
     incarnation it read: once that thread was deleted, the load creates and stores nothing and
     raises a ConflictError without a current head. None: a turn that begins (it creates the
     thread when missing)."""
+    keep_detail: int = DEFAULT_KEEP_DETAIL
+    """... and the detail of about this many of them (the newest; 0 drops every detail)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,6 +210,8 @@ class Commit:
     """``(thread id, incarnation)`` of each thread the cycle read: when one of them was deleted
     meanwhile (or created again under its id), the commit changes nothing and raises a
     ConflictError without a current head."""
+    keep_detail: int = DEFAULT_KEEP_DETAIL
+    """As for :class:`LoadRequest`."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

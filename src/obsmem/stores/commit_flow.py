@@ -153,7 +153,7 @@ def commit(
     if (patch := wanted.resource_patch) is not None:
         merged = tr.apply_resource_patch(loads(resource_rows[0][0]), patch)
         writes.append(Op(sql.UPDATE_RESOURCE, (dumps(merged), dt_to_text(now), patch.resource_id)))
-    writes += cycle_ops(change.cycles, keep=change.keep_cycles)
+    writes += cycle_ops(change.cycles, keep=change.keep_cycles, keep_detail=change.keep_detail)
     reload = change.reload
     snapshot: Snapshot | None = None
     if reload is not None and reload.scope == "thread":

@@ -21,7 +21,14 @@ from typing import Any, TypeAlias, TypeVar
 
 from ..errors import StoreError
 from ..messages import Message
-from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import (
+    CycleRecord,
+    GroupEmbedding,
+    ModelExchange,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+)
 from ..vectors import top_k
 from . import schema as sql
 from . import transitions as tr
@@ -38,6 +45,7 @@ from .rows import (
     RecordCache,
     cycle_from_row,
     cycle_row,
+    detail_from_text,
     embedding_row,
     filter_embedding_rows,
     message_from_row,
@@ -277,14 +285,15 @@ def clear(key: str, *, pgvector: bool) -> Flow[None]:
 # -- the cycle ledger ----------------------------------------------------------------------------
 
 
-def record_cycles(cycles: Sequence[CycleRecord], *, keep: int) -> Flow[None]:
-    """Store ledger rows and keep the newest ``keep`` of each of their keys (in the caller's
-    transaction: the commit or the small write they come with)."""
-    for op in cycle_ops(cycles, keep=keep):
+def record_cycles(cycles: Sequence[CycleRecord], *, keep: int, keep_detail: int) -> Flow[None]:
+    """Store ledger rows and keep the newest ``keep`` of each of their keys, the detail of the
+    newest ``keep_detail`` (in the caller's transaction: the commit or the small write they come
+    with)."""
+    for op in cycle_ops(cycles, keep=keep, keep_detail=keep_detail):
         _ = yield op  # (the rows are sent back: not ``yield from`` a list)
 
 
-def cycle_ops(cycles: Sequence[CycleRecord], *, keep: int) -> list[Op]:
+def cycle_ops(cycles: Sequence[CycleRecord], *, keep: int, keep_detail: int) -> list[Op]:
     """The statements of :func:`record_cycles` (none depends on another's rows: a commit sends
     them in its batch of writes)."""
     if not cycles:
@@ -295,6 +304,10 @@ def cycle_ops(cycles: Sequence[CycleRecord], *, keep: int) -> list[Op]:
     for key in dict.fromkeys(c.key for c in cycles):
         if keep > 0:
             ops.append(Op(sql.PRUNE_CYCLES, (key, key, keep - 1)))
+            if keep_detail > 0:
+                ops.append(Op(sql.PRUNE_CYCLE_DETAIL, (key, key, keep_detail - 1)))
+            else:
+                ops.append(Op(sql.DROP_CYCLE_DETAIL, (key,)))
         else:
             ops.append(Op(sql.DELETE_ALL_CYCLES, (key,)))
     return ops
@@ -328,6 +341,11 @@ def list_cycles(
     params.append(limit)
     rows = yield Op(query, tuple(params))
     return [cycle_from_row(r) for r in rows]
+
+
+def cycle_detail(cycle_id: str) -> Flow[list[ModelExchange]]:
+    rows = yield Op(sql.SELECT_CYCLE_DETAIL, (cycle_id,))
+    return detail_from_text(rows[0][0]) if rows else []
 
 
 # -- observation groups and embeddings ---------------------------------------------------------

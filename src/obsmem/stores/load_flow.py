@@ -105,7 +105,9 @@ def load(
             main = change.after
     if request.resource_patch is not None and request.resource_patch.set:
         yield from patch_resource(request.resource_patch, now=now)
-    yield from record_cycles(request.cycles, keep=request.keep_cycles)
+    yield from record_cycles(
+        request.cycles, keep=request.keep_cycles, keep_detail=request.keep_detail
+    )
     record = head if head is not None else (yield from _ensure_head(subject, now=now, write=write))
     return (
         yield from read_state(

@@ -18,6 +18,7 @@ from ..messages import Message, utcnow
 from ..records import (
     CycleRecord,
     GroupEmbedding,
+    ModelExchange,
     ObservationGroup,
     OMRecord,
     Thread,
@@ -227,7 +228,7 @@ class InMemoryStore:
             generations = self._generations.setdefault(subject.key, [])
             if not generations:
                 self._put(tr.initial_record(subject, now=utcnow()))
-            self._record_cycles(request.cycles, request.keep_cycles)
+            self._record_cycles(request.cycles, request.keep_cycles, request.keep_detail)
             return self._state(
                 subject, generations[-1], stored=stored, last_reply=request.last_reply
             )
@@ -289,7 +290,7 @@ class InMemoryStore:
             threads = tuple(self._patch_thread(p) for p in change.threads if not p.empty)
             if change.resource is not None and change.resource.set:
                 self._patch_resource(change.resource)
-            self._record_cycles(change.cycles, change.keep_cycles)
+            self._record_cycles(change.cycles, change.keep_cycles, change.keep_detail)
             snapshot = None
             if change.reload is not None:
                 snapshot = self._state(change.reload, applied.head)
@@ -299,12 +300,12 @@ class InMemoryStore:
         """The stored incarnation of each thread named in ``expected`` that still exists."""
         return {t: self._threads[t].incarnation for t, _ in expected if t in self._threads}
 
-    def _record_cycles(self, cycles: Sequence[CycleRecord], keep: int) -> None:
+    def _record_cycles(self, cycles: Sequence[CycleRecord], keep: int, keep_detail: int) -> None:
         for key in dict.fromkeys(c.key for c in cycles):
             ledger = self._cycles.setdefault(key, [])
             known = {c.cycle_id for c in ledger}
             ledger.extend(c for c in cycles if c.key == key and c.cycle_id not in known)
-            self._cycles[key] = tr.kept_cycles(ledger, keep)
+            self._cycles[key] = tr.kept_detail(tr.kept_cycles(ledger, keep), keep_detail)
 
     async def list_cycles(
         self,
@@ -325,7 +326,16 @@ class InMemoryStore:
                 c, thread_id=thread_id, kinds=kinds, outcomes=outcomes, before=before
             )
         ]
-        return sorted(found, key=tr.cycle_order, reverse=True)[:limit]
+        newest = sorted(found, key=tr.cycle_order, reverse=True)[:limit]
+        return [replace(c, detail=()) for c in newest]
+
+    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
+        self._check_open()
+        for ledger in self._cycles.values():
+            for c in ledger:
+                if c.cycle_id == cycle_id:
+                    return list(c.detail)
+        return []
 
     def _put(self, record: OMRecord) -> None:
         generations = self._generations.setdefault(record.key, [])

@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from ..messages import Message, Role, part_from_dict, part_to_dict
-from ..records import CycleRecord, GroupEmbedding, OMRecord, Thread
+from ..records import CycleRecord, GroupEmbedding, ModelExchange, OMRecord, Thread
 from ..redaction import redact
 from ..vectors import encode
 from .codec import (
@@ -29,6 +29,7 @@ __all__ = [
     "RecordCache",
     "cycle_from_row",
     "cycle_row",
+    "detail_from_text",
     "embedding_row",
     "filter_embedding_rows",
     "message_from_row",
@@ -220,7 +221,7 @@ def thread_match(thread_id: str) -> str:
 
 
 def cycle_row(c: CycleRecord) -> Row:
-    """Column values in the order of ``schema.CYCLE_COLUMNS``."""
+    """Column values in the order of ``schema.CYCLE_COLUMNS``, then the detail."""
     return (
         c.cycle_id,
         c.key,
@@ -240,6 +241,7 @@ def cycle_row(c: CycleRecord) -> Row:
         c.generation,
         c.operation,
         c.by,
+        dumps([e.to_json() for e in c.detail]) if c.detail else None,
     )
 
 
@@ -263,3 +265,8 @@ def cycle_from_row(row: Row) -> CycleRecord:
         operation=row[16],
         by=row[17],
     )
+
+
+def detail_from_text(text: str | None) -> list[ModelExchange]:
+    """A cycle's stored detail (none: never kept, or dropped by its retention)."""
+    return [ModelExchange.from_json(e) for e in loads(text) or []]

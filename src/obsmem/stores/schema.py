@@ -158,6 +158,11 @@ MIGRATION_SCRIPTS: list[str] = [
         ALTER TABLE threads ADD COLUMN incarnation TEXT NOT NULL DEFAULT '';
         CREATE INDEX om_cycles_by_resource ON om_cycles (resource_id)
         """,
+    # 8: what a cycle's model calls were shown and answered (JSON), kept for the newest cycles
+    #    of a key only; read on its own (``SELECT_CYCLE_DETAIL``), never with the ledger
+    """
+        ALTER TABLE om_cycles ADD COLUMN detail TEXT
+        """,
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
 run before a script, in the same transaction."""
@@ -358,8 +363,8 @@ CYCLE_COLUMNS = (
     "requested_by"
 )
 INSERT_CYCLE = (
-    f"INSERT INTO om_cycles ({CYCLE_COLUMNS}) "
-    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+    f"INSERT INTO om_cycles ({CYCLE_COLUMNS}, detail) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (cycle_id) DO NOTHING"
 )
 PRUNE_CYCLES = (
@@ -368,6 +373,13 @@ PRUNE_CYCLES = (
 )
 """Keep the newest ``n`` rows of a key (parameters: key, key, n - 1); rows that started at the
 same instant as the ``n``-th are kept with it."""
+PRUNE_CYCLE_DETAIL = (
+    "UPDATE om_cycles SET detail = NULL WHERE key = ? AND detail IS NOT NULL AND started_at < "
+    "(SELECT started_at FROM om_cycles WHERE key = ? ORDER BY started_at DESC LIMIT 1 OFFSET ?)"
+)
+"""Keep the detail of the newest ``n`` rows of a key (parameters as for ``PRUNE_CYCLES``)."""
+DROP_CYCLE_DETAIL = "UPDATE om_cycles SET detail = NULL WHERE key = ? AND detail IS NOT NULL"
+SELECT_CYCLE_DETAIL = "SELECT detail FROM om_cycles WHERE cycle_id = ?"
 DELETE_ALL_CYCLES = "DELETE FROM om_cycles WHERE key = ?"
 SELECT_CYCLES = f"SELECT {CYCLE_COLUMNS} FROM om_cycles WHERE key = ?"
 """Filters (``AND ...``), ``ORDER BY started_at DESC, cycle_id DESC`` and ``LIMIT`` follow."""

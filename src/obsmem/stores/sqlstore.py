@@ -14,7 +14,14 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..messages import Message, holds_much, utcnow
-from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..records import (
+    CycleRecord,
+    GroupEmbedding,
+    ModelExchange,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+)
 from ..snapshot import Snapshot
 from . import commit_flow, erase_flow, flows, load_flow
 from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadPatch
@@ -238,6 +245,9 @@ class SQLStore:
         from before may hold erased text)."""
         self._heads.clear()
         self._records = RecordCache()
+
+    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
+        return await self._read(lambda: flows.cycle_detail(cycle_id))
 
     # -- observation groups --------------------------------------------------------------------
 

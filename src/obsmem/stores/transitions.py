@@ -522,6 +522,14 @@ def kept_cycles(cycles: Sequence[CycleRecord], keep: int) -> list[CycleRecord]:
     return [c for c in cycles if c.started_at >= edge]
 
 
+def kept_detail(cycles: Sequence[CycleRecord], keep: int) -> list[CycleRecord]:
+    """The rows of one key with the detail of the ``keep`` newest kept, as
+    ``schema.PRUNE_CYCLE_DETAIL`` keeps it (0: none)."""
+    newest = kept_cycles(cycles, keep)
+    kept = {c.cycle_id for c in newest}
+    return [c if c.cycle_id in kept or not c.detail else replace(c, detail=()) for c in cycles]
+
+
 def check_cycle_query(kinds: Sequence[str], outcomes: Sequence[str], limit: int) -> None:
     """A ``list_cycles`` query names known kinds and outcomes and a positive limit."""
     for name, given, known in (
