@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from obsmem import Memory
+from obsmem import Memory, Message
 from obsmem.records import CycleRecord
 from obsmem.stores import InMemoryStore, SQLiteStore, Store
-from obsmem.testing import scripted_observer, scripted_reflector
+from obsmem.testing import ModelCalls, scripted_observer, scripted_reflector
 
 from .helpers import Conversation, Recorder
 from .test_round_trips import CountingStore
@@ -288,4 +288,52 @@ async def test_resource_scope_shows_each_thread_the_cycles_that_worked_on_it(
     assert len(only_b) == 2
     assert only_b[0].thread_ids == ("tb",)
     assert await memory.cycles(refs[0], kind="observation") == [both]
+    await memory.aclose()
+
+
+async def _observe_once(store: Store, **options: Any) -> tuple[Memory, CycleRecord, ModelCalls]:
+    """Two messages, then a synchronous observation of them (the Observer's prompts recorded)."""
+    calls = ModelCalls()
+    conv = Conversation()
+    memory = Memory(
+        store,
+        observational_memory={
+            "observation": {"model": scripted_observer(calls=calls), "messageTokens": 2_000},
+            "reflection": {"model": scripted_reflector(), "observationTokens": 1_000},
+            **options,
+        },
+        clock=conv.clock,
+    )
+    await memory.save(
+        REF,
+        [Message.user("Please call me Ada from now on."), Message.assistant("Noted, Ada.")],
+        actor_model=None,
+    )
+    assert await memory.compact(REF, keep_tokens=0)
+    (row,) = await memory.cycles(REF, kind="observation")
+    return memory, row, calls
+
+
+async def test_an_observation_cycle_keeps_what_the_observer_was_shown_and_answered(
+    store: Store,
+) -> None:
+    memory, row, calls = await _observe_once(store)
+    (shown,) = await store.cycle_detail(row.cycle_id)
+    assert shown.role == "observer"
+    assert shown.shown == calls.prompts[0]  # exactly the user message the Observer got
+    assert "Please call me Ada from now on." in shown.shown
+    assert shown.system  # its instructions
+    head = await store.get_record("thread:t1")
+    assert head is not None
+    assert "call me Ada" in shown.answer
+    assert "call me Ada" in head.observations
+    await memory.aclose()
+
+
+async def test_cycle_detail_off_keeps_the_ledger_row_but_no_detail(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "m.db")
+    memory, row, calls = await _observe_once(store, cycleDetail=False)
+    assert calls.count == 1  # the cycle ran and was recorded
+    assert row.input_tokens
+    assert await store.cycle_detail(row.cycle_id) == []
     await memory.aclose()

@@ -174,7 +174,8 @@ class Ledger:
 def exchange(request: LLMRequest, result: LLMResult) -> ModelExchange:
     """A call as the model saw it: text kept as sent, an attachment as a placeholder naming it
     (the detail is for reading, and the attachment is stored with its message)."""
-    shown = "".join(item if isinstance(item, str) else _placeholder(item) for item in request.user)
+    pieces = (item if isinstance(item, str) else _placeholder(item) for item in request.user)
+    shown = "\n".join(pieces)
     return ModelExchange(
         role=request.role,
         model=result.model_name,
