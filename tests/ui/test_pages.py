@@ -10,6 +10,7 @@ import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -18,11 +19,13 @@ import httpx
 import pytest
 from starlette.testclient import TestClient
 
+from obsmem import Memory
 from obsmem.cli import main
 from obsmem.cli.common import open_store
 from obsmem.errors import MissingExtraError
 from obsmem.messages import Message
 from obsmem.stores import SQLiteStore
+from obsmem.testing import scripted_observer, scripted_reflector
 from obsmem.ui import cli as ui_cli
 from obsmem.ui.app import create_app
 from obsmem.ui.security import bind_problem, host_name, is_loopback
@@ -341,3 +344,60 @@ def test_buffered_chunks_wait_and_their_messages_are_marked(client: TestClient) 
     assert "marker-activation" in client.get(f"/chart?{q(id=OTHER)}").text
     cycles = client.get(f"/cycles?{q(id=OTHER, kind='buffering')}").text
     assert "buffered-observation" in cycles
+
+
+def _cycle_links(client: TestClient, thread: str, **filters: str) -> list[str]:
+    page = client.get(f"/cycles?{q(id=thread, **filters)}").text
+    return [h.replace("&amp;", "&") for h in re.findall(r'class="cycle-link" href="([^"]+)"', page)]
+
+
+def test_a_cycle_opens_to_what_its_model_was_shown_and_answered(
+    client: TestClient, built_db: Built
+) -> None:
+    links = _cycle_links(client, MAIN, kind="observation", outcome="committed")
+    assert links
+    page = client.get(links[0]).text  # the newest: its detail is kept
+    assert 'class="call-shown"' in page
+    assert 'class="call-answer"' in page
+    assert "observer" in page
+    cycle_id = links[0].split("cycle=")[1]
+    store = SQLiteStore(built_db.path)
+    (call,) = asyncio.run(store.cycle_detail(cycle_id))
+    asyncio.run(store.aclose())
+    assert call.shown
+    assert escape(call.answer.splitlines()[0]) in page  # escaped, as every page
+    assert escape(call.shown.splitlines()[-1]) in page
+
+
+def test_a_cycle_shown_a_script_message_escapes_it(tmp_path: Path) -> None:
+    """The Observer was shown a message holding <script> (its transcript already defuses the
+    tag's ``<``): the cycle page shows it as text, escaped; an unknown cycle names the fix."""
+    path = tmp_path / "m.db"
+
+    async def observe() -> None:
+        memory = Memory(
+            SQLiteStore(path),
+            observational_memory={
+                "observation": {"model": scripted_observer(), "messageTokens": 2_000},
+                "reflection": {"model": scripted_reflector()},
+            },
+        )
+        ref = {"resource": "u1", "thread": "t1"}
+        await memory.save(
+            ref, [Message.user("<script>alert('shown')</script> hi")], actor_model=None
+        )
+        assert await memory.compact(ref, keep_tokens=0)
+        await memory.aclose()
+
+    asyncio.run(observe())
+    app = create_app(open_store(str(path), read_only=True), config(str(path)))
+    with TestClient(app, base_url=LOCAL) as c:
+        (link,) = _cycle_links(c, "t1")
+        page = c.get(link).text
+        assert "\u2039script&gt;alert(&#39;shown&#39;)\u2039/script&gt; hi" in page
+        assert "<script>alert(" not in page
+        missing = c.get(f"/cycle?{q(id='t1', cycle='nope')}")
+        assert missing.status_code == 404
+        assert "no cycle &#39;nope&#39;" in missing.text
+        assert "see its cycles" in missing.text
+        assert c.get(f"/cycle?{q(id='t1')}").status_code == 404

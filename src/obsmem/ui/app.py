@@ -1,8 +1,9 @@
 """The inspector's Starlette application: routes, templates, static files, the token gate.
 
 Every route only reads. Pages: ``/`` (resources and threads), ``/thread`` (one thread),
-``/generations``, ``/cycles``, ``/chart``; ``/api/state`` is the small JSON the live thread page
-polls. Threads are named by the ``id`` query parameter (any id, slashes included).
+``/generations``, ``/cycles``, ``/cycle`` (one cycle's input and answer), ``/chart``;
+``/api/state`` is the small JSON the live thread page polls. Threads are named by the ``id``
+query parameter (any id, slashes included).
 """
 
 from __future__ import annotations
@@ -144,6 +145,19 @@ class _Pages:
             {**context, "tab": "cycles", "kinds": CYCLE_KINDS, "outcomes": CYCLE_OUTCOMES},
         )
 
+    async def cycle(self, request: Request) -> Response:
+        thread = await self.thread_or_problem(request)
+        if isinstance(thread, Response):
+            return thread
+        cycle_id = request.query_params.get("cycle", "")
+        context = await pages.cycle_page(self.store, thread, cycle_id) if cycle_id else None
+        if context is None:
+            what = f"no cycle {cycle_id!r}" if cycle_id else "no cycle named (add &cycle=...)"
+            return self.problem(
+                request, 404, f"{what} in the ledger of thread {thread.id!r}; see its cycles."
+            )
+        return self.render(request, "cycle.html", {**context, "tab": "cycles"})
+
     async def chart(self, request: Request) -> Response:
         thread = await self.thread_or_problem(request)
         if isinstance(thread, Response):
@@ -195,6 +209,7 @@ def create_app(store: Store, config: UIConfig | None = None) -> Starlette:
         Route("/thread", handlers.thread),
         Route("/generations", handlers.generations),
         Route("/cycles", handlers.cycles),
+        Route("/cycle", handlers.cycle),
         Route("/chart", handlers.chart),
         Route("/api/state", handlers.state),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),

@@ -39,10 +39,20 @@ from .queries import (
 )
 from .render import PER_PAGE, group_links, log_blocks, message_views, part_view
 
-__all__ = ["CHART_MESSAGES", "chart_page", "cycles_page", "generations_page", "thread_page"]
+__all__ = [
+    "CHART_MESSAGES",
+    "chart_page",
+    "cycle_page",
+    "cycles_page",
+    "generations_page",
+    "thread_page",
+]
 
 CHART_MESSAGES = 3_000
 """The chart replays at most the newest this many messages of a thread."""
+CYCLE_LOOKUP = 2_000
+"""A cycle page finds its cycle among this many newest of the thread's (the default retention
+keeps 1,000 per log, and a thread in resource scope reads two logs)."""
 
 
 def _memory_values(thread: Thread, resource_meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -141,6 +151,16 @@ async def cycles_page(store: Store, thread: Thread, query: CycleQuery) -> dict[s
     """The thread's cycle ledger, filtered."""
     rows = await thread_cycles(store, thread, query)
     return {"thread": thread, "cycles": rows, "query": query}
+
+
+async def cycle_page(store: Store, thread: Thread, cycle_id: str) -> dict[str, Any] | None:
+    """One cycle of the thread with what its model calls were shown and answered (None: the
+    thread's ledger has no such cycle)."""
+    rows = await thread_cycles(store, thread, CycleQuery(limit=CYCLE_LOOKUP))
+    cycle = next((c for c in rows if c.cycle_id == cycle_id), None)
+    if cycle is None:
+        return None
+    return {"thread": thread, "cycle": cycle, "calls": await store.cycle_detail(cycle_id)}
 
 
 async def chart_page(store: Store, thread: Thread, thresholds: Thresholds) -> dict[str, Any]:
