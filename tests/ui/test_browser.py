@@ -1,6 +1,7 @@
 """The inspector in a real headless Chromium (Selenium): a replayed thread, recall ranges to
-raw messages and back, a reflection's diff, a failed cycle, a ``<script>`` message shown as
-text, the live page following another process that writes, and a token URL."""
+raw messages and back, a reflection's diff, a failed cycle, a cycle's input and answer, a
+``<script>`` message shown as text, the live page following another process that writes, and a
+token URL."""
 
 from __future__ import annotations
 
@@ -118,6 +119,22 @@ def test_a_failed_cycle_shows_its_error(browser: Any, served: Served) -> None:
     assert errors
     assert all("scripted model failure" in e.text for e in errors)
     assert not browser.find_elements(By.CSS_SELECTOR, "#cycles tbody tr.outcome-committed")
+
+
+def test_a_cycle_opens_to_its_input_and_answer(browser: Any, served: Served) -> None:
+    browser.get(thread_url(served, tab="cycles"))
+    browser.find_element(By.CSS_SELECTOR, "input[name=kind][value=observation]").click()
+    browser.find_element(By.CSS_SELECTOR, "input[name=outcome][value=committed]").click()
+    browser.find_element(By.CSS_SELECTOR, "#cycle-filters button").click()
+    WebDriverWait(browser, 10).until(lambda d: "kind=observation" in d.current_url)
+    browser.find_element(By.CSS_SELECTOR, "#cycles a.cycle-link").click()
+    WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "cycle"))
+    shown = browser.find_element(By.CSS_SELECTOR, "#call-1 .call-shown").text
+    answer = browser.find_element(By.CSS_SELECTOR, "#call-1 .call-answer").text
+    assert "New Message History to Observe" in shown  # the Observer's prompt as sent
+    assert answer.strip()
+    assert "observer" in browser.find_element(By.CSS_SELECTOR, "#call-1 h3").text
+    assert not browser.find_elements(By.ID, "no-detail")
 
 
 def test_a_script_in_a_message_is_shown_as_text(browser: Any, served: Served) -> None:
