@@ -60,6 +60,25 @@ def _check_replayed(db: str, cwd: Path) -> None:
     first = observed[-1]["ranges"][0]
     assert f"{first['first_seq']}-{first['last_seq']}" in table.stdout
 
+    newest = observed[0]["cycle_id"]  # within the newest cycles, which keep their detail
+    detail = obsmem("inspect", "--db", db, "--thread", thread, "--cycle", newest, cwd=cwd)
+    assert detail.returncode == 0, detail.stderr
+    assert detail.stdout.startswith(f"cycle {newest} (")
+    assert "  call 1: observer" in detail.stdout
+    assert "    shown:\n" in detail.stdout
+    assert "    answer:\n" in detail.stdout
+    calls = json.loads(
+        obsmem(
+            "inspect", "--db", db, "--thread", thread, "--cycle", newest, "--json", cwd=cwd
+        ).stdout
+    )["calls"]
+    assert "New Message History to Observe" in calls[0]["shown"]
+    assert f"      {calls[0]['answer'].splitlines()[0]}" in detail.stdout
+    unknown = obsmem("inspect", "--db", db, "--thread", thread, "--cycle", "nope", cwd=cwd)
+    assert unknown.returncode == 2
+    assert "no cycle 'nope'" in unknown.stderr
+    assert "--cycles --json" in unknown.stderr
+
     only = obsmem(
         "inspect", "--db", db, "--thread", thread, "--kind", "activation", "--json", cwd=cwd
     )

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import sys
+import textwrap
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -13,7 +14,7 @@ from ..context import ContextInput, build_context
 from ..messages import Message, TextPart, message_to_dict, utcnow
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread, record_key
 from ..sent import TurnSent, sent_of
-from ..stores.reads import CycleQuery, thread_cycles
+from ..stores.reads import CycleQuery, thread_cycle, thread_cycles
 from ..ui.render import part_view
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 
@@ -30,7 +31,8 @@ def add(sub: Any) -> None:
         description="Without --thread: every resource and thread with its memory status. With "
         "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
         "generations, buffered chunks and messages. With --thread and --cycles: the thread's "
-        "memory cycles, newest first.",
+        "memory cycles, newest first; with --cycle ID: what that cycle's model calls were shown "
+        "and answered.",
     )
     parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
     parser.add_argument("--resource", help="only this resource")
@@ -47,6 +49,12 @@ def add(sub: Any) -> None:
         action="store_true",
         help="with --thread: the cycle ledger (kind, outcome, timing, model, tokens, cost, "
         "messages covered, generation), newest first",
+    )
+    parser.add_argument(
+        "--cycle",
+        metavar="ID",
+        help="with --thread: what this cycle's model calls were shown and answered (cycle ids: "
+        "--cycles --json, or the ui)",
     )
     parser.add_argument(
         "--kind",
@@ -68,7 +76,7 @@ def add(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    if (args.cycles or args.kind or args.outcome) and not args.thread:
+    if (args.cycles or args.kind or args.outcome or args.cycle) and not args.thread:
         print("obsmem: --cycles shows one thread's cycles; add --thread ID", file=sys.stderr)
         return 2
     if args.limit < 1:
@@ -92,6 +100,8 @@ async def _inspect(
     store: SQLStore, args: argparse.Namespace, out: TextIO, span: tuple[int, int] | None
 ) -> int:
     try:
+        if args.cycle:
+            return await _cycle(store, args, out)
         if args.thread and (args.cycles or args.kind or args.outcome):
             return await _cycles(store, args, out)
         if args.thread:
@@ -392,6 +402,33 @@ async def _cycles(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int
         print(f"  {line.rstrip()}", file=out)
         if n and rows[n - 1].error:
             print(f"      error: {rows[n - 1].error}", file=out)
+    return 0
+
+
+async def _cycle(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:
+    """One cycle of the thread: each model call's instructions, what it was shown, its answer."""
+    thread = await store.get_thread(args.thread)
+    cycle = await thread_cycle(store, thread, args.cycle) if thread else None
+    if cycle is None:
+        print(
+            f"obsmem: no cycle {args.cycle!r} of thread {args.thread!r} in {db_label(args.db)}; "
+            "list them with --cycles --json",
+            file=sys.stderr,
+        )
+        return 2
+    calls = await store.cycle_detail(cycle.cycle_id)
+    if args.json:
+        data = {**cycle.to_json(), "calls": [c.to_json() for c in calls]}
+        print(json.dumps(data, indent=2), file=out)
+        return 0
+    print(f"cycle {cycle.cycle_id} ({cycle.operation or cycle.kind}, {cycle.outcome}):", file=out)
+    if not calls:
+        print("  no detail kept (no model call, or dropped: see cycle_detail)", file=out)
+    for n, call in enumerate(calls, 1):
+        print(f"  call {n}: {call.role} ({call.model})", file=out)
+        for title, text in (("shown", call.shown), ("answer", call.answer)):
+            print(f"    {title}:", file=out)
+            print(textwrap.indent(text, "      ", lambda _: True).rstrip("\n"), file=out)
     return 0
 
 

@@ -13,7 +13,11 @@ from typing import Any
 from ..records import CycleRecord, Thread, record_key
 from .base import Store
 
-__all__ = ["CycleQuery", "thread_cycles"]
+__all__ = ["CycleQuery", "thread_cycle", "thread_cycles"]
+
+CYCLE_LOOKUP = 2_000
+""":func:`thread_cycle` looks among this many of the thread's newest cycles (the default
+retention keeps 1,000 per log, and a thread in resource scope reads two logs)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +52,10 @@ async def thread_cycles(
     )
     rows = sorted([*own, *shared], key=lambda c: (c.started_at, c.cycle_id), reverse=True)
     return rows[: q.limit]
+
+
+async def thread_cycle(store: Store, thread: Thread, cycle_id: str) -> CycleRecord | None:
+    """One of the thread's cycles by id (None: not in its ledger), for a page or a command that
+    shows its detail (``Store.cycle_detail``) beside it."""
+    rows = await thread_cycles(store, thread, CycleQuery(limit=CYCLE_LOOKUP))
+    return next((c for c in rows if c.cycle_id == cycle_id), None)

@@ -22,6 +22,7 @@ from ..meta_keys import (
 from ..observations import strip_recall_ranges
 from ..records import OMRecord, Thread
 from ..stores.base import Store
+from ..stores.reads import thread_cycle
 from ..working_memory import working_memory_message
 from .chart import chart_data, sawtooth_svg
 from .diff import generation_diffs
@@ -50,9 +51,6 @@ __all__ = [
 
 CHART_MESSAGES = 3_000
 """The chart replays at most the newest this many messages of a thread."""
-CYCLE_LOOKUP = 2_000
-"""A cycle page finds its cycle among this many newest of the thread's (the default retention
-keeps 1,000 per log, and a thread in resource scope reads two logs)."""
 
 
 def _memory_values(thread: Thread, resource_meta: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,8 +154,7 @@ async def cycles_page(store: Store, thread: Thread, query: CycleQuery) -> dict[s
 async def cycle_page(store: Store, thread: Thread, cycle_id: str) -> dict[str, Any] | None:
     """One cycle of the thread with what its model calls were shown and answered (None: the
     thread's ledger has no such cycle)."""
-    rows = await thread_cycles(store, thread, CycleQuery(limit=CYCLE_LOOKUP))
-    cycle = next((c for c in rows if c.cycle_id == cycle_id), None)
+    cycle = await thread_cycle(store, thread, cycle_id)
     if cycle is None:
         return None
     return {"thread": thread, "cycle": cycle, "calls": await store.cycle_detail(cycle_id)}
