@@ -271,7 +271,8 @@ class ObservationalMemory:
             step_from=step_from,
             window=main,
         )
-        self._sent.put(thread_id, sent.measure(context, status, self.estimator))
+        measured = self._sent.measure(context, status, self.estimator, self._deps.cached)
+        self._sent.put(thread_id, measured)
         return PreparedContext(
             messages=context,
             status=status,

@@ -11,13 +11,17 @@ and the inspector estimates it from the stored messages as before.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .events import StatusEvent
-from .messages import Message
+from .messages import Message, TextPart
 from .tokens import TokenEstimator
+from .tokens.estimator import TOKENS_PER_CONVERSATION
+
+if TYPE_CHECKING:
+    from .window import CachedMessages
 
 __all__ = ["PendingSent", "TurnSent", "measure", "sent_of", "stamped"]
 
@@ -51,24 +55,57 @@ def _obsmem_meta(message: Message) -> Mapping[str, Any]:
     return cast(Mapping[str, Any], meta) if isinstance(meta, Mapping) else {}
 
 
+MEMORY_COUNTS = 256
+"""Memory messages whose token count is kept (a turn's preamble, segments and hints repeat
+from turn to turn until the log changes, and counting their text again cost a turn 0.9 ms)."""
+
+
+class _MemoryCounts:
+    """Token counts of memory messages by their text (bounded, least recently used out)."""
+
+    def __init__(self, estimator: TokenEstimator) -> None:
+        self.estimator = estimator
+        self._counts: OrderedDict[tuple[str, str], int] = OrderedDict()
+
+    def count(self, message: Message) -> int:
+        key = (message.role, "\n".join(p.text for p in message.parts if isinstance(p, TextPart)))
+        if (known := self._counts.get(key)) is not None:
+            self._counts.move_to_end(key)
+            return known
+        counted = self._counts[key] = self.estimator.count_message(message)
+        while len(self._counts) > MEMORY_COUNTS:
+            self._counts.popitem(last=False)
+        return counted
+
+
 def measure(
-    context: Sequence[Message], status: StatusEvent, estimator: TokenEstimator
+    context: Sequence[Message],
+    status: StatusEvent,
+    counts: _MemoryCounts,
+    raw_tokens: Callable[[Message], int],
 ) -> TurnSent | None:
-    """The turn ``context`` is, or None when it sends no stored message."""
-    raw = [m for m in context if not _obsmem_meta(m).get("synthetic")]
-    seqs = [m.seq for m in raw if m.seq is not None]
+    """The turn ``context`` is, or None when it sends no stored message. Raw messages are
+    counted by ``raw_tokens`` (the engine's per-thread cache: counted once per message);
+    memory messages once per text (``counts``)."""
+    memory = raw = left_out = 0
+    seqs: list[int] = []
+    for message in context:
+        meta = _obsmem_meta(message)
+        synthetic = meta.get("synthetic")
+        if synthetic:
+            memory += counts.count(message)
+            if synthetic == "left_out":
+                left_out += int(meta.get("count") or 0)
+        else:
+            raw += raw_tokens(message)
+            if message.seq is not None:
+                seqs.append(message.seq)
     if not seqs:
         return None
-    left_out = sum(
-        int(_obsmem_meta(m).get("count") or 0)
-        for m in context
-        if _obsmem_meta(m).get("synthetic") == "left_out"
-    )
-    sent = estimator.count_messages(context)
     return TurnSent(
         at=max(seqs),
-        sent=sent,
-        memory=sent - estimator.count_messages(raw),
+        sent=TOKENS_PER_CONVERSATION + memory + raw,
+        memory=memory,
         left_out=left_out,
         message_tokens=status.message_threshold,
         observation_tokens=status.observation_threshold,
@@ -101,6 +138,20 @@ class PendingSent:
     def __init__(self, limit: int = MAX_PENDING) -> None:
         self._limit = limit
         self._turns: OrderedDict[str, TurnSent] = OrderedDict()
+        self._counts: _MemoryCounts | None = None
+
+    def measure(
+        self,
+        context: Sequence[Message],
+        status: StatusEvent,
+        estimator: TokenEstimator,
+        cached: CachedMessages,
+    ) -> TurnSent | None:
+        """:func:`measure`, with the memory-message counts of this engine's ``estimator`` and
+        the raw messages' counts from its message cache (``window.CachedMessages``)."""
+        if self._counts is None or self._counts.estimator is not estimator:
+            self._counts = _MemoryCounts(estimator)
+        return measure(context, status, self._counts, lambda m: cached.tokens(m, estimator))
 
     def put(self, thread_id: str, turn: TurnSent | None) -> None:
         """Remember ``turn`` for ``thread_id`` (None forgets the one before)."""
