@@ -39,7 +39,9 @@ def digest(path: Path) -> tuple[str, int]:
     return hashlib.sha256(path.read_bytes()).hexdigest(), path.stat().st_mtime_ns
 
 
-def config(label: str, token: str | None = None, poll_ms: int = 500) -> Any:
+def config(
+    label: str, token: str | None = None, poll_ms: int = 500, *, allow_edits: bool = False
+) -> Any:
     """The inspector's settings for the replayed data (its thresholds: ``data.engine``)."""
     from obsmem.ui.app import UIConfig
     from obsmem.ui.queries import Thresholds
@@ -49,6 +51,7 @@ def config(label: str, token: str | None = None, poll_ms: int = 500) -> Any:
         token=token,
         poll_ms=poll_ms,
         thresholds=Thresholds(MESSAGE_TOKENS, OBSERVATION_TOKENS),
+        allow_edits=allow_edits,
     )
 
 
@@ -74,14 +77,17 @@ class Served:
         self.thread.join(timeout=10)
 
 
-def serve(db: Path | str, *, token: str | None = None, poll_ms: int = 500) -> Served:
-    """Serve the inspector over ``db`` (opened read-only) on a free loopback port, with the
-    thresholds the replay used."""
+def serve(
+    db: Path | str, *, token: str | None = None, poll_ms: int = 500, allow_edits: bool = False
+) -> Served:
+    """Serve the inspector over ``db`` (opened read-only, or writable with ``allow_edits``) on
+    a free loopback port, with the thresholds the replay used."""
     import uvicorn
 
     from obsmem.ui.app import create_app
 
-    app = create_app(open_store(str(db), read_only=True), config(str(db), token, poll_ms))
+    store = open_store(str(db), read_only=not allow_edits)
+    app = create_app(store, config(str(db), token, poll_ms, allow_edits=allow_edits))
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     sock.listen(64)  # connections queue here until the server accepts them

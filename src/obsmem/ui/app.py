@@ -1,9 +1,11 @@
 """The inspector's Starlette application: routes, templates, static files, the token gate.
 
-Every route only reads. Pages: ``/`` (resources and threads), ``/thread`` (one thread),
-``/generations``, ``/cycles``, ``/cycle`` (one cycle's input and answer), ``/chart``;
+Without ``allow_edits`` every route only reads. Pages: ``/`` (resources and threads),
+``/thread`` (one thread), ``/generations``, ``/cycles``, ``/cycle`` (one cycle's input and
+answer), ``/chart``;
 ``/api/state`` is the small JSON the live thread page polls. Threads are named by the ``id``
-query parameter (any id, slashes included).
+query parameter (any id, slashes included). With ``allow_edits`` the store is writable and the
+edit routes of :mod:`obsmem.ui.edits` are added.
 """
 
 from __future__ import annotations
@@ -28,10 +30,11 @@ from ..errors import StoreError
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, Thread
 from ..stores.base import Store
 from . import pages
+from .edits import Editor
 from .queries import CycleQuery, Thresholds, list_threads
 from .security import LoopbackHost, TokenGate
 
-__all__ = ["UIConfig", "create_app"]
+__all__ = ["Pages", "UIConfig", "create_app"]
 
 HERE = Path(__file__).resolve().parent
 
@@ -48,6 +51,8 @@ class UIConfig:
     """How often the live thread page asks whether anything changed."""
     close_store: bool = True
     """Close the store when the server stops."""
+    allow_edits: bool = False
+    """Add the delete and revise forms (the caller opens the store writable)."""
 
 
 def _templates() -> Jinja2Templates:
@@ -68,7 +73,7 @@ def _when(value: datetime | None) -> str:
     return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
 
 
-class _Pages:
+class Pages:
     """The route handlers over one store."""
 
     def __init__(self, store: Store, config: UIConfig) -> None:
@@ -77,13 +82,20 @@ class _Pages:
         self.templates = _templates()
 
     def render(self, request: Request, name: str, context: dict[str, Any], status: int = 200):
-        base = {"label": self.config.label, "poll_ms": self.config.poll_ms}
+        base = {
+            "label": self.config.label,
+            "poll_ms": self.config.poll_ms,
+            "edits": self.config.allow_edits,
+        }
         return self.templates.TemplateResponse(
             request, name, {**base, **context}, status_code=status
         )
 
-    def problem(self, request: Request, status: int, message: str) -> Response:
-        return self.render(request, "problem.html", {"message": message}, status)
+    def problem(
+        self, request: Request, status: int, message: str, heading: str = "Nothing to show"
+    ) -> Response:
+        context = {"message": message, "heading": heading}
+        return self.render(request, "problem.html", context, status)
 
     async def thread_or_problem(self, request: Request) -> Thread | Response:
         thread_id = request.query_params.get("id", "")
@@ -191,10 +203,11 @@ async def _store_error(request: Request, exc: Exception) -> Response:
 
 
 def create_app(store: Store, config: UIConfig | None = None) -> Starlette:
-    """The inspector over ``store`` (opened read-only by the caller; kept as
-    ``app.state.store``)."""
+    """The inspector over ``store`` (opened read-only by the caller, or writable with
+    ``allow_edits``; kept as ``app.state.store``)."""
     cfg = config or UIConfig()
-    handlers = _Pages(store, cfg)
+    handlers = Pages(store, cfg)
+    editor = Editor(store, handlers) if cfg.allow_edits else None
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncGenerator[None]:
@@ -202,6 +215,8 @@ def create_app(store: Store, config: UIConfig | None = None) -> Starlette:
             yield
         finally:
             if cfg.close_store:
+                if editor is not None:
+                    await editor.aclose()
                 await store.aclose()
 
     routes = [
@@ -212,6 +227,7 @@ def create_app(store: Store, config: UIConfig | None = None) -> Starlette:
         Route("/cycle", handlers.cycle),
         Route("/chart", handlers.chart),
         Route("/api/state", handlers.state),
+        *(editor.routes() if editor is not None else []),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     middleware = (

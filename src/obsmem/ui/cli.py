@@ -1,4 +1,5 @@
-"""``obsmem ui --db PATH_OR_DSN``: serve the read-only web inspector (imports Starlette, uvicorn
+"""``obsmem ui --db PATH_OR_DSN [--allow-edits]``: serve the web inspector (read-only unless
+``--allow-edits``) (imports Starlette, uvicorn
 and Jinja2 only when it runs)."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def add(sub: Any) -> None:
         "memory state, each thread's raw messages, observation log, buffered chunks and the "
         "context the actor would be sent, each reflection as a diff, the cycle ledger and the "
         "sawtooth chart; an open thread page updates as another process writes. The store is "
-        "opened read-only and never written.",
+        "opened read-only and never written, unless --allow-edits.",
     )
     parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
     parser.add_argument(
@@ -38,6 +39,12 @@ def add(sub: Any) -> None:
         "--token",
         help="a secret every request must carry (?token= once, then a cookie; or "
         "Authorization: Bearer); required to listen anywhere but loopback",
+    )
+    parser.add_argument(
+        "--allow-edits",
+        action="store_true",
+        help="open the store writable and add forms to delete a thread, delete a resource and "
+        "revise a log (each confirmed first; off by default)",
     )
     parser.add_argument(
         "--message-tokens",
@@ -76,12 +83,14 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from .app import UIConfig, create_app
     from .queries import Thresholds
 
-    store = open_store(args.db, read_only=True)  # CannotStart names the fix (exit 2)
+    # CannotStart names the fix (exit 2)
+    store = open_store(args.db, read_only=not args.allow_edits)
     sock = listening_socket(args.host, args.port, backlog=128)
     config = UIConfig(
         label=db_label(args.db),
         token=args.token,
         thresholds=Thresholds(args.message_tokens, args.observation_tokens),
+        allow_edits=args.allow_edits,
     )
     app = create_app(store, config)
     server = BoundedServer(app, command="ui", log_level="warning", lifespan="on")
@@ -89,7 +98,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     port = sock.getsockname()[1]
     host = f"[{args.host}]" if ":" in args.host else args.host
     query = f"/?token={args.token}" if args.token else "/"
-    print(f"obsmem ui: http://{host}:{port}{query}  (read-only; Ctrl-C stops)", file=out)
+    mode = "edits allowed" if args.allow_edits else "read-only"
+    print(f"obsmem ui: http://{host}:{port}{query}  ({mode}; Ctrl-C stops)", file=out)
     out.flush()
     server.run(sockets=[sock])
     return 0
