@@ -243,3 +243,37 @@ def test_a_token_url_opens_the_inspector_and_the_cookie_carries_it(
         assert status == 200  # the live page's polling carries the cookie too
     finally:
         served.stop()
+
+
+def test_a_thread_is_deleted_through_its_confirmation_page(
+    browser: Any, built_db: Built, tmp_path: Path
+) -> None:
+    """With --allow-edits: the thread page's Delete link leads to a confirmation; a form whose
+    CSRF token was tampered with is refused and erases nothing; the real one erases the
+    thread, which then leaves the list."""
+    db = tmp_path / "editable.db"
+    shutil.copy(built_db.path, db)
+    served = serve(db, allow_edits=True)
+    try:
+        browser.get(thread_url(served))
+        browser.find_element(By.ID, "edit-delete-thread").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "confirm-what"))
+        assert MAIN in browser.find_element(By.ID, "confirm-what").text
+        browser.execute_script("document.querySelector('input[name=csrf]').value = 'forged';")
+        browser.find_element(By.ID, "confirm-button").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "problem"))
+        assert "Refused, nothing changed" in browser.find_element(By.ID, "problem").text
+        browser.get(thread_url(served))
+        assert browser.execute_script(COUNT) == "78"  # still there
+        browser.find_element(By.ID, "edit-delete-thread").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "confirm-button"))
+        browser.find_element(By.ID, "confirm-button").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "done-message"))
+        assert f"Erased thread '{MAIN}'" in browser.find_element(By.ID, "done-message").text
+        browser.find_element(By.ID, "back").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "threads"))
+        rows = browser.find_elements(By.CSS_SELECTOR, "#threads tbody tr")
+        assert [r for r in rows if MAIN in r.text] == []
+        assert len(rows) == 1
+    finally:
+        served.stop()
