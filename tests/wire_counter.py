@@ -32,6 +32,7 @@ class WireCounter:
     """Set once a client sent something while ``silent`` (a call is waiting on the cut)."""
     _server: asyncio.Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set[asyncio.Task[None]])
+    _writers: set[asyncio.StreamWriter] = field(default_factory=set[asyncio.StreamWriter])
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -43,7 +44,9 @@ class WireCounter:
         return count
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._writers.add(writer)
         up_reader, up_writer = await asyncio.open_connection(self.host, self.port_to)
+        self._writers.add(up_writer)
         link = _Link()
         both = [
             asyncio.ensure_future(self._pipe(reader, up_writer, link, client=True)),
@@ -87,5 +90,12 @@ class WireCounter:
         for task in list(self._tasks):
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await task
+        # A connection's handler may not run again before the loop closes: close every
+        # stream here, so none is left for the garbage collector on a closed loop.
+        for writer in list(self._writers):
+            writer.close()
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.wait_closed()
+        self._writers.clear()
         if self._server is not None:
             await self._server.wait_closed()
