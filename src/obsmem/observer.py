@@ -298,6 +298,11 @@ class ObserverInput:
     part_cap: int = DEFAULT_PART_CAP
     """The most tokens shown of any single part (``observation.max_part_tokens``)."""
 
+    @property
+    def shown(self) -> Sequence[Message]:
+        """Every message the call shows, of one thread or of all ``threads`` in order."""
+        return [m for _, ms in self.threads for m in ms] if self.threads else self.messages
+
 
 def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenEstimator) -> str:
     """The text of the Observer's user message: previous log, prior hints, task, transcript."""
@@ -341,7 +346,7 @@ def observer_user_message(inp: ObserverInput, transcript: str, estimator: TokenE
 def _zone(inp: ObserverInput) -> str:
     """The time zone the transcript's times are in, named, with its offset at the newest
     message: "tomorrow" said at 23:30 local time is the next local day, not the next UTC day."""
-    messages = [m for _, ms in inp.threads for m in ms] if inp.threads else list(inp.messages)
+    messages = inp.shown
     at = max((m.created_at for m in messages), default=datetime.now(UTC)).astimezone(inp.tz)
     offset = at.utcoffset() or timedelta(0)
     minutes = int(offset.total_seconds()) // 60
@@ -415,8 +420,7 @@ async def _rendered(
             return _thread_blocks(renderer, inp.threads), renderer.attachments
         return renderer.render(inp.messages), renderer.attachments
 
-    shown = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
-    return await asyncio.to_thread(render) if holds_much(shown) else render()
+    return await asyncio.to_thread(render) if holds_much(inp.shown) else render()
 
 
 async def observe_exchange(
@@ -503,7 +507,7 @@ def lossy(parsed: ParsedOutput, inp: ObserverInput, estimator: TokenEstimator) -
     lost its notes somewhere, for example inside reasoning that was stripped, or
     behind a tag the parser took for the end of the block. Committing it would move the cursor
     past messages nobody noted."""
-    messages = [m for _, ms in inp.threads for m in ms] if inp.threads else inp.messages
+    messages = inp.shown
     shown = sum(
         min(estimator.count_text(_head(m)), LOSSY_MESSAGE_TOKENS)
         for m in messages
