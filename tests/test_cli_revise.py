@@ -81,3 +81,12 @@ def test_revise_refuses_a_missing_line_or_thread_naming_it(
     assert "no thread 't9'" in capsys.readouterr().err
     head, rows = asyncio.run(_stored(db))
     assert (head.generation, rows) == (0, [])
+
+
+def test_revise_on_a_mistyped_database_path_makes_no_database(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "memroy.db"
+    assert main(["revise", "--db", str(typo), "--thread", "t1", "--remove", "x"]) == 2
+    assert f"No obsmem database at {typo}" in capsys.readouterr().err
+    assert not typo.exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import StoreError
@@ -13,7 +12,6 @@ from ..memory import Memory
 from ..stores.sqlstore import SQLStore
 from .common import DB_HELP, DEFAULT_DB, db_label, open_store
 from .errors import CannotStart
-from .stores import is_postgres_dsn
 
 __all__ = ["add"]
 
@@ -36,9 +34,7 @@ def add(sub: Any) -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    if not is_postgres_dsn(args.db) and not Path(args.db).exists():
-        raise CannotStart(f"No obsmem database at {args.db}: give its path with --db")
-    return asyncio.run(_delete(open_store(args.db), args, out))
+    return asyncio.run(_delete(open_store(args.db, existing=True), args, out))
 
 
 async def _delete(store: SQLStore, args: argparse.Namespace, out: TextIO) -> int:

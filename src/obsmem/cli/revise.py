@@ -57,7 +57,7 @@ def add(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     text = Path(args.text_file).read_text(encoding="utf-8") if args.text_file else None
-    store = open_store(args.db)
+    store = open_store(args.db, existing=True)
     return asyncio.run(_revise(store, args, text, out))
 
 

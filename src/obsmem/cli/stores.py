@@ -34,12 +34,13 @@ def db_label(db: str) -> str:
     return f"{scheme}://{user}@{host}" if user else f"{scheme}://{host}"
 
 
-def open_store(db: str, *, read_only: bool = False) -> SQLStore:
+def open_store(db: str, *, read_only: bool = False, existing: bool = False) -> SQLStore:
     """The store ``--db`` names, checked before anything is written: a SQLite file (created
     when the path is new or the file empty) or a PostgreSQL DSN. CannotStart (one line: the
     problem and the fix) for a file or database that is not obsmem's, a file that is not SQLite,
     a bad DSN or an unreachable server; MissingExtraError without psycopg. ``read_only``
-    (inspect): the store must already hold this version's schema, and it is never written."""
+    (inspect): the store must already hold this version's schema, and it is never written.
+    ``existing`` (delete, revise): a SQLite file must exist already; a typo makes none."""
     if is_postgres_dsn(db):
         _check_postgres(db, read_only=read_only)
         from ..stores import PostgresStore
@@ -50,7 +51,7 @@ def open_store(db: str, *, read_only: bool = False) -> SQLStore:
             f"--db {db}: give a SQLite file path (obsmem.db) or a PostgreSQL DSN "
             "(postgresql://user@host/dbname)"
         )
-    _check_sqlite(db, read_only=read_only)
+    _check_sqlite(db, read_only=read_only, existing=existing)
     from ..stores import SQLiteStore
 
     return SQLiteStore(db, read_only=read_only)
@@ -62,14 +63,14 @@ _ANOTHER_PATH = "give another path with --db (a new file is made there)"
 _ANOTHER_DB = "--db with the path of an obsmem database"
 
 
-def _check_sqlite(path: str, *, read_only: bool) -> None:
+def _check_sqlite(path: str, *, read_only: bool, existing: bool = False) -> None:
     if path == ":memory:":
         return
     file = Path(path)
     if file.is_dir():
         raise CannotStart(f"--db {path} is a folder: give the path of a SQLite file")
     if not file.exists():
-        if read_only:
+        if read_only or existing:
             raise CannotStart(
                 f"No obsmem database at {path}. Pass --db PATH, or create one by using obsmem "
                 "with Memory() in this directory (or run `obsmem demo`)."
