@@ -67,7 +67,8 @@ async def test_a_replay_shows_each_cycle_with_its_ranges_generation_and_tokens(
 
     rows = await memory.cycles(REF, limit=1000)
     assert rows == sorted(rows, key=lambda c: c.started_at, reverse=True)
-    assert all(c.outcome == "committed" and c.error is None for c in rows)
+    failed = [c for c in rows if c.outcome != "committed" or c.error is not None]
+    assert not failed, failed
     kinds = {c.kind for c in rows}
     assert {"buffering", "activation", "observation"} <= kinds
     assert kinds <= {"buffering", "activation", "observation", "reflection"}
