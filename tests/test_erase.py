@@ -133,8 +133,33 @@ def test_obsmem_delete_asks_first(
     monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
     assert main(["delete", "--thread", "t1", "--db", str(path)], out=io.StringIO()) == 0
     assert SECRET.encode() not in _db_bytes(path)
+    _inspect_shows_nothing_of_t1(path, capsys)
     assert main(["delete", "--thread", "t1", "--yes", "--db", str(path)], out=io.StringIO()) == 2
     assert "no thread 't1'" in capsys.readouterr().err
+
+
+def _inspect_shows_nothing_of_t1(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``obsmem inspect``: the list, the other thread in detail (its log, as stored and as the
+    actor sees it, and its cycles) and the erased thread by id."""
+    capsys.readouterr()
+    shown: list[str] = []
+    for args in (
+        [],
+        ["--thread", "t2"],
+        ["--thread", "t2", "--as-actor"],
+        ["--thread", "t2", "--cycles", "--json"],
+    ):
+        out = io.StringIO()
+        assert main(["inspect", "--db", str(path), *args], out=out) == 0, args
+        shown.append(out.getvalue())
+    assert "harbor" in shown[1]  # the other thread is still shown
+    assert main(["inspect", "--db", str(path), "--thread", "t1"], out=io.StringIO()) == 2
+    err = capsys.readouterr().err
+    assert "no thread 't1'" in err
+    for text in [*shown, err]:
+        assert SECRET not in text
+    assert "thread t2" in shown[0]
+    assert "thread t1" not in shown[0]
 
 
 def test_obsmem_delete_resource_with_yes(

@@ -277,3 +277,42 @@ def test_a_thread_is_deleted_through_its_confirmation_page(
         assert len(rows) == 1
     finally:
         served.stop()
+
+
+def test_the_log_is_rewritten_through_a_preview_and_a_resource_deleted(
+    browser: Any, built_db: Built, tmp_path: Path
+) -> None:
+    """With --allow-edits: Revise log holds the whole log in a textarea; its preview shows the
+    diff and writes nothing; confirming writes it, and the thread page shows the new log. Then
+    the index's delete link for the resource erases all its threads."""
+    db = tmp_path / "editable.db"
+    shutil.copy(built_db.path, db)
+    served = serve(db, allow_edits=True)
+    try:
+        browser.get(thread_url(served))
+        browser.find_element(By.ID, "edit-revise").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "rewrite-text"))
+        area = browser.find_element(By.ID, "rewrite-text")
+        area.send_keys("\n* 🟢 (11:00) The user prefers tea, typed by hand")
+        browser.find_element(By.ID, "rewrite-preview").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "confirm-diff"))
+        added = browser.find_elements(By.CSS_SELECTOR, "#confirm-diff .line-added")
+        assert [a.text.replace(" ", "") for a in added] == [
+            "+*🟢(11:00)Theuserpreferstea,typedbyhand"
+        ]
+        browser.find_element(By.ID, "confirm-button").click()
+        WebDriverWait(browser, 10).until(lambda d: "/thread?" in d.current_url)
+        assert "prefers tea" in browser.page_source
+
+        browser.get(served.url + "/")
+        browser.find_element(By.CSS_SELECTOR, "a.delete-resource").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "confirm-button"))
+        assert "threads" in browser.find_element(By.ID, "confirm-what").text
+        browser.find_element(By.ID, "confirm-button").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.ID, "done-message"))
+        assert "Erased resource" in browser.find_element(By.ID, "done-message").text
+        browser.find_element(By.ID, "back").click()
+        WebDriverWait(browser, 10).until(lambda d: d.find_elements(By.TAG_NAME, "main"))
+        assert browser.find_elements(By.CSS_SELECTOR, "#threads tbody tr a[href*='/thread?']") == []
+    finally:
+        served.stop()

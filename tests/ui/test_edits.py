@@ -175,3 +175,81 @@ def test_a_removed_line_and_a_missing_one(editable: TestClient, db: Path) -> Non
     assert "Traceback" not in missing.text
     assert "Not done" in missing.text
     assert "no line of the log" in missing.text
+
+
+def _rewrite_form(editable: TestClient) -> dict[str, str]:
+    page = editable.get(f"/edit/revise?{q(id=MAIN)}").text
+    text = re.search(r'<textarea name="text"[^>]*>(.*?)</textarea>', page, re.S)
+    base = re.search(r'name="base" value="([^"]+)"', page)
+    assert text, page[:2000]
+    assert base, page[:2000]
+    return {"id": MAIN, "base": base.group(1), "text": unescape(text.group(1))}
+
+
+def test_the_whole_log_is_rewritten_after_a_preview_of_its_changes(
+    editable: TestClient, db: Path
+) -> None:
+    form = _rewrite_form(editable)
+    before, _ = _log_of(db, MAIN)
+    assert form["text"] == before
+    lines = form["text"].split("\n")
+    dropped = next(line for line in lines if line.startswith("* "))
+    rewritten = [line for line in lines if line != dropped] + ["* 🟢 (10:00) Added by hand"]
+    token = csrf_of(editable.get(f"/edit/revise?{q(id=MAIN)}").text)
+    as_sent = {**form, "text": "\r\n".join(rewritten), "csrf": token}  # a browser's CRLF
+    preview = editable.post("/edit/revise-text", data=as_sent)
+    assert preview.status_code == 200, preview.text
+    assert 'id="confirm-diff"' in preview.text
+    assert "Added by hand" in preview.text
+    assert "line-dropped" in preview.text
+    assert _log_of(db, MAIN)[0] == before  # the preview wrote nothing
+    fields = re.findall(r'name="(\w+)" value="([^"]*)"', preview.text)
+    confirm = {name: unescape(value) for name, value in fields}
+    done = editable.post("/edit/revise", data=confirm, follow_redirects=False)
+    assert done.status_code == 303, done.text
+    log, revisions = _log_of(db, MAIN)
+    assert "* 🟢 (10:00) Added by hand" in log
+    assert dropped not in log
+    assert "\r" not in log
+    assert [c.by for c in revisions] == ["ui"]
+
+    # The same confirmation again: the log is no longer the one it was made from.
+    stale = editable.post("/edit/revise", data=confirm)
+    assert stale.status_code == 409
+    assert "changed since the rewrite was made" in stale.text
+    assert _log_of(db, MAIN)[1] == revisions
+
+
+def test_a_rewrite_that_changes_nothing_or_lacks_the_token_is_refused(
+    editable: TestClient, db: Path
+) -> None:
+    form = _rewrite_form(editable)
+    token = csrf_of(editable.get(f"/edit/revise?{q(id=MAIN)}").text)
+    before = db.read_bytes()
+    same = editable.post("/edit/revise-text", data={**form, "csrf": token})
+    assert same.status_code == 400
+    assert "nothing to write" in same.text
+    forged = editable.post("/edit/revise-text", data={**form, "text": "x", "csrf": "forged"})
+    assert forged.status_code == 403
+    unbased = editable.post(
+        "/edit/revise", data={**form, "text": "* x", "base": "0:stale", "csrf": token}
+    )
+    assert unbased.status_code == 409
+    assert db.read_bytes() == before
+
+
+def test_a_resource_is_deleted_after_its_confirmation(editable: TestClient, db: Path) -> None:
+    index = editable.get("/").text
+    [resource] = set(re.findall(r"/edit/delete-resource\?resource=([\w.-]+)", index))
+    confirm = editable.get(f"/edit/delete-resource?{q(resource=resource)}")
+    assert confirm.status_code == 200
+    assert f"erase resource &#39;{resource}&#39;" in confirm.text
+    done = editable.post(
+        "/edit/delete-resource", data={"resource": resource, "csrf": csrf_of(confirm.text)}
+    )
+    assert done.status_code == 200
+    assert f"Erased resource &#39;{resource}&#39;" in done.text
+    for thread_id in (MAIN, OTHER):
+        assert editable.get(f"/thread?{q(id=thread_id)}").status_code == 404
+    assert resource not in editable.get("/").text
+    assert editable.get(f"/edit/delete-resource?{q(resource=resource)}").status_code == 404

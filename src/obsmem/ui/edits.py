@@ -1,8 +1,11 @@
 """``obsmem ui --allow-edits``: delete a thread, delete a resource, revise a log, from the browser.
 
-Each action is two steps of plain HTML, no JavaScript: a GET page that shows what will be erased
-or changed and holds a POST form, then the POST that does it through :class:`~obsmem.Memory`
-(the same calls as ``obsmem delete`` and ``obsmem revise``) and redirects. A POST is refused
+Each action is two steps of plain HTML, no JavaScript: a page that shows what will be erased or
+changed and holds a POST form, then the POST that does it through :class:`~obsmem.Memory` (the
+same calls as ``obsmem delete`` and ``obsmem revise``). The confirmation is a GET page, except for
+a rewrite of the whole log: its text is POSTed to a preview (a diff against the log it was made
+from, nothing written), whose form writes it only while the log is still the one the rewrite was
+made from. A POST is refused
 (403, nothing changed) unless it carries this process's CSRF secret in its form and, when the
 browser sends an ``Origin``, that origin is the inspector's own; the Host and token checks of
 :mod:`obsmem.ui.security` apply before either. None of these routes exists without the flag.
@@ -10,6 +13,7 @@ browser sends an ``Origin``, that origin is the inspector's own; the Host and to
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import secrets
 from collections.abc import Awaitable, Callable
@@ -22,8 +26,9 @@ from starlette.routing import Route
 
 from ..errors import ConfigError, StoreError
 from ..memory import Memory
-from ..records import Scope, Thread
+from ..records import OMRecord, Scope, Thread
 from ..stores.base import Store
+from .diff import diff_logs
 from .queries import head_of
 
 if TYPE_CHECKING:
@@ -37,6 +42,13 @@ BY = "ui"
 """Who asked, as the cycle ledger records a revision made here."""
 MAX_FORM = 1_000_000
 """The largest form body read (a form over it is refused, 413)."""
+
+
+def _fingerprint(record: OMRecord) -> str:
+    """Which log a rewrite was made from: its generation and a hash of its text (a new
+    observation changes the text, a reflection or revision the generation)."""
+    digest = hashlib.sha256(record.observations.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{record.generation}:{digest[:32]}"
 
 
 def _same_origin(request: Request) -> bool:
@@ -78,6 +90,7 @@ class Editor:
             Route("/edit/delete-resource", self._guarded(self.delete_resource), methods=["POST"]),
             Route("/edit/revise", self.revise_page, methods=["GET"]),
             Route("/edit/revise", self._guarded(self.revise), methods=["POST"]),
+            Route("/edit/revise-text", self._guarded(self.rewrite_preview), methods=["POST"]),
         ]
 
     def _guarded(
@@ -105,6 +118,15 @@ class Editor:
 
     def _refused(self, request: Request, why: str) -> Response:
         return self.pages.problem(request, 403, f"Refused, nothing changed: {why}.", "Refused")
+
+    def _conflict(self, request: Request, thread: Thread) -> Response:
+        return self.pages.problem(
+            request,
+            409,
+            f"Not written: the log of {thread.id!r} changed since the rewrite was made from it "
+            "(new observations or a reflection). Open Revise log again and redo the rewrite.",
+            "Not done",
+        )
 
     def _confirm(self, request: Request, context: dict[str, Any]) -> Response:
         return self.pages.render(request, "confirm.html", {**context, "csrf": self.csrf})
@@ -189,7 +211,16 @@ class Editor:
         if old is None:
             lines = [line for line in record.observations.splitlines() if line.strip()]
             return self.pages.render(
-                request, "revise.html", {"thread": thread, "key": key, "lines": lines}
+                request,
+                "revise.html",
+                {
+                    "thread": thread,
+                    "key": key,
+                    "lines": lines,
+                    "log": record.observations,
+                    "base": _fingerprint(record),
+                    "csrf": self.csrf,
+                },
             )
         new = params.get("new") if params.get("how") == "replace" else None
         change = f"replace the line {old!r} with {new!r}" if new is not None else None
@@ -207,17 +238,51 @@ class Editor:
             },
         )
 
+    async def rewrite_preview(self, request: Request, form: dict[str, str]) -> Response:
+        """The whole log rewritten (a POSTed textarea): its diff against the log it was made
+        from and the form that writes it. Nothing is written here."""
+        thread = await self._thread(form.get("id", ""))
+        _, record = await head_of(self.store, thread)
+        if record is None or form.get("base") != _fingerprint(record):
+            return self._conflict(request, thread)
+        text = _text_of(form)
+        diff = diff_logs(record.observations, text)
+        if all(line.kind == "kept" for line in diff):
+            return self.pages.problem(
+                request, 400, "The rewritten log is the log as it is: nothing to write.", "Not done"
+            )
+        return self._confirm(
+            request,
+            {
+                "action": "/edit/revise",
+                "title": f"Rewrite the log of {thread.id}",
+                "what": f"replace the whole log with the text below ({len(text.splitlines())} "
+                "lines); the changes against the log as it is now",
+                "diff": diff,
+                "fields": {"id": thread.id, "base": form["base"], "text": text},
+                "button": "Write the rewritten log",
+                "back": "/edit/revise?" + urlencode({"id": thread.id}),
+                "thread": thread,
+            },
+        )
+
     async def revise(self, request: Request, form: dict[str, str]) -> Response:
         thread = await self._thread(form.get("id", ""))
-        key, _ = await head_of(self.store, thread)
+        key, record = await head_of(self.store, thread)
         scope: Scope = "thread" if key.startswith("thread:") else "resource"
-        old, new = form.get("old", ""), form.get("new")
-        await self.memory(scope).revise(
-            {"thread": thread.id, "resource": thread.resource_id},
-            replace={old: new} if new is not None else None,
-            remove=[old] if new is None else None,
-            by=BY,
-        )
+        ref = {"thread": thread.id, "resource": thread.resource_id}
+        if "text" in form:  # a whole rewrite, previewed against the log it was made from
+            if record is None or form.get("base") != _fingerprint(record):
+                return self._conflict(request, thread)
+            await self.memory(scope).revise(ref, text=_text_of(form), by=BY)
+        else:
+            old, new = form.get("old", ""), form.get("new")
+            await self.memory(scope).revise(
+                ref,
+                replace={old: new} if new is not None else None,
+                remove=[old] if new is None else None,
+                by=BY,
+            )
         return RedirectResponse("/thread?" + urlencode({"id": thread.id}), status_code=303)
 
     async def _thread(self, thread_id: str) -> Thread:
@@ -225,3 +290,8 @@ class Editor:
         if thread is None:
             raise StoreError(f"no thread {thread_id!r}: it may be erased already; see the list")
         return thread
+
+
+def _text_of(form: dict[str, str]) -> str:
+    """The rewritten log as typed (a browser sends a textarea's line breaks as CRLF)."""
+    return form.get("text", "").replace("\r\n", "\n").strip("\n")
