@@ -30,11 +30,12 @@ Memory messages have fixed ids and a fixed ``created_at`` so equal text gives eq
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta, tzinfo
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
 from typing import Any
 
 from .dates import format_timestamp, gap_text, render_relative_dates
@@ -112,6 +113,8 @@ TEMPORAL_GAP_THRESHOLD = timedelta(minutes=10)
 """A raw user message this long or longer after the previous message gets a temporal marker."""
 
 _PART_CHARS = 500
+SHOWN_LOGS = 32
+"""Logs whose rendering for the actor is kept (per day), least recently used out."""
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _BOUNDARY_RE = re.compile(r"^[ \t]*--- message boundary \([^()\n]*\) ---[ \t]*$", re.M)
 _ROLE_LABELS = {"user": "User", "assistant": "Assistant", "system": "System", "tool": "Tool"}
@@ -463,6 +466,16 @@ def _hints(inp: ContextInput) -> list[Message]:
     return out
 
 
+@functools.lru_cache(maxsize=SHOWN_LOGS)
+def _shown_segments(observations: str, today: date, tz: tzinfo) -> tuple[str, ...]:
+    """The log as the actor reads it on ``today``: relative dates added, cut into segments,
+    each rendered neutral. It changes only when the log or the day does, so it is kept rather
+    than rendered again every turn (which cost a turn about a sixth of its time)."""
+    noon = datetime.combine(today, time(12), tzinfo=tz)
+    rendered = render_relative_dates(observations, noon, tz)
+    return tuple(neutral_log(segment) for segment in split_log_segments(rendered))
+
+
 def build_context(inp: ContextInput) -> list[Message]:
     """The messages the actor sees this turn: memory messages, then the raw messages.
 
@@ -494,9 +507,9 @@ def build_context(inp: ContextInput) -> list[Message]:
     if others is not None:
         out.append(others)
     out.append(_memory("<observations>", key="observations", section="observations_open"))
-    rendered = render_relative_dates(inp.observations, inp.now, inp.tz)
-    for index, segment in enumerate(split_log_segments(rendered)):
-        out.append(_memory(neutral_log(segment), key=f"segment-{index}", section="segment"))
+    today = inp.now.astimezone(inp.tz).date()
+    for index, segment in enumerate(_shown_segments(inp.observations, today, inp.tz)):
+        out.append(_memory(segment, key=f"segment-{index}", section="segment"))
     out += _hints(inp)
     if inp.working_memory is not None:
         out.append(inp.working_memory)

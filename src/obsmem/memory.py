@@ -27,7 +27,7 @@ from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMO
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .recall import RECALL_DESCRIPTION
-from .records import CycleRecord, OMRecord, Thread, record_key
+from .records import CycleRecord, ModelExchange, OMRecord, Thread, record_key
 from .snapshot import Subject
 from .stores import Erasure, SQLiteStore, Store
 from .stores.changes import LoadRequest
@@ -463,6 +463,13 @@ class Memory:
             limit=limit,
             before=before,
         )
+
+    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
+        """What one cycle's model calls were shown (instructions and input) and answered, in
+        call order (a cycle id from :meth:`cycles`); empty when the cycle called no model or
+        its detail is no longer kept (the ``cycle_detail`` option says how many cycles keep it,
+        0 keeps none)."""
+        return await self.store.cycle_detail(cycle_id)
 
     # -- threads ---------------------------------------------------------------------------------
 

@@ -176,9 +176,12 @@ async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generat
     await _remember(store, "t2", "resource")
     head = await open_record(store, "t1", scope="resource")
     merged = "* 🟡 the user shares cards across threads"
-    head = await new_generation(
-        store, head, observations=f"{merged}\n{_block('t1')}\n{_block('t2')}", observation_tokens=9
+    boundary = "--- message boundary (2025-12-04T15:00:00.000Z) ---"
+    log = (
+        f"{merged}\n[recall range t1-m1:t2-m2]\n* 🟡 a reflected line\n{_block('t2')}\n\n"
+        f"{boundary}\n\n{_block('t1')}\n"
     )
+    head = await new_generation(store, head, observations=log, observation_tokens=9)
     head = await set_reflection(
         store,
         head,
@@ -193,6 +196,7 @@ async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generat
     )
     spanning = replace(
         _group(head.key, "t2", 2),
+        start_id="t1-m1",
         ranges=(
             MessageRange(thread_id="t1", first_seq=1, last_seq=2),
             MessageRange(thread_id="t2", first_seq=1, last_seq=2),
@@ -202,10 +206,12 @@ async def test_resource_scope_delete_thread_strips_its_blocks_from_every_generat
     head = await apply(store, head, change, groups=[spanning])  # a reflection's group
     erased = await store.delete_thread("t1")
     assert erased is not None
-    assert erased.remaining == merged
+    assert erased.remaining == f"{merged}\n* 🟡 a reflected line"
     await _assert_no_trace(store, "t1")
     after = await store.get_record("resource:r1")
     assert after is not None
+    assert "recall range t1-m1" not in after.observations  # the erased group's range
+    assert boundary not in after.observations  # nothing is left after it
     assert after.version > head.version
     assert "(t1)" not in after.observations
     assert "(t2)" in after.observations

@@ -319,7 +319,7 @@ async def test_an_observation_cycle_keeps_what_the_observer_was_shown_and_answer
     store: Store,
 ) -> None:
     memory, row, calls = await _observe_once(store)
-    (shown,) = await store.cycle_detail(row.cycle_id)
+    (shown,) = await memory.cycle_detail(row.cycle_id)
     assert shown.role == "observer"
     assert shown.shown == calls.prompts[0]  # exactly the user message the Observer got
     assert "Please call me Ada from now on." in shown.shown
@@ -336,5 +336,5 @@ async def test_cycle_detail_off_keeps_the_ledger_row_but_no_detail(tmp_path: Pat
     memory, row, calls = await _observe_once(store, cycleDetail=False)
     assert calls.count == 1  # the cycle ran and was recorded
     assert row.input_tokens
-    assert await store.cycle_detail(row.cycle_id) == []
+    assert await memory.cycle_detail(row.cycle_id) == []
     await memory.aclose()

@@ -12,7 +12,7 @@ from datetime import datetime
 from ..records import record_key
 from . import schema as sql
 from .codec import group_from_row
-from .erasure import Erasure, erase_thread_from, traced_to, untraced
+from .erasure import Erasure, erase_thread_from, erased_labels, traced_to, untraced
 from .flows import Flow, Op, clear, get_thread, in_batches, list_threads, marks
 from .rows import record_from_row, record_update_values, thread_match
 
@@ -29,10 +29,12 @@ def delete_thread(thread_id: str, *, now: datetime, pgvector: bool) -> Flow[Eras
     if pgvector:
         yield Op(sql.DELETE_VECTORS_OF_THREAD, (thread_id,))
     yield Op(sql.DELETE_EMBEDDINGS_OF_THREAD, (thread_id,))
-    yield Op(sql.DELETE_GROUPS_OF_THREAD, (thread_id,))
     rows = yield Op(sql.SELECT_GROUPS, (thread.resource_id,))
-    traced = [g.id for g in map(group_from_row, rows) if traced_to(g, thread_id)]
-    for batch in in_batches(traced):
+    groups = [group_from_row(row) for row in rows]
+    erased = [g for g in groups if traced_to(g, thread_id)]
+    labels = erased_labels(erased, groups)
+    yield Op(sql.DELETE_GROUPS_OF_THREAD, (thread_id,))
+    for batch in in_batches([g.id for g in erased]):
         ids = marks(len(batch))
         if pgvector:
             yield Op(sql.DELETE_VECTORS_BY_ID.format(marks=ids), tuple(batch))
@@ -43,7 +45,7 @@ def delete_thread(thread_id: str, *, now: datetime, pgvector: bool) -> Flow[Eras
     remaining = ""
     rows = yield Op(sql.SELECT_GENERATIONS, (key,), lock=True)
     for record in map(record_from_row, rows):
-        after = erase_thread_from(record, thread_id, now=now)
+        after = erase_thread_from(record, thread_id, labels=labels, now=now)
         if after is not record:
             yield Op(sql.UPDATE_RECORD, record_update_values(after))
         if after.is_head:

@@ -5,7 +5,9 @@ them), but the people they belong to may take them back: a delete removes every 
 thread or a resource in one transaction. In resource scope the log is shared by the resource's
 threads, so erasing one thread rewrites every generation of that log without the thread's
 ``<thread id="…">`` blocks (and without its cursor); buffered chunks that touched the thread and
-a buffered reflection are dropped (they are recomputed from what remains). Lines that reflection
+a buffered reflection are dropped (they are recomputed from what remains), and so are the
+``[recall range …]`` lines of the observation groups erased with it and the message boundaries
+left with nothing after them. Lines that reflection
 merged out of their thread blocks cannot be traced to a thread: :attr:`Erasure.remaining` names
 them, so the owner can revise them.
 
@@ -15,6 +17,7 @@ Pure functions only, like :mod:`obsmem.stores.transitions`.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
@@ -22,10 +25,18 @@ from ..neutral import neutral_line
 from ..records import ObservationGroup, OMRecord
 from ..tokens import estimate_text_tokens
 
-__all__ = ["Erasure", "erase_thread_from", "strip_thread", "traced_to", "untraced"]
+__all__ = [
+    "Erasure",
+    "erase_thread_from",
+    "erased_labels",
+    "strip_thread",
+    "traced_to",
+    "untraced",
+]
 
 _ANY_BLOCK = re.compile(r'<thread id="[^"\n]*">.*?</thread>\n?', re.DOTALL)
 _BOUNDARY = "--- message boundary"
+_RANGE_LINE = re.compile(r"^\[recall range ([^\]\n]*)\]\n?", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -58,17 +69,57 @@ def traced_to(group: ObservationGroup, thread_id: str) -> bool:
     )
 
 
+def erased_labels(
+    erased: Sequence[ObservationGroup], groups: Sequence[ObservationGroup]
+) -> frozenset[str]:
+    """What the ``[recall range …]`` lines of the ``erased`` groups name (their first and last
+    message), less what a group that stays still names."""
+    gone = {g.id for g in erased}
+    staying = {f"{g.start_id}:{g.end_id}" for g in groups if g.id not in gone}
+    return frozenset(f"{g.start_id}:{g.end_id}" for g in erased) - staying
+
+
+def _without_ranges(text: str, labels: frozenset[str]) -> str:
+    """``text`` without the recall-range lines naming one of ``labels``."""
+    if not labels:
+        return text
+    return _RANGE_LINE.sub(lambda m: "" if m[1] in labels else m[0], text)
+
+
+def _without_empty_boundaries(text: str) -> str:
+    """``text`` without the message boundaries that have nothing but blank lines (or another
+    boundary) after them."""
+    kept: list[str] = []
+    boundary: int | None = None  # where in ``kept`` the boundary waiting for content sits
+    for line in text.split("\n"):
+        if line.startswith(_BOUNDARY):
+            if boundary is not None:
+                del kept[boundary:]
+            boundary = len(kept)
+        elif line.strip():
+            boundary = None
+        kept.append(line)
+    if boundary is not None:
+        del kept[boundary:]
+    return "\n".join(kept).lstrip("\n")
+
+
 def untraced(text: str) -> str:
     """The lines of a resource log outside every thread block (boundaries and blanks aside)."""
     lines = _ANY_BLOCK.sub("", text).splitlines()
     return "\n".join(ln for ln in lines if ln.strip() and not ln.startswith(_BOUNDARY))
 
 
-def erase_thread_from(record: OMRecord, thread_id: str, *, now: datetime) -> OMRecord:
-    """``record`` (one generation of a resource log) without ``thread_id``: its blocks, its
-    cursor, and the buffered work that touched it; the record itself when nothing changes. A
-    head that changes gets the next version, so a cycle that read it before loses its race."""
-    observations = strip_thread(record.observations, thread_id)
+def erase_thread_from(
+    record: OMRecord, thread_id: str, *, labels: frozenset[str] = frozenset(), now: datetime
+) -> OMRecord:
+    """``record`` (one generation of a resource log) without ``thread_id``: its blocks, the
+    recall ranges of its erased groups (``labels``, :func:`erased_labels`), its cursor, and the
+    buffered work that touched it; the record itself when nothing changes. A head that changes
+    gets the next version, so a cycle that read it before loses its race."""
+    observations = _without_ranges(strip_thread(record.observations, thread_id), labels)
+    if observations != record.observations:
+        observations = _without_empty_boundaries(observations)
     touched = any(r.thread_id == thread_id for c in record.chunks for r in c.ranges)
     changed = (
         observations != record.observations

@@ -35,7 +35,7 @@ from .changes import (
     ThreadChange,
     ThreadPatch,
 )
-from .erasure import Erasure, erase_thread_from, traced_to, untraced
+from .erasure import Erasure, erase_thread_from, erased_labels, traced_to, untraced
 
 __all__ = ["InMemoryStore"]
 
@@ -383,14 +383,16 @@ class InMemoryStore:
             key = record_key("resource", thread_id=None, resource_id=thread.resource_id)
             remaining = ""
             now = utcnow()
+            erased = [g for g in self._groups if traced_to(g, thread_id)]
+            labels = erased_labels(erased, self._groups)
             for record in list(self._generations.get(key, [])):
-                after = erase_thread_from(record, thread_id, now=now)
+                after = erase_thread_from(record, thread_id, labels=labels, now=now)
                 self._put(after)
                 if after.is_head:
                     remaining = untraced(after.observations)
             if key in self._cycles:
                 self._cycles[key] = [c for c in self._cycles[key] if thread_id not in c.thread_ids]
-            traced = {g.id for g in self._groups if traced_to(g, thread_id)}
+            traced = {g.id for g in erased}
             self._groups = [g for g in self._groups if g.id not in traced]
             self._embeddings = {k: e for k, e in self._embeddings.items() if k not in traced}
             self._forget_threads({thread_id})
