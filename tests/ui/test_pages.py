@@ -298,11 +298,12 @@ def test_binding_beyond_loopback_needs_a_token(
     assert bind_problem("127.0.0.1", None) is None
     assert bind_problem("0.0.0.0", TOKEN) is None
     assert bind_problem("0.0.0.0", "short") is not None
-    code = main(["ui", "--db", str(built_db.path), "--host", "0.0.0.0"])
-    err = capsys.readouterr().err
-    assert code == 2
-    assert "--token" in err
-    assert len(err.strip().splitlines()) == 1
+    for edits in ([], ["--allow-edits"]):
+        code = main(["ui", "--db", str(built_db.path), "--host", "0.0.0.0", *edits])
+        err = capsys.readouterr().err
+        assert code == 2
+        assert "--token" in err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_a_missing_or_foreign_database_names_the_fix(
