@@ -1,0 +1,1 @@
+"""Moving memory out of and into obsmem: export, import, and readers of other systems' stores."""
