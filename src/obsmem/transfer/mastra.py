@@ -94,8 +94,7 @@ def _json(value: Any, what: str) -> Any:
         return decode_json(value)
     except ValueError as exc:
         raise MastraImportError(
-            f"{what} is not JSON ({exc}); the database is damaged or not written by "
-            "@mastra/libsql"
+            f"{what} is not JSON ({exc}); the database is damaged or not written by @mastra/libsql"
         ) from None
 
 
@@ -187,7 +186,9 @@ def _thread_messages(db: sqlite3.Connection, thread_id: str, resource_id: str) -
 
 
 def _observed_through(
-    messages: list[tuple[str, datetime, list[Message]]], cursor: datetime | None, ids: frozenset[str]
+    messages: list[tuple[str, datetime, list[Message]]],
+    cursor: datetime | None,
+    ids: frozenset[str],
 ) -> str | None:
     """The id of the last obsmem message of the observed prefix."""
     last: str | None = None

@@ -64,7 +64,9 @@ def _jsonb_element(blob: bytes, at: int) -> tuple[Any, int]:
     if kind in (0, 1, 2):
         return (None, True, False)[kind], end
     if kind in (3, 4, 5, 6):  # INT, INT5, FLOAT, FLOAT5: the number's text
-        return json.loads(payload.decode("ascii")) if kind in (3, 5) else _json5_number(payload), end
+        return json.loads(payload.decode("ascii")) if kind in (3, 5) else _json5_number(
+            payload
+        ), end
     if kind == 7 or kind == 10:  # TEXT (nothing to unescape), TEXTRAW
         return payload.decode("utf-8"), end
     if kind in (8, 9):  # TEXTJ, TEXT5: JSON escapes inside
@@ -156,7 +158,7 @@ def _tool_parts(part: JSON) -> tuple[ToolCallPart, ToolResultPart | None]:
         tool_call_id=call_id,
         tool_name=name,
         args=args if isinstance(args, dict | str) else json.dumps(args),
-        metadata=_extras(part, "toolInvocation"),
+        metadata=_extras(part, "toolInvocation", "resultOnly"),
     )
     state = inv.get("state")
     if state == "result":
@@ -215,7 +217,9 @@ def _v1_parts(content: Any) -> list[JSON]:
                 "result": item.get("result", item.get("output")),
                 "isError": item.get("isError", False),
             }
-            out.append({"type": "tool-invocation", "toolInvocation": inv})
+            # an AI SDK tool-result (a ``tool`` row) answers a call stored in an earlier row
+            only = kind == "tool-result"
+            out.append({"type": "tool-invocation", "toolInvocation": inv, "resultOnly": only})
         elif kind in ("image", "file"):
             data = item.get("image", item.get("data", ""))
             media = item.get("mimeType") or item.get("mediaType") or "image/png"
@@ -234,7 +238,8 @@ class _Pieces:
     """Builds the obsmem messages of one Mastra message, splitting at tool results."""
 
     def __init__(self, role: Role, base: JSON) -> None:
-        self.role, self.base = role, base
+        self.role: Role = role
+        self.base = base
         self.done: list[tuple[Role, list[Part]]] = []
         self.current: list[Part] = []
         self.results: list[Part] = []
@@ -296,13 +301,16 @@ def mastra_messages(
         extra = {k: body[k] for k in ("metadata", "providerMetadata") if body.get(k)}
     else:
         parts, extra = _v1_parts(content), {}
-    obs_role = cast(Role, role if role in ("user", "assistant", "system", "tool") else "user")
+    obs_role: Role = role if role in ("user", "assistant", "system", "tool") else "user"
     metadata: JSON = {"mastra": extra} if extra else {}
     base = {"metadata": metadata, "created_at": created_at, "thread_id": thread_id}
     pieces = _Pieces(obs_role, {**base, "resource_id": resource_id})
     for raw in parts:
         if raw.get("type") == "tool-invocation":
             call, result = _tool_parts(raw)
+            if raw.get("resultOnly") and result is not None:
+                pieces.add(result)
+                continue
             pieces.add(call, tool_call=True)
             if result is not None and raw.get("providerExecuted"):
                 pieces.add(result, tool_call=True)

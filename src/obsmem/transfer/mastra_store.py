@@ -45,9 +45,7 @@ async def _append(store: Store, thread: MastraThread) -> dict[str, int]:
     metadata = dict(thread.metadata)
     if thread.working_memory is not None:
         metadata[META_WORKING_MEMORY] = thread.working_memory
-    await store.create_thread(
-        thread.id, thread.resource_id, title=thread.title, metadata=metadata
-    )
+    await store.create_thread(thread.id, thread.resource_id, title=thread.title, metadata=metadata)
     seqs: dict[str, int] = {}
     messages = list(thread.messages)
     for start in range(0, len(messages), _BATCH):

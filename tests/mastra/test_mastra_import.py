@@ -1,0 +1,168 @@
+"""Importing a Mastra memory database written by real Mastra code (see ``mastra_db.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from obsmem import Memory
+from obsmem.messages import (
+    ImagePart,
+    Message,
+    ReasoningPart,
+    TextPart,
+    ToolCallPart,
+    ToolResultPart,
+)
+from obsmem.stores import SQLiteStore
+from obsmem.testing import scripted_observer, scripted_reflector
+from obsmem.transfer.mastra import MastraImportError, MastraThread, read_mastra
+from obsmem.transfer.mastra_store import write_mastra_threads
+
+from .mastra_db import mastra_database
+
+TRIP, COOKING = "thread-trip", "thread-cooking"
+
+
+@pytest.fixture(scope="module")
+def mastra(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("mastra") / "mastra.db"
+    return path, mastra_database(path)
+
+
+def _threads(path: Path) -> dict[str, MastraThread]:
+    return {t.id: t for t in read_mastra(path)}
+
+
+def _when(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+def test_reader_gives_threads_messages_and_the_log_with_its_cursor(
+    mastra: tuple[Path, dict[str, Any]],
+) -> None:
+    path, written = mastra
+    threads = _threads(path)
+    assert list(threads) == [TRIP, COOKING]
+    trip = threads[TRIP]
+    assert (trip.resource_id, trip.title, dict(trip.metadata)) == (
+        "user-ada",
+        "Lisbon trip",
+        {"channel": "web"},
+    )
+    # Every Mastra message, in order, with its id and timestamp (the tool step is split).
+    mastra_ids = [m.metadata.get("mastra", {}).get("id", m.id) for m in trip.messages]
+    assert list(dict.fromkeys(mastra_ids)) == [m["id"] for m in written["threads"][TRIP]]
+    times = {m["id"]: _when(m["createdAt"]) for m in written["threads"][TRIP]}
+    assert all(m.created_at == times[i] for m, i in zip(trip.messages, mastra_ids, strict=True))
+    # The tool call and its result, paired by id, in an assistant and a tool message.
+    [call] = [p for m in trip.messages for p in m.parts if isinstance(p, ToolCallPart)]
+    [result] = [p for m in trip.messages for p in m.parts if isinstance(p, ToolResultPart)]
+    assert (call.tool_call_id, call.tool_name, call.args) == (
+        "call-weather-1",
+        "getWeather",
+        {"city": "Lisbon", "month": "May"},
+    )
+    assert (result.tool_call_id, result.content) == (
+        "call-weather-1",
+        {"highC": 22, "lowC": 14, "rainDays": 6},
+    )
+    roles = [m.role for m in trip.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant", "user"]
+    kinds = {type(p) for m in trip.messages for p in m.parts}
+    assert {TextPart, ReasoningPart, ImagePart} <= kinds
+    [image] = [p for m in trip.messages for p in m.parts if isinstance(p, ImagePart)]
+    assert image.media_type == "image/png"
+    assert (image.data or b"").startswith(b"\x89PNG")
+    # The log and the cursor where Mastra had it.
+    assert trip.observations == written["observations"]
+    assert trip.last_observed_at == _when(written["lastObservedAt"])
+    assert trip.observed_through == written["observedThroughId"]
+    assert trip.resource_working_memory == written["workingMemory"]
+    cooking = threads[COOKING]
+    assert [m.text for m in cooking.messages] == [
+        "Give me a quick pasta recipe.",
+        "Boil spaghetti, toss with garlic, olive oil and chilli.",
+    ]
+    assert cooking.observations is None
+    assert cooking.observed_through is None
+
+
+async def _next_turn(db: Path, thread: str) -> list[Message]:
+    options = {
+        "observation": {"model": scripted_observer()},
+        "reflection": {"model": scripted_reflector()},
+    }
+    async with Memory(SQLiteStore(db), observational_memory=options, working_memory=True) as memory:
+        ref = {"resource": "user-ada", "thread": thread}
+        return (await memory.context(ref, [Message.user("And shoes?")], actor_model=None)).messages
+
+
+async def _import(source: Path, db: Path) -> None:
+    store = SQLiteStore(db)
+    try:
+        await write_mastra_threads(store, read_mastra(source))
+    finally:
+        await store.aclose()
+
+
+def test_imported_log_and_only_the_messages_after_the_cursor_reach_the_next_turn(
+    mastra: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, written = mastra
+    db = tmp_path / "obsmem.db"
+    asyncio.run(_import(path, db))
+    sent = asyncio.run(_next_turn(db, TRIP))
+    system = "\n".join(m.text for m in sent if m.role == "system")
+    assert "User booked a hotel close to the river." in system
+    assert written["workingMemory"] in system
+    raw = [m for m in sent if m.role != "system"]
+    assert [m.id for m in raw[:-1]] == [written["threads"][TRIP][-1]["id"]]
+    assert [m.text for m in raw] == ["Can you remind me what I need to pack?", "And shoes?"]
+    # The thread Mastra never observed comes whole.
+    other = [m.text for m in asyncio.run(_next_turn(db, COOKING)) if m.role != "system"]
+    assert other[:2] == [
+        "Give me a quick pasta recipe.",
+        "Boil spaghetti, toss with garlic, olive oil and chilli.",
+    ]
+
+
+def test_a_database_without_observational_memory_imports_messages_only(tmp_path: Path) -> None:
+    source = tmp_path / "plain.db"
+    written = mastra_database(source, observational_memory=False)
+    threads = _threads(source)
+    assert all(t.observations is None and t.observed_through is None for t in threads.values())
+    db = tmp_path / "obsmem.db"
+    asyncio.run(_import(source, db))
+    sent = asyncio.run(_next_turn(db, TRIP))
+    assert "<observations>" not in "\n".join(m.text for m in sent if m.role == "system")
+    raw_ids = [m.metadata.get("mastra", {}).get("id", m.id) for m in sent if m.role != "system"]
+    assert list(dict.fromkeys(raw_ids))[:-1] == [m["id"] for m in written["threads"][TRIP]]
+
+
+def _refusal(path: Path) -> str:
+    with pytest.raises(MastraImportError) as caught:
+        list(read_mastra(path))
+    return str(caught.value)
+
+
+def test_unknown_or_damaged_files_are_refused_naming_the_fix(
+    mastra: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    assert "does not exist" in _refusal(tmp_path / "missing.db")
+    garbage = tmp_path / "notes.db"
+    garbage.write_bytes(b"these are my notes, not a database" * 100)
+    assert "is not a SQLite database" in _refusal(garbage)
+    other = tmp_path / "other.db"
+    sqlite3.connect(other).execute("CREATE TABLE notes (x)").connection.close()
+    assert "no mastra_threads or mastra_messages table" in _refusal(other)
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(mastra[0].read_bytes())
+    with sqlite3.connect(damaged) as db:
+        db.execute("UPDATE mastra_messages SET content = '{broken' WHERE thread_id = ?", (COOKING,))
+    assert "content that is not JSON; the database is damaged" in _refusal(damaged)
