@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 
@@ -33,7 +33,11 @@ QUIET = {
     "npm_config_update_notifier": "false",
     "npm_config_fund": "false",
     "npm_config_audit": "false",
+    "npm_config_fetch_retries": "1",
+    "npm_config_fetch_retry_mintimeout": "2000",  # offline: give up in seconds, not minutes
+    "npm_config_fetch_retry_maxtimeout": "10000",
 }
+_unavailable: list[str] = []  # why Mastra could not be installed, once per session
 
 
 def _cache() -> Path:
@@ -42,8 +46,15 @@ def _cache() -> Path:
     return Path(root) / f"mastra-{pins}"
 
 
-def _tail(text: str) -> str:
-    return " | ".join(text.strip().splitlines()[-3:])
+def _why(text: str) -> str:
+    """npm's first error lines (the code and its summary)."""
+    lines = [line for line in text.splitlines() if line.startswith("npm error") and line[10:]]
+    return " | ".join(lines[:2]) or text.strip()[-300:]
+
+
+def _skip(reason: str) -> NoReturn:
+    _unavailable.append(reason)
+    pytest.skip(f"Mastra import NOT TESTED: {reason}")
 
 
 def _install(cache: Path) -> None:
@@ -51,7 +62,7 @@ def _install(cache: Path) -> None:
     is never used)."""
     npm = shutil.which("npm")
     if npm is None:
-        pytest.skip("Mastra import NOT TESTED: npm is not installed (needed to install Mastra)")
+        _skip("npm is not installed (it installs the pinned Mastra packages)")
     cache.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"{cache.name}-", dir=cache.parent))
     shutil.copy(PACKAGE, work / "package.json")
@@ -67,12 +78,10 @@ def _install(cache: Path) -> None:
         )
     except subprocess.TimeoutExpired:
         shutil.rmtree(work, ignore_errors=True)
-        pytest.skip("Mastra import NOT TESTED: npm install of the pinned Mastra took over 10 min")
+        _skip("npm install of the pinned Mastra packages took over 10 min")
     if done.returncode != 0:
         shutil.rmtree(work, ignore_errors=True)
-        pytest.skip(
-            f"Mastra import NOT TESTED: npm install failed (offline?): {_tail(done.stderr)}"
-        )
+        _skip(f"npm install failed (offline?): {_why(done.stderr)}")
     try:
         work.rename(cache)
     except OSError:  # another process installed it first
@@ -89,11 +98,13 @@ def _node(cache: Path) -> str:
         ).stdout
         if version.startswith("v") and int(version[1:].split(".")[0]) >= 22:
             return str(candidate)
-    pytest.skip("Mastra import NOT TESTED: no Node 22 or later (the node npm package did not run)")
+    _skip("no Node 22 or later (the node npm package's install script did not run)")
 
 
 def mastra_database(path: Path, *, observational_memory: bool = True) -> dict[str, Any]:
     """Write a real Mastra database at ``path``; returns make_db.mjs's summary (ids, times)."""
+    if _unavailable:
+        pytest.skip(f"Mastra import NOT TESTED: {_unavailable[0]}")
     cache = _cache()
     if not (cache / "node_modules" / "@mastra" / "libsql").is_dir():
         _install(cache)

@@ -151,18 +151,24 @@ def _refusal(path: Path) -> str:
     return str(caught.value)
 
 
-def test_unknown_or_damaged_files_are_refused_naming_the_fix(
-    mastra: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    assert "does not exist" in _refusal(tmp_path / "missing.db")
+def test_unknown_files_are_refused_naming_the_fix(tmp_path: Path) -> None:
+    assert "does not exist; give the database file" in _refusal(tmp_path / "missing.db")
     garbage = tmp_path / "notes.db"
     garbage.write_bytes(b"these are my notes, not a database" * 100)
     assert "is not a SQLite database" in _refusal(garbage)
     other = tmp_path / "other.db"
     sqlite3.connect(other).execute("CREATE TABLE notes (x)").connection.close()
     assert "no mastra_threads or mastra_messages table" in _refusal(other)
+
+
+def test_a_damaged_message_is_refused_naming_it(
+    mastra: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, written = mastra
     damaged = tmp_path / "damaged.db"
-    damaged.write_bytes(mastra[0].read_bytes())
+    damaged.write_bytes(path.read_bytes())
     with sqlite3.connect(damaged) as db:
         db.execute("UPDATE mastra_messages SET content = '{broken' WHERE thread_id = ?", (COOKING,))
-    assert "content that is not JSON; the database is damaged" in _refusal(damaged)
+    message = _refusal(damaged)
+    assert written["threads"][COOKING][0]["id"] in message
+    assert "content that is not JSON; the database is damaged" in message
