@@ -15,7 +15,7 @@ from typing import Any
 from . import cycles, planner
 from .cycles import Deps, Failure, Outcome
 from .cycles.common import main_window
-from .cycles.writes import reload
+from .cycles.writes import current, reload
 from .errors import StoreError
 from .outcomes import Outcomes
 from .snapshot import Snapshot
@@ -64,8 +64,11 @@ class Background:
         task.add_done_callback(done)
 
     async def buffer_loop(self, snapshot: Snapshot, *, idle: bool = False) -> None:
-        """Buffer chunks while the planner says another is due, starting from ``snapshot``."""
+        """Buffer chunks while the planner says another is due, starting from ``snapshot`` (or
+        a fresh one when it is older than a commit of this engine: a cycle that ended while
+        the turn that started this one was loading)."""
         deps = self._deps
+        snapshot = await current(deps, snapshot)
         while not self.closed:
             batch = planner.chunk_slice(
                 deps.options,
@@ -100,6 +103,9 @@ class Background:
         await self._outcomes.threads(result)
 
     async def reflection_task(self, snapshot: Snapshot) -> None:
+        """A background reflection of ``snapshot``'s log (read afresh when it is older than a
+        commit of this engine, as :meth:`buffer_loop` does)."""
+        snapshot = await current(self._deps, snapshot)
         outcome = await cycles.buffer_reflection(self._deps, snapshot)
         if outcome is not None:
             after = outcome.snapshot if isinstance(outcome, Outcome) else None

@@ -131,6 +131,7 @@ class ObservationalMemory:
             clock=clock,
             steady=(steady := steady_clock or steady_clock_for(clock)),
             replies=ReplyTimes(clock, steady, remember=MAX_REMEMBERED_LOGS),
+            heads=cycles.KnownHeads(remember=MAX_REMEMBERED_LOGS),
             sync_timeout=sync_timeout,
             background_timeout=background_timeout,
             config=options.snapshot(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,15 @@ import pytest
 
 from obsmem import Memory, Message
 from obsmem.records import CycleRecord
-from obsmem.stores import InMemoryStore, SQLiteStore, Store
+from obsmem.snapshot import Snapshot
+from obsmem.stores import (
+    Commit,
+    InMemoryStore,
+    LoadRequest,
+    SetBufferedReflection,
+    SQLiteStore,
+    Store,
+)
 from obsmem.testing import ModelCalls, scripted_observer, scripted_reflector
 
 from .helpers import Conversation, Recorder
@@ -205,6 +214,111 @@ async def test_two_engines_racing_leave_one_committed_and_one_redundant_row(
     assert redundant.input_tokens  # its Observer call was paid for
     for memory in memories:
         await memory.aclose()
+
+
+class _LateLoad(CountingStore):
+    """Runs ``meanwhile`` once, between reading the snapshot of the next load that stores
+    messages and handing it back: the snapshot comes back older than what happened meanwhile
+    (a busy PostgreSQL answering a turn's load after a buffering cycle's commit)."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.meanwhile: Callable[[], Awaitable[object]] | None = None
+
+    async def load(self, request: LoadRequest) -> Snapshot:
+        snapshot = await self.inner.load(request)
+        if request.append and self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            await meanwhile()
+        return snapshot
+
+
+async def test_a_buffering_cycle_ending_during_a_turns_load_is_not_done_again(
+    store: Store,
+) -> None:
+    gate = asyncio.Event()
+    calls = ModelCalls()
+    conv = Conversation()
+    late = _LateLoad(store)
+    options = _options(model=scripted_observer(gate=gate, calls=calls))
+    memory = Memory(late, observational_memory=options, clock=conv.clock)  # type: ignore[arg-type]
+    stored = 0
+    while not memory.background_work:  # until a reply starts a buffering cycle
+        gate.set()
+        await memory.context(REF, [conv.user(150)], actor_model=None)
+        await memory.settle()
+        gate.clear()  # that cycle's Observer answers once the gate opens
+        await memory.save(REF, [conv.assistant(150)], actor_model=None)
+        stored += 2
+    assert memory.background_work == ("obs:thread:t1",)
+
+    async def cycle_ends() -> None:
+        gate.set()
+        await memory.settle()
+
+    # The next turn's load reads the thread before that cycle commits; by the time its
+    # snapshot comes back, the cycle has committed its chunk and ended (what a busy PostgreSQL
+    # did in CI): the snapshot shows the cycle's messages still unbuffered.
+    late.meanwhile = cycle_ends
+    await memory.save(REF, [conv.user(150), conv.assistant(150)], actor_model=None)
+    stored += 2
+    assert late.meanwhile is None
+    await memory.settle()
+
+    rows = await memory.cycles(REF, limit=100)
+    assert [c for c in rows if c.outcome != "committed"] == []
+    chunks = [c for c in rows if c.operation == "buffered-observation"]
+    assert calls.count == len(chunks)  # no Observer call for messages already buffered
+    # Every message buffered once, the turn's own too.
+    assert sorted(s for c in chunks for s in _seqs(c)) == list(range(1, stored + 1))
+    await memory.aclose()
+
+
+class _HeldReflections(_LateLoad):
+    """Also holds each background reflection's commit back until ``release`` is set."""
+
+    def __init__(self, inner: Store) -> None:
+        super().__init__(inner)
+        self.release = asyncio.Event()
+
+    async def commit(self, commit: Commit) -> Any:
+        if isinstance(commit.change, SetBufferedReflection):
+            await self.release.wait()
+        return await self.inner.commit(commit)
+
+
+async def test_a_background_reflection_ending_during_a_turns_load_is_not_done_again(
+    store: Store,
+) -> None:
+    calls = ModelCalls()
+    conv = Conversation()
+    late = _HeldReflections(store)
+    options = _options() | {
+        "reflection": {"model": scripted_reflector(calls=calls), "observationTokens": 1_000}
+    }
+    memory = Memory(late, observational_memory=options, clock=conv.clock)  # type: ignore[arg-type]
+    while "refl:thread:t1" not in memory.background_work:  # a turn starts a reflection
+        await memory.save(REF, [conv.assistant(150)], actor_model=None)
+        await memory.settle()
+        await memory.context(REF, [conv.user(150)], actor_model=None)
+    await memory.save(REF, [conv.assistant(150)], actor_model=None)
+
+    async def reflection_ends() -> None:
+        late.release.set()
+        await memory.settle()
+
+    # The next turn's load reads the log before the reflection commits, and comes back after
+    # it ended: the snapshot shows no reflection buffered, and none running.
+    late.meanwhile = reflection_ends
+    await memory.context(REF, [conv.user(150)], actor_model=None)
+    assert late.meanwhile is None
+    await memory.settle()
+
+    rows = await memory.cycles(REF, limit=1000)
+    assert [c for c in rows if c.outcome != "committed"] == []
+    reflections = [c for c in rows if c.operation == "buffered-reflection"]
+    assert calls.count == len(reflections) == 1  # the Reflector was not asked again
+    await memory.aclose()
 
 
 async def test_retention_keeps_the_newest_cycles_per_log(store: Store) -> None:

@@ -10,7 +10,7 @@ memory as the source of truth.
 """
 
 from .buffering import Activation, activate_chunks, buffer_chunk
-from .common import Deps, estimator_for, join_log
+from .common import Deps, KnownHeads, estimator_for, join_log
 from .ledger import Ledger
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .observation import SyncObservation, catch_up, observe_sync
@@ -24,6 +24,7 @@ __all__ = [
     "Cycle",
     "Deps",
     "Failure",
+    "KnownHeads",
     "Ledger",
     "Outcome",
     "Revision",

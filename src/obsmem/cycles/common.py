@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
@@ -26,6 +27,7 @@ from ..models.environment import LOCAL_PLACEHOLDER
 from ..observations import boundary_line
 from ..options import ResolvedOptions
 from ..planner import Backoff
+from ..records import OMRecord
 from ..redaction import redact
 from ..snapshot import Snapshot, ThreadState
 from ..stores import (
@@ -39,6 +41,42 @@ from ..working_memory import WorkingMemory
 from .ledger import Ledger
 
 log = logging.getLogger("obsmem")
+
+
+class KnownHeads:
+    """The version of the newest head of each log this engine committed or read afresh (the
+    ``remember`` most recent logs), to tell a snapshot that came back older than the engine's
+    own work.
+
+    A store may answer a turn's load after a background cycle's commit that it read before (a
+    busy PostgreSQL): the cycle has ended by the time the turn looks whether one still runs, so
+    background work planned from that snapshot would redo the cycle's work (an Observer call
+    paid for, then dropped as redundant). A head's version goes up with every change, across
+    generations; only a clear starts it again, which a fresh read records."""
+
+    def __init__(self, *, remember: int) -> None:
+        self._remember = remember
+        self._versions: OrderedDict[str, int] = OrderedDict()
+
+    def committed(self, record: OMRecord) -> None:
+        """A commit of this engine left ``record`` the head (of concurrent commits on one log
+        the newest counts, whichever answer came first)."""
+        self._note(record.key, max(record.version, self._versions.get(record.key, 0)))
+
+    def read(self, record: OMRecord) -> None:
+        """``record`` was read afresh: the head as the store has it now."""
+        self._note(record.key, record.version)
+
+    def behind(self, snapshot: Snapshot) -> bool:
+        """Whether ``snapshot``'s head is older than one this engine committed or read."""
+        known = self._versions.get(snapshot.record.key)
+        return known is not None and snapshot.record.version < known
+
+    def _note(self, key: str, version: int) -> None:
+        self._versions[key] = version
+        self._versions.move_to_end(key)
+        while len(self._versions) > self._remember:
+            self._versions.popitem(last=False)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -77,6 +115,9 @@ class Deps:
     go back whatever the wall clock does (:mod:`obsmem.clocks`)."""
     replies: ReplyTimes
     """When this engine stored each thread's latest reply, for idle time."""
+    heads: KnownHeads
+    """The newest head of each log this engine committed or read afresh: background work
+    never starts from an older snapshot (:func:`~.writes.current`)."""
 
     def now(self) -> datetime:
         return self.clock()

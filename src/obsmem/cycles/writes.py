@@ -106,6 +106,7 @@ async def commit(
         except BaseException:
             _queue_again(deps, rows, row)
             raise
+        deps.heads.committed(result.record)
         if result.snapshot is not None:
             deps.cached.remember(result.snapshot)
         return result
@@ -175,7 +176,16 @@ async def load(deps: Deps, request: LoadRequest) -> Snapshot:
 async def reload(deps: Deps, subject: Subject) -> Snapshot:
     """A fresh snapshot (when a dropped commit brought none); a ConflictError without a
     current head when the thread was deleted meanwhile."""
-    return await load(deps, expecting(deps, LoadRequest(subject=subject)))
+    snapshot = await load(deps, expecting(deps, LoadRequest(subject=subject)))
+    deps.heads.read(snapshot.record)
+    return snapshot
+
+
+async def current(deps: Deps, snapshot: Snapshot) -> Snapshot:
+    """``snapshot``, or a fresh one when this engine has committed a newer head of its log
+    since it was read (:class:`~.common.KnownHeads`): background work starts from it, so it
+    never does again what a cycle that ended meanwhile did."""
+    return await reload(deps, snapshot.subject) if deps.heads.behind(snapshot) else snapshot
 
 
 def expecting(deps: Deps, request: LoadRequest) -> LoadRequest:
