@@ -68,7 +68,10 @@ class Background:
         a fresh one when it is older than a commit of this engine: a cycle that ended while
         the turn that started this one was loading)."""
         deps = self._deps
-        snapshot = await current(deps, snapshot)
+        fresh = await current(deps, snapshot)
+        if fresh is None:
+            return
+        snapshot = fresh
         while not self.closed:
             batch = planner.chunk_slice(
                 deps.options,
@@ -105,11 +108,13 @@ class Background:
     async def reflection_task(self, snapshot: Snapshot) -> None:
         """A background reflection of ``snapshot``'s log (read afresh when it is older than a
         commit of this engine, as :meth:`buffer_loop` does)."""
-        snapshot = await current(self._deps, snapshot)
-        outcome = await cycles.buffer_reflection(self._deps, snapshot)
+        fresh = await current(self._deps, snapshot)
+        if fresh is None:
+            return
+        outcome = await cycles.buffer_reflection(self._deps, fresh)
         if outcome is not None:
             after = outcome.snapshot if isinstance(outcome, Outcome) else None
-            await self._outcomes.reflector(after or snapshot, *Outcomes.ended(outcome))
+            await self._outcomes.reflector(after or fresh, *Outcomes.ended(outcome))
 
 
 _KINDS = (

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -233,13 +235,25 @@ class _LateLoad(CountingStore):
         return snapshot
 
 
-async def test_a_buffering_cycle_ending_during_a_turns_load_is_not_done_again(
-    store: Store,
-) -> None:
-    gate = asyncio.Event()
-    calls = ModelCalls()
-    conv = Conversation()
-    late = _LateLoad(store)
+@dataclass
+class _HeldCycle:
+    """A memory whose latest reply started a buffering cycle that waits at ``gate`` (its
+    Observer does not answer before), and how many messages are stored."""
+
+    memory: Memory
+    late: _LateLoad
+    gate: asyncio.Event
+    calls: ModelCalls
+    conv: Conversation
+    stored: int
+
+    async def cycle_ends(self) -> None:
+        self.gate.set()
+        await self.memory.settle()
+
+
+async def _buffering_held(store: Store) -> _HeldCycle:
+    gate, calls, conv, late = asyncio.Event(), ModelCalls(), Conversation(), _LateLoad(store)
     options = _options(model=scripted_observer(gate=gate, calls=calls))
     memory = Memory(late, observational_memory=options, clock=conv.clock)  # type: ignore[arg-type]
     stored = 0
@@ -247,30 +261,51 @@ async def test_a_buffering_cycle_ending_during_a_turns_load_is_not_done_again(
         gate.set()
         await memory.context(REF, [conv.user(150)], actor_model=None)
         await memory.settle()
-        gate.clear()  # that cycle's Observer answers once the gate opens
+        gate.clear()
         await memory.save(REF, [conv.assistant(150)], actor_model=None)
         stored += 2
     assert memory.background_work == ("obs:thread:t1",)
+    return _HeldCycle(memory, late, gate, calls, conv, stored)
 
-    async def cycle_ends() -> None:
-        gate.set()
-        await memory.settle()
 
+async def test_a_buffering_cycle_ending_during_a_turns_load_is_not_done_again(
+    store: Store,
+) -> None:
+    held = await _buffering_held(store)
+    memory, conv = held.memory, held.conv
     # The next turn's load reads the thread before that cycle commits; by the time its
     # snapshot comes back, the cycle has committed its chunk and ended (what a busy PostgreSQL
     # did in CI): the snapshot shows the cycle's messages still unbuffered.
-    late.meanwhile = cycle_ends
+    held.late.meanwhile = held.cycle_ends
     await memory.save(REF, [conv.user(150), conv.assistant(150)], actor_model=None)
-    stored += 2
-    assert late.meanwhile is None
+    assert held.late.meanwhile is None
     await memory.settle()
 
     rows = await memory.cycles(REF, limit=100)
     assert [c for c in rows if c.outcome != "committed"] == []
     chunks = [c for c in rows if c.operation == "buffered-observation"]
-    assert calls.count == len(chunks)  # no Observer call for messages already buffered
+    assert held.calls.count == len(chunks)  # no Observer call for messages already buffered
     # Every message buffered once, the turn's own too.
-    assert sorted(s for c in chunks for s in _seqs(c)) == list(range(1, stored + 1))
+    assert sorted(s for c in chunks for s in _seqs(c)) == list(range(1, held.stored + 3))
+    await memory.aclose()
+
+
+async def test_a_thread_deleted_while_a_late_load_comes_back_starts_no_buffering(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    held = await _buffering_held(store)
+    memory, conv = held.memory, held.conv
+    asked = held.calls.count
+
+    async def cycle_ends_and_thread_goes() -> None:
+        await held.cycle_ends()
+        await memory.delete_thread(REF)
+
+    held.late.meanwhile = cycle_ends_and_thread_goes
+    await memory.save(REF, [conv.user(150), conv.assistant(150)], actor_model=None)
+    await memory.settle()
+    assert held.calls.count == asked + 1  # the held cycle's call, and none for a gone thread
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
     await memory.aclose()
 
 

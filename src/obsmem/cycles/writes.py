@@ -181,11 +181,19 @@ async def reload(deps: Deps, subject: Subject) -> Snapshot:
     return snapshot
 
 
-async def current(deps: Deps, snapshot: Snapshot) -> Snapshot:
+async def current(deps: Deps, snapshot: Snapshot) -> Snapshot | None:
     """``snapshot``, or a fresh one when this engine has committed a newer head of its log
     since it was read (:class:`~.common.KnownHeads`): background work starts from it, so it
-    never does again what a cycle that ended meanwhile did."""
-    return await reload(deps, snapshot.subject) if deps.heads.behind(snapshot) else snapshot
+    never does again what a cycle that ended meanwhile did. None when the thread was deleted
+    meanwhile: there is nothing left to do."""
+    if not deps.heads.behind(snapshot):
+        return snapshot
+    try:
+        return await reload(deps, snapshot.subject)
+    except ConflictError as exc:
+        if exc.current is not None:
+            raise
+        return None
 
 
 def expecting(deps: Deps, request: LoadRequest) -> LoadRequest:
