@@ -32,6 +32,7 @@ from .snapshot import Subject
 from .stores import Erasure, SQLiteStore, Store
 from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
+from .transfer.methods import Transfers
 from .window import is_retracted
 from .working_memory import (
     WorkingMemory,
@@ -83,7 +84,7 @@ class MemoryContext:
     door that keeps its own copy of the conversation can drop those."""
 
 
-class Memory:
+class Memory(Transfers):
     """Threads, messages and observational memory on one store.
 
     A thin facade over the engine (``memory.om``): the store, clock, estimator and hooks pass

@@ -15,7 +15,7 @@ Metadata is merged into what is stored inside the transaction. The rules each ch
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -29,7 +29,7 @@ from ..records import (
     Thread,
 )
 from ..snapshot import Snapshot
-from .changes import Commit, CommitResult, LoadRequest
+from .changes import Commit, CommitResult, ImportConflicts, ImportWrite, LoadRequest
 from .erasure import Erasure
 
 __all__ = ["Store"]
@@ -100,6 +100,31 @@ class Store(Protocol):
         """In one transaction, erase the resource: every thread of it as ``delete_thread`` does,
         its log, and its metadata (working memory, failure state). None when nothing of it is
         stored."""
+        ...
+
+    # -- export and import (moving memory between stores: see obsmem.transfer) ------------------
+
+    async def find_import_conflicts(
+        self,
+        *,
+        threads: Sequence[str],
+        keys: Sequence[str],
+        resources: Sequence[str],
+        messages: Iterable[str],
+    ) -> ImportConflicts:
+        """Which of these are stored already: threads, log keys with a head, resources with
+        metadata, message ids (with the thread holding each)."""
+        ...
+
+    async def write_import(self, write: ImportWrite) -> int:
+        """In one transaction: erase ``write.replace_threads`` and clear ``write.replace_keys``,
+        then insert every item ``write.items()`` yields, as given (ids, seqs, generations); an
+        item whose id is stored fails the whole write, which then writes nothing. Returns how
+        many items were written."""
+        ...
+
+    async def list_embeddings(self, key: str) -> list[GroupEmbedding]:
+        """The embeddings of ``key``'s observation groups (every model's)."""
         ...
 
     async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:

@@ -15,7 +15,7 @@ each other's values.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
@@ -24,6 +24,7 @@ from ..records import (
     BufferedChunk,
     BufferedReflection,
     CycleRecord,
+    GroupEmbedding,
     ObservationGroup,
     OMRecord,
     Thread,
@@ -38,6 +39,10 @@ __all__ = [
     "Commit",
     "CommitObservation",
     "CommitResult",
+    "ImportConflicts",
+    "ImportWrite",
+    "Imported",
+    "ImportedResource",
     "LoadRequest",
     "MetadataPath",
     "ResourcePatch",
@@ -221,3 +226,51 @@ class CommitResult:
     threads: tuple[ThreadChange, ...] = ()
     snapshot: Snapshot | None = None
     """Set when the commit asked for ``reload``."""
+
+
+# -- an import (not memory work: everything of an export file, written at once) ----------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportedResource:
+    """A resource's metadata as an import sets it (replacing what is stored)."""
+
+    id: str
+    metadata: Mapping[str, Any]
+
+
+Imported: TypeAlias = (
+    Thread | Message | OMRecord | ObservationGroup | GroupEmbedding | ImportedResource | CycleRecord
+)
+"""One stored thing an import writes, as it is to be stored (ids, resources and seqs final)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportConflicts:
+    """What of an import is stored already."""
+
+    threads: tuple[str, ...] = ()
+    keys: tuple[str, ...] = ()
+    """Log keys with a stored head."""
+    resources: tuple[str, ...] = ()
+    """Resources with stored metadata."""
+    messages: tuple[tuple[str, str], ...] = ()
+    """(message id, the thread it is stored in)."""
+
+    @property
+    def empty(self) -> bool:
+        return not (self.threads or self.keys or self.resources or self.messages)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImportWrite:
+    """An import, written in one transaction: the threads and keys it replaces are erased
+    first, then every item is inserted (threads before their messages, groups before their
+    embeddings). ``items`` is called once, inside the transaction, and streams: nothing holds
+    the whole import. An item that collides with a stored id fails the whole write."""
+
+    items: Callable[[], Iterator[Imported]]
+    replace_threads: tuple[str, ...] = ()
+    """Threads erased first (``Store.delete_thread``'s erasure)."""
+    replace_keys: tuple[str, ...] = ()
+    """Log keys cleared first (``Store.clear``)."""

@@ -8,7 +8,7 @@ consistent. The rules are the SQL stores' own (:mod:`obsmem.stores.transitions`)
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -28,8 +28,14 @@ from ..snapshot import Snapshot, Subject, ThreadState
 from ..vectors import encode, top_k
 from . import transitions as tr
 from .changes import (
+    DEFAULT_KEEP_CYCLES,
+    DEFAULT_KEEP_DETAIL,
     Commit,
     CommitResult,
+    ImportConflicts,
+    Imported,
+    ImportedResource,
+    ImportWrite,
     LoadRequest,
     ResourcePatch,
     ThreadChange,
@@ -376,29 +382,30 @@ class InMemoryStore:
     async def delete_thread(self, thread_id: str) -> Erasure | None:
         self._check_open()
         with self._lock:
-            thread = self._threads.get(thread_id)
-            if thread is None:
-                return None
-            self._clear(record_key("thread", thread_id=thread_id, resource_id=None))
-            key = record_key("resource", thread_id=None, resource_id=thread.resource_id)
-            remaining = ""
-            now = utcnow()
-            erased = [g for g in self._groups if traced_to(g, thread_id)]
-            labels = erased_labels(erased, self._groups)
-            for record in list(self._generations.get(key, [])):
-                after = erase_thread_from(record, thread_id, labels=labels, now=now)
-                self._put(after)
-                if after.is_head:
-                    remaining = untraced(after.observations)
-            if key in self._cycles:
-                self._cycles[key] = [c for c in self._cycles[key] if thread_id not in c.thread_ids]
-            traced = {g.id for g in erased}
-            self._groups = [g for g in self._groups if g.id not in traced]
-            self._embeddings = {k: e for k, e in self._embeddings.items() if k not in traced}
-            self._forget_threads({thread_id})
-            return Erasure(
-                thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining
-            )
+            return self._delete_thread(thread_id)
+
+    def _delete_thread(self, thread_id: str) -> Erasure | None:
+        thread = self._threads.get(thread_id)
+        if thread is None:
+            return None
+        self._clear(record_key("thread", thread_id=thread_id, resource_id=None))
+        key = record_key("resource", thread_id=None, resource_id=thread.resource_id)
+        remaining = ""
+        now = utcnow()
+        erased = [g for g in self._groups if traced_to(g, thread_id)]
+        labels = erased_labels(erased, self._groups)
+        for record in list(self._generations.get(key, [])):
+            after = erase_thread_from(record, thread_id, labels=labels, now=now)
+            self._put(after)
+            if after.is_head:
+                remaining = untraced(after.observations)
+        if key in self._cycles:
+            self._cycles[key] = [c for c in self._cycles[key] if thread_id not in c.thread_ids]
+        traced = {g.id for g in erased}
+        self._groups = [g for g in self._groups if g.id not in traced]
+        self._embeddings = {k: e for k, e in self._embeddings.items() if k not in traced}
+        self._forget_threads({thread_id})
+        return Erasure(thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining)
 
     async def delete_resource(self, resource_id: str) -> Erasure | None:
         self._check_open()
@@ -433,6 +440,94 @@ class InMemoryStore:
         self._embeddings = {
             k: e for k, e in self._embeddings.items() if e.thread_id not in thread_ids
         }
+
+    # -- export and import ----------------------------------------------------------------------
+
+    async def find_import_conflicts(
+        self,
+        *,
+        threads: Sequence[str],
+        keys: Sequence[str],
+        resources: Sequence[str],
+        messages: Iterable[str],
+    ) -> ImportConflicts:
+        self._check_open()
+        with self._lock:
+            stored = ((m, self._message_index.get(m)) for m in dict.fromkeys(messages))
+            return ImportConflicts(
+                threads=tuple(sorted(t for t in set(threads) if t in self._threads)),
+                keys=tuple(sorted(k for k in set(keys) if self._generations.get(k))),
+                resources=tuple(sorted(r for r in set(resources) if self._resources.get(r))),
+                messages=tuple(
+                    sorted((m, found.thread_id or "") for m, found in stored if found is not None)
+                ),
+            )
+
+    async def write_import(self, write: ImportWrite) -> int:
+        """All or nothing: the state is copied first and put back when an item fails."""
+        self._check_open()
+        with self._lock:
+            saved = self._copy_state()
+            try:
+                for thread_id in write.replace_threads:
+                    self._delete_thread(thread_id)
+                for key in write.replace_keys:
+                    self._clear(key)
+                written = 0
+                for item in write.items():
+                    self._insert(item)
+                    written += 1
+            except BaseException:
+                self.__dict__.update(saved)
+                raise
+            return written
+
+    def _copy_state(self) -> dict[str, Any]:
+        return {
+            "_threads": dict(self._threads),
+            "_messages": {t: list(ms) for t, ms in self._messages.items()},
+            "_message_index": dict(self._message_index),
+            "_generations": {k: list(rs) for k, rs in self._generations.items()},
+            "_records": dict(self._records),
+            "_groups": list(self._groups),
+            "_resources": dict(self._resources),
+            "_embeddings": dict(self._embeddings),
+            "_cycles": {k: list(cs) for k, cs in self._cycles.items()},
+        }
+
+    def _insert(self, item: Imported) -> None:
+        """One imported item; an id already stored is a StoreError (the import rolls back)."""
+        if isinstance(item, Thread):
+            if item.id in self._threads:
+                raise StoreError(f"thread {item.id!r} is stored already")
+            self._threads[item.id] = item
+            self._messages[item.id] = []
+        elif isinstance(item, Message):
+            if item.id in self._message_index or item.thread_id not in self._messages:
+                raise StoreError(f"message {item.id!r} is stored already, or has no thread")
+            self._messages[item.thread_id].append(item)
+            self._message_index[item.id] = item
+        elif isinstance(item, OMRecord):
+            if item.id in self._records:
+                raise StoreError(f"log record {item.id!r} is stored already")
+            self._generations.setdefault(item.key, []).append(item)
+            self._records[item.id] = item
+        elif isinstance(item, ObservationGroup):
+            if any(g.id == item.id for g in self._groups):
+                raise StoreError(f"observation group {item.id!r} is stored already")
+            self._groups.append(item)
+        elif isinstance(item, GroupEmbedding):
+            self._embeddings[item.group_id] = item
+        elif isinstance(item, ImportedResource):
+            self._resources[item.id] = dict(item.metadata)
+        else:
+            self._record_cycles([item], DEFAULT_KEEP_CYCLES, DEFAULT_KEEP_DETAIL)
+
+    async def list_embeddings(self, key: str) -> list[GroupEmbedding]:
+        self._check_open()
+        return sorted(
+            (e for e in self._embeddings.values() if e.key == key), key=lambda e: e.group_id
+        )
 
     # -- observation groups --------------------------------------------------------------------
 

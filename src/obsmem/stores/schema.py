@@ -416,3 +416,19 @@ DELETE_RESOURCE = "DELETE FROM resources WHERE id = ?"
 DELETE_VECTORS_BY_ID = "DELETE FROM group_vectors WHERE group_id IN ({marks})"
 DELETE_EMBEDDINGS_BY_ID = "DELETE FROM group_embeddings WHERE group_id IN ({marks})"
 DELETE_GROUPS_BY_ID = "DELETE FROM observation_groups WHERE id IN ({marks})"
+
+# an import (``import_flow``): plain inserts, so an id stored meanwhile fails the whole import
+SELECT_THREAD_IDS = "SELECT id FROM threads WHERE id IN ({marks})"
+SELECT_HEAD_KEYS = "SELECT key FROM om_records WHERE superseded_by IS NULL AND key IN ({marks})"
+SELECT_RESOURCES_WITH_METADATA = (
+    "SELECT id FROM resources WHERE metadata <> '{{}}' AND id IN ({marks})"
+)
+SELECT_MESSAGE_THREADS = "SELECT id, thread_id FROM messages WHERE id IN ({marks})"
+IMPORT_THREAD = f"INSERT INTO threads ({THREAD_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+IMPORT_RECORD = (
+    f"INSERT INTO om_records ({RECORD_COLUMNS}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+SELECT_EMBEDDINGS_OF_KEY = (
+    f"SELECT {EMBEDDING_COLUMNS} FROM group_embeddings WHERE key = ? ORDER BY group_id"
+)

@@ -9,7 +9,7 @@ placeholder style it speaks.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
@@ -23,8 +23,16 @@ from ..records import (
     Thread,
 )
 from ..snapshot import Snapshot
-from . import commit_flow, erase_flow, flows, load_flow
-from .changes import Commit, CommitResult, LoadRequest, ResourcePatch, ThreadPatch
+from . import commit_flow, erase_flow, flows, import_flow, load_flow
+from .changes import (
+    Commit,
+    CommitResult,
+    ImportConflicts,
+    ImportWrite,
+    LoadRequest,
+    ResourcePatch,
+    ThreadPatch,
+)
 from .erasure import Erasure
 from .flows import Flow
 from .rows import RecordCache
@@ -239,6 +247,30 @@ class SQLStore:
         )
         self._forget_heads()
         return erased
+
+    async def find_import_conflicts(
+        self,
+        *,
+        threads: Sequence[str],
+        keys: Sequence[str],
+        resources: Sequence[str],
+        messages: Iterable[str],
+    ) -> ImportConflicts:
+        return await self._read(
+            lambda: import_flow.find_conflicts(
+                threads=threads, keys=keys, resources=resources, messages=messages
+            )
+        )
+
+    async def write_import(self, write: ImportWrite) -> int:
+        written = await self._write(
+            lambda: import_flow.write_import(write, now=utcnow(), pgvector=self._driver.pgvector)
+        )
+        self._forget_heads()
+        return written
+
+    async def list_embeddings(self, key: str) -> list[GroupEmbedding]:
+        return await self._read(lambda: import_flow.list_embeddings(key))
 
     def _forget_heads(self) -> None:
         """After a delete, the next load of any key reads its head whole (a head remembered

@@ -1,0 +1,141 @@
+"""An import, as flows: what of it is stored already, and the one transaction that writes it.
+
+The write streams: it pulls the import's items (``ImportWrite.items``) inside the transaction and
+sends them as ``executemany`` batches of one table at a time, so an import of any size holds one
+batch. The inserts are plain (no ``ON CONFLICT``): an id stored since the conflicts were read
+fails the statement, and the whole import rolls back with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..messages import Message
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from . import erase_flow
+from . import schema as sql
+from .changes import (
+    DEFAULT_KEEP_CYCLES,
+    DEFAULT_KEEP_DETAIL,
+    ImportConflicts,
+    Imported,
+    ImportedResource,
+    ImportWrite,
+)
+from .codec import dt_to_text, dumps, group_row
+from .flows import IN_BATCH, Flow, Op, clear, cycle_ops, in_batches, marks, put_embeddings
+from .rows import message_to_row, record_to_row, thread_to_row
+
+__all__ = ["find_conflicts", "list_embeddings", "write_import"]
+
+
+def _found(statement: str, values: Sequence[str]) -> Flow[list[tuple[Any, ...]]]:
+    found: list[tuple[Any, ...]] = []
+    for batch in in_batches(list(dict.fromkeys(values))):
+        found += yield Op(statement.format(marks=marks(len(batch))), tuple(batch))
+    return found
+
+
+def find_conflicts(
+    *,
+    threads: Sequence[str],
+    keys: Sequence[str],
+    resources: Sequence[str],
+    messages: Iterable[str],
+) -> Flow[ImportConflicts]:
+    """Which of these ids are stored: threads, log keys with a head, resources with metadata,
+    messages (with the thread each is in)."""
+    stored_threads = yield from _found(sql.SELECT_THREAD_IDS, threads)
+    stored_keys = yield from _found(sql.SELECT_HEAD_KEYS, keys)
+    stored_resources = yield from _found(sql.SELECT_RESOURCES_WITH_METADATA, resources)
+    stored_messages = yield from _found(sql.SELECT_MESSAGE_THREADS, list(messages))
+    return ImportConflicts(
+        threads=tuple(sorted(r[0] for r in stored_threads)),
+        keys=tuple(sorted(r[0] for r in stored_keys)),
+        resources=tuple(sorted(r[0] for r in stored_resources)),
+        messages=tuple(sorted((r[0], r[1]) for r in stored_messages)),
+    )
+
+
+def list_embeddings(key: str) -> Flow[list[GroupEmbedding]]:
+    from ..vectors import decode
+    from .codec import dt_from_text
+
+    rows = yield Op(sql.SELECT_EMBEDDINGS_OF_KEY, (key,))
+    return [
+        GroupEmbedding(
+            group_id=r[0],
+            key=r[1],
+            resource_id=r[2],
+            thread_id=r[3],
+            observed_at=dt_from_text(r[4]),
+            model=r[5],
+            vector=tuple(decode(r[7])),
+        )
+        for r in rows
+    ]
+
+
+def write_import(write: ImportWrite, *, now: datetime, pgvector: bool) -> Flow[int]:
+    """Erase what is replaced, then insert every item; returns how many were written."""
+    for thread_id in write.replace_threads:
+        yield from erase_flow.delete_thread(thread_id, now=now, pgvector=pgvector)
+    for key in write.replace_keys:
+        yield from clear(key, pgvector=pgvector)
+    written = 0
+    for batch in _batches(write.items()):
+        for op in _ops(batch, now=now, pgvector=pgvector):
+            _ = yield op
+        written += len(batch)
+    return written
+
+
+def _batches(items: Iterator[Imported]) -> Iterator[list[Imported]]:
+    """Runs of items of one kind, at most ``IN_BATCH`` long, in their order."""
+    batch: list[Imported] = []
+    for item in items:
+        if batch and (type(item) is not type(batch[0]) or len(batch) >= IN_BATCH):
+            yield batch
+            batch = []
+        batch.append(item)
+    if batch:
+        yield batch
+
+
+def _ops(batch: list[Imported], *, now: datetime, pgvector: bool) -> Iterator[Op]:
+    first = batch[0]
+    if isinstance(first, Thread):
+        yield Op(sql.IMPORT_THREAD, [thread_to_row(t) for t in batch], many=True)  # type: ignore[arg-type]
+    elif isinstance(first, Message):
+        yield Op(sql.INSERT_MESSAGE, [message_to_row(m) for m in batch], many=True)  # type: ignore[arg-type]
+    elif isinstance(first, OMRecord):
+        yield Op(sql.IMPORT_RECORD, [record_to_row(r) for r in batch], many=True)  # type: ignore[arg-type]
+    elif isinstance(first, ObservationGroup):
+        yield Op(sql.INSERT_GROUP, [group_row(g) for g in batch], many=True)  # type: ignore[arg-type]
+    elif isinstance(first, GroupEmbedding):
+        flow = put_embeddings(batch, pgvector=pgvector)  # type: ignore[arg-type]
+        yield from _ops_of(flow)
+    elif isinstance(first, ImportedResource):
+        for resource in batch:
+            assert isinstance(resource, ImportedResource)
+            yield Op(sql.INSERT_RESOURCE, (resource.id, dt_to_text(now)))
+            yield Op(
+                sql.UPDATE_RESOURCE, (dumps(dict(resource.metadata)), dt_to_text(now), resource.id)
+            )
+    else:
+        cycles = [c for c in batch if isinstance(c, CycleRecord)]
+        yield from cycle_ops(cycles, keep=DEFAULT_KEEP_CYCLES, keep_detail=DEFAULT_KEEP_DETAIL)
+
+
+def _ops_of(flow: Flow[None]) -> Iterator[Op]:
+    """The statements of a flow whose statements return no rows it reads."""
+    try:
+        item = next(flow)
+        while True:
+            assert isinstance(item, Op)
+            yield item
+            item = flow.send([])
+    except StopIteration:
+        return

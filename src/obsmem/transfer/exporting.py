@@ -1,0 +1,193 @@
+"""Export: a store's memory as a stream of format records, and the file it is written to.
+
+:func:`export_records` reads through the Store protocol one piece at a time (a thread's messages
+a page at a time), so an export of any size holds one page; :func:`write_export` writes the
+lines to a file created with mode 0600 (it is as sensitive as the database) or to a stream.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Callable
+from typing import IO, Any
+
+from ..errors import StoreError
+from ..records import record_key
+from ..stores import Store
+from .format import (
+    FORMAT,
+    VERSION,
+    CycleRow,
+    DataRecord,
+    EmbeddingRow,
+    GroupRow,
+    Header,
+    LogRow,
+    MessageRow,
+    ResourceRow,
+    ThreadRow,
+    to_line,
+)
+
+__all__ = ["PAGE", "export_records", "open_private", "write_export"]
+
+PAGE = 500
+"""Messages (and ledger rows) read from the store at a time."""
+
+Progress = Callable[[int], None]
+"""Called with the number of records done so far, every :data:`PROGRESS_EVERY` records."""
+PROGRESS_EVERY = 10_000
+
+
+def _scope(thread: str | None, resource: str | None, all_: bool) -> dict[str, Any]:
+    given = [s for s in (thread is not None, resource is not None, all_) if s]
+    if len(given) != 1:
+        raise ValueError(
+            "export one thing: thread=ID, resource=ID or all=True (--thread, --resource or --all)"
+        )
+    if thread is not None:
+        return {"thread": thread}
+    if resource is not None:
+        return {"resource": resource}
+    return {"all": True}
+
+
+async def export_records(
+    store: Store,
+    *,
+    thread: str | None = None,
+    resource: str | None = None,
+    all: bool = False,
+    ledger: bool = False,
+) -> AsyncIterator[Header | DataRecord]:
+    """The header, then per resource: its metadata, its threads each followed by its messages,
+    then per log key every generation (oldest first), its groups, their embeddings, and its
+    ledger rows when ``ledger``. A thread's export carries its thread-scope log only (a
+    resource-scope log tells of the resource's other threads: export the resource)."""
+    from .. import __version__
+    from ..messages import utcnow
+
+    scope = _scope(thread, resource, all)
+    yield Header(
+        version=VERSION,
+        obsmem_version=__version__,
+        exported_at=utcnow(),
+        scope=scope,
+        ledger=ledger,
+    )
+    if thread is not None:
+        found = await store.get_thread(thread)
+        if found is None:
+            raise StoreError(f"no thread {thread!r} to export: check the id (obsmem inspect)")
+        async for record in _thread(store, found.id, found.resource_id, ledger=ledger):
+            yield record
+        return
+    resources = [resource] if resource is not None else await store.list_resources()
+    for resource_id in resources:
+        async for record in _resource(store, resource_id, ledger=ledger):
+            yield record
+
+
+async def _resource(store: Store, resource_id: str, *, ledger: bool) -> AsyncIterator[DataRecord]:
+    metadata = await store.get_resource(resource_id)
+    threads = await store.list_threads(resource_id)
+    if not threads and not metadata:
+        key = record_key("resource", thread_id=None, resource_id=resource_id)
+        if await store.get_record(key) is None:
+            raise StoreError(
+                f"nothing of resource {resource_id!r} to export: check the id (obsmem inspect "
+                "lists every resource)"
+            )
+    if metadata:
+        yield ResourceRow.of(resource_id, metadata)
+    for t in threads:
+        yield ThreadRow.of(t)
+        async for message in _messages(store, t.id):
+            yield message
+    groups = await store.list_observation_groups(resource_id)
+    keys = [record_key("resource", thread_id=None, resource_id=resource_id)]
+    keys += [record_key("thread", thread_id=t.id, resource_id=None) for t in threads]
+    for key in keys:
+        async for record in _log(store, key, [g for g in groups if g.key == key], ledger=ledger):
+            yield record
+
+
+async def _thread(
+    store: Store, thread_id: str, resource_id: str, *, ledger: bool
+) -> AsyncIterator[DataRecord]:
+    found = await store.get_thread(thread_id)
+    assert found is not None
+    yield ThreadRow.of(found)
+    async for message in _messages(store, thread_id):
+        yield message
+    key = record_key("thread", thread_id=thread_id, resource_id=None)
+    groups = await store.list_observation_groups(resource_id, thread_id=thread_id)
+    async for record in _log(store, key, [g for g in groups if g.key == key], ledger=ledger):
+        yield record
+
+
+async def _messages(store: Store, thread_id: str) -> AsyncIterator[MessageRow]:
+    after = 0
+    while page := await store.list_messages(thread_id, after_seq=after, limit=PAGE):
+        for message in page:
+            yield MessageRow.of(message)
+        after = page[-1].seq or after + len(page)
+
+
+async def _log(
+    store: Store, key: str, groups: list[Any], *, ledger: bool
+) -> AsyncIterator[DataRecord]:
+    for generation in reversed(await store.history(key)):
+        yield LogRow.of(generation)
+    for group in groups:
+        yield GroupRow.of(group)
+    for embedding in await store.list_embeddings(key):
+        yield EmbeddingRow.of(embedding)
+    if ledger:
+        before = None
+        while page := await store.list_cycles(key, limit=PAGE, before=before):
+            for cycle in reversed(page):
+                yield CycleRow.of(cycle)
+            if len(page) < PAGE:
+                break
+            before = page[-1].started_at
+
+
+def open_private(path: str) -> IO[str]:
+    """A new file at ``path`` that only its owner may read (0600 from its creation on); a file
+    already there is an error naming the fix, never overwritten."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        raise StoreError(
+            f"{path} exists; give another -o path or move that file away (an export never "
+            "overwrites a file)"
+        ) from None
+    os.fchmod(fd, 0o600)  # whatever the umask let through
+    return os.fdopen(fd, "w", encoding="utf-8", newline="\n")
+
+
+async def write_export(
+    records: AsyncIterator[Header | DataRecord],
+    out: IO[str],
+    *,
+    progress: Progress | None = None,
+) -> int:
+    """Write ``records`` to ``out`` as JSON Lines; returns how many were written."""
+    count = 0
+    async for record in records:
+        out.write(to_line(record))
+        out.write("\n")
+        count += 1
+        if progress is not None and count % PROGRESS_EVERY == 0:
+            progress(count)
+    return count
+
+
+def check_format(header: Header) -> None:
+    """A header this version reads (the version rule of ``docs/export-format.md``)."""
+    if header.format != FORMAT or header.version > VERSION:
+        raise StoreError(
+            f"the file is {header.format} version {header.version}, newer than this obsmem "
+            f"reads ({VERSION}); upgrade obsmem (pip install -U obsmem)"
+        )

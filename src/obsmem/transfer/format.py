@@ -1,0 +1,379 @@
+"""The export format (``obsmem-export`` version 1): one JSON record a line, in pydantic models.
+
+Each model is the JSON form of one stored thing, built from the stores' own JSON forms (messages'
+``message_to_dict``, the codec's chunks, reflections and ranges), so the file says what the
+database says and nothing is serialised a second way. ``docs/export-format.md`` describes every
+record and field; a change that breaks a reader bumps :data:`VERSION`.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
+
+from ..messages import Message, message_from_dict, message_to_dict
+from ..meta_keys import META_FAILURE
+from ..records import (
+    CycleRecord,
+    GroupEmbedding,
+    ObservationGroup,
+    OMRecord,
+    Thread,
+)
+from ..stores.changes import ImportedResource
+from ..stores.codec import (
+    chunk_from_dict,
+    chunk_to_dict,
+    dumps,
+    group_ranges_from_json,
+    loads,
+    ranges_to_json,
+    reflection_from_json,
+    reflection_to_json,
+)
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CycleRow",
+    "EmbeddingRow",
+    "ExportRecord",
+    "GroupRow",
+    "Header",
+    "LogRow",
+    "MessageRow",
+    "ResourceRow",
+    "ThreadRow",
+    "parse_record",
+]
+
+FORMAT = "obsmem-export"
+VERSION = 1
+"""Bumped when a reader of the previous version would misread a file; added optional fields do
+not bump it (readers ignore fields they do not know)."""
+
+Domain: TypeAlias = (
+    Thread | Message | OMRecord | ObservationGroup | GroupEmbedding | ImportedResource | CycleRecord
+)
+
+
+def _without_failure(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Metadata as exported: the failure state stays behind (it is about this database's
+    models and clock, and a new home starts without one)."""
+    return {k: v for k, v in metadata.items() if k != META_FAILURE}
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Header(_Row):
+    """The first line: what the file is and what it holds."""
+
+    type: Literal["header"] = "header"
+    format: Literal["obsmem-export"] = FORMAT
+    version: int
+    obsmem_version: str
+    exported_at: AwareDatetime
+    scope: dict[str, Any]
+    """``{"thread": id}``, ``{"resource": id}`` or ``{"all": true}``."""
+    ledger: bool = False
+
+
+class ThreadRow(_Row):
+    type: Literal["thread"] = "thread"
+    id: str = Field(min_length=1)
+    resource_id: str = Field(min_length=1)
+    title: str | None = None
+    metadata: dict[str, Any] = {}
+    message_count: int = Field(ge=0)
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+    @classmethod
+    def of(cls, t: Thread) -> ThreadRow:
+        return cls(
+            id=t.id,
+            resource_id=t.resource_id,
+            title=t.title,
+            metadata=_without_failure(dict(t.metadata)),
+            message_count=t.message_count,
+            created_at=t.created_at,
+            updated_at=t.updated_at,
+        )
+
+    def domain(self) -> Thread:
+        return Thread(
+            id=self.id,
+            resource_id=self.resource_id,
+            title=self.title,
+            metadata=self.metadata,
+            message_count=self.message_count,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+            incarnation=uuid.uuid4().hex,  # created again here (see Thread.incarnation)
+        )
+
+
+class MessageRow(_Row):
+    """A message as ``messages.message_to_dict`` writes it (parts in their stored form)."""
+
+    type: Literal["message"] = "message"
+    id: str = Field(min_length=1)
+    thread_id: str = Field(min_length=1)
+    resource_id: str = Field(min_length=1)
+    seq: int = Field(ge=1)
+    role: str
+    parts: list[dict[str, Any]]
+    metadata: dict[str, Any] = {}
+    created_at: str
+
+    @classmethod
+    def of(cls, m: Message) -> MessageRow:
+        return cls.model_validate(message_to_dict(m))
+
+    def domain(self) -> Message:
+        return message_from_dict(self.model_dump())
+
+
+class LogRow(_Row):
+    """One generation of the log of a key (``head``: the newest, the one that changes)."""
+
+    type: Literal["log"] = "log"
+    id: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    scope: Literal["thread", "resource"]
+    thread_id: str | None
+    resource_id: str | None
+    generation: int = Field(ge=0)
+    head: bool
+    origin: Literal["initial", "reflection", "revision"]
+    version: int = Field(ge=1)
+    observations: str
+    observation_tokens: int = Field(ge=0)
+    cursor: dict[str, int]
+    chunks: list[dict[str, Any]] = []
+    buffered_reflection: dict[str, Any] | None = None
+    total_tokens_observed: int = Field(ge=0)
+    superseded_by: str | None
+    created_at: AwareDatetime
+    updated_at: AwareDatetime
+
+    @classmethod
+    def of(cls, r: OMRecord) -> LogRow:
+        return cls(
+            id=r.id,
+            key=r.key,
+            scope=r.scope,
+            thread_id=r.thread_id,
+            resource_id=r.resource_id,
+            generation=r.generation,
+            head=r.is_head,
+            origin=r.origin,
+            version=r.version,
+            observations=r.observations,
+            observation_tokens=int(r.observation_tokens),
+            cursor=dict(r.cursor),
+            chunks=[chunk_to_dict(c) for c in r.chunks],
+            buffered_reflection=loads(reflection_to_json(r.buffered_reflection)),
+            total_tokens_observed=int(r.total_tokens_observed),
+            superseded_by=r.superseded_by,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+        )
+
+    def domain(self) -> OMRecord:
+        if self.head != (self.superseded_by is None):
+            raise ValueError("head must be true exactly when superseded_by is null")
+        reflection = self.buffered_reflection
+        return OMRecord(
+            id=self.id,
+            key=self.key,
+            scope=self.scope,
+            thread_id=self.thread_id,
+            resource_id=self.resource_id,
+            generation=self.generation,
+            origin=self.origin,
+            version=self.version,
+            observations=self.observations,
+            observation_tokens=self.observation_tokens,
+            cursor=self.cursor,
+            chunks=tuple(chunk_from_dict(c) for c in self.chunks),
+            buffered_reflection=reflection_from_json(
+                None if reflection is None else dumps(reflection)
+            ),
+            total_tokens_observed=self.total_tokens_observed,
+            superseded_by=self.superseded_by,
+            created_at=self.created_at,
+            updated_at=self.updated_at,
+        )
+
+
+class GroupRow(_Row):
+    """An observation group: one cycle's observations and the message ranges they came from."""
+
+    type: Literal["group"] = "group"
+    id: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    resource_id: str | None
+    thread_id: str | None
+    cycle_id: str
+    start_id: str
+    end_id: str
+    observations: str
+    ranges: list[tuple[str, int, int]]
+    created_at: AwareDatetime
+    metadata: dict[str, Any] = {}
+
+    @classmethod
+    def of(cls, g: ObservationGroup) -> GroupRow:
+        return cls(
+            id=g.id,
+            key=g.key,
+            resource_id=g.resource_id,
+            thread_id=g.thread_id,
+            cycle_id=g.cycle_id,
+            start_id=g.start_id,
+            end_id=g.end_id,
+            observations=g.observations,
+            ranges=[(t, a, b) for t, a, b in ranges_to_json(g.ranges)],
+            created_at=g.created_at,
+            metadata=dict(g.metadata),
+        )
+
+    def domain(self) -> ObservationGroup:
+        return ObservationGroup(
+            id=self.id,
+            key=self.key,
+            resource_id=self.resource_id,
+            thread_id=self.thread_id,
+            cycle_id=self.cycle_id,
+            start_id=self.start_id,
+            end_id=self.end_id,
+            observations=self.observations,
+            ranges=group_ranges_from_json([list(r) for r in self.ranges]),
+            created_at=self.created_at,
+            metadata=self.metadata,
+        )
+
+
+class EmbeddingRow(_Row):
+    """A group's embedding: the unit vector (float32 values) and the model that made it."""
+
+    type: Literal["embedding"] = "embedding"
+    group_id: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    resource_id: str | None
+    thread_id: str | None
+    observed_at: AwareDatetime
+    model: str = Field(min_length=1)
+    vector: list[float] = Field(min_length=1)
+
+    @classmethod
+    def of(cls, e: GroupEmbedding) -> EmbeddingRow:
+        return cls(
+            group_id=e.group_id,
+            key=e.key,
+            resource_id=e.resource_id,
+            thread_id=e.thread_id,
+            observed_at=e.observed_at,
+            model=e.model,
+            vector=list(e.vector),
+        )
+
+    def domain(self) -> GroupEmbedding:
+        return GroupEmbedding(
+            group_id=self.group_id,
+            key=self.key,
+            resource_id=self.resource_id,
+            thread_id=self.thread_id,
+            observed_at=self.observed_at,
+            model=self.model,
+            vector=tuple(self.vector),
+        )
+
+
+class ResourceRow(_Row):
+    """A resource's metadata: working memory (resource scope) and memory's other values."""
+
+    type: Literal["resource"] = "resource"
+    id: str = Field(min_length=1)
+    metadata: dict[str, Any]
+
+    @classmethod
+    def of(cls, resource_id: str, metadata: dict[str, Any]) -> ResourceRow:
+        return cls(id=resource_id, metadata=_without_failure(metadata))
+
+    def domain(self) -> ImportedResource:
+        return ImportedResource(id=self.id, metadata=self.metadata)
+
+
+class CycleRow(_Row):
+    """A cycle ledger row (``--ledger`` only), as ``CycleRecord.to_json`` writes it."""
+
+    type: Literal["cycle"] = "cycle"
+    cycle_id: str = Field(min_length=1)
+    key: str = Field(min_length=1)
+    resource_id: str
+    thread_ids: list[str]
+    kind: Literal["buffering", "observation", "activation", "reflection", "revision"]
+    operation: str = ""
+    outcome: Literal["committed", "redundant", "failed"]
+    error: str | None = None
+    started_at: AwareDatetime
+    duration_ms: float
+    model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cost_usd: float | None = None
+    ranges: list[dict[str, Any]] = []
+    generation: int | None = None
+    by: str | None = None
+
+    @classmethod
+    def of(cls, c: CycleRecord) -> CycleRow:
+        return cls.model_validate(c.to_json())
+
+    def domain(self) -> CycleRecord:
+        return CycleRecord(
+            cycle_id=self.cycle_id,
+            key=self.key,
+            resource_id=self.resource_id,
+            thread_ids=tuple(self.thread_ids),
+            kind=self.kind,
+            outcome=self.outcome,
+            error=self.error,
+            started_at=self.started_at,
+            duration_ms=self.duration_ms,
+            model=self.model,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cost_usd=self.cost_usd,
+            ranges=group_ranges_from_json(
+                [[r["thread_id"], r["first_seq"], r["last_seq"]] for r in self.ranges]
+            ),
+            generation=self.generation,
+            operation=self.operation,
+            by=self.by,
+        )
+
+
+DataRecord: TypeAlias = (
+    ThreadRow | MessageRow | LogRow | GroupRow | EmbeddingRow | ResourceRow | CycleRow
+)
+ExportRecord: TypeAlias = Annotated[Header | DataRecord, Field(discriminator="type")]
+"""Any line of an export file."""
+
+_RECORD: TypeAdapter[Header | DataRecord] = TypeAdapter(ExportRecord)
+
+
+def parse_record(line: str | bytes) -> Header | DataRecord:
+    """One line, validated (a pydantic ValidationError or ValueError says what is wrong)."""
+    return _RECORD.validate_json(line)
+
+
+def to_line(record: Header | DataRecord) -> str:
+    """The record's line (compact JSON, no newline)."""
+    return record.model_dump_json()
