@@ -27,7 +27,8 @@ async def test_sqlite_to_postgres_to_sqlite_gives_the_same_next_turn(
         PostgresStore(postgres_dsn), observational_memory=options(), working_memory=True
     )
     report = await middle.import_(first)
-    assert report.counts["message"] == 14 and report.counts["embedding"] >= 2
+    assert report.counts["message"] == 14
+    assert report.counts["embedding"] >= 2
     second = tmp_path / "second.jsonl"
     await export_to(middle, second)
     assert _body(second) == _body(first)  # nothing lost or changed on PostgreSQL
@@ -38,7 +39,8 @@ async def test_sqlite_to_postgres_to_sqlite_gives_the_same_next_turn(
     await last.import_(second)
     for ref in (ALICE, OTHER):
         expected = await next_turn(source, ref)
-        assert "zanzibar" in expected["search"] and "likes quokkas" in str(expected["context"])
+        assert "zanzibar" in expected["search"]
+        assert "likes quokkas" in str(expected["context"])
         assert await next_turn(last, ref) == expected
         assert await next_turn(middle, ref) == expected
     for memory in (source, middle, last):

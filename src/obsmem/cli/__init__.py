@@ -1,5 +1,5 @@
-"""The ``obsmem`` command line: demo, replay, chat, inspect, revise, delete, bench, doctor, mcp,
-proxy, ui.
+"""The ``obsmem`` command line: demo, replay, chat, inspect, revise, delete, export, import,
+bench, doctor, mcp, proxy, ui.
 
 Exit codes: 0 done; 1 the work failed (a model, server or storage error, reported); 2 the
 command could not start (bad arguments, a missing file, thread, model or optional dependency, a
@@ -17,7 +17,7 @@ from typing import TextIO
 from .. import mcp_server
 from ..proxy import command as proxy
 from ..ui import cli as ui
-from . import bench, chat, delete, doctor, inspect, replaycmd, revise
+from . import bench, chat, delete, doctor, inspect, replaycmd, revise, transfer
 from .common import describe_error
 
 __all__ = ["main"]
@@ -46,6 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     inspect.add(sub)
     revise.add(sub)
     delete.add(sub)
+    transfer.add_export(sub)
+    transfer.add_import(sub)
     bench.add(sub)
     doctor.add(sub)
     mcp_server.add(sub)

@@ -1,0 +1,168 @@
+"""``obsmem export`` and ``obsmem import``: memory to and from an ``obsmem-export`` file (JSON
+Lines, ``docs/export-format.md``), and plain OpenAI chat transcripts in."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..errors import StoreError
+from .common import DB_HELP, DEFAULT_DB, open_store
+from .errors import CannotStart
+
+__all__ = ["add_export", "add_import"]
+
+
+def add_export(sub: Any) -> None:
+    parser = sub.add_parser(
+        "export",
+        help="write a thread, a resource or the whole store to a JSON Lines file",
+        description="Export memory as obsmem-export JSON Lines (docs/export-format.md): "
+        "threads, messages, every generation of the log with its buffered work, observation "
+        "groups, embeddings and working memory; the failure state stays behind. The file is "
+        "created with mode 0600 (it is as sensitive as the database) and never overwritten.",
+    )
+    target = parser.add_mutually_exclusive_group(required=True)
+    target.add_argument("--thread", help="export this thread (with its thread-scope log)")
+    target.add_argument("--resource", help="export this resource and all its threads")
+    target.add_argument("--all", action="store_true", help="export every resource")
+    parser.add_argument("-o", "--output", help="the file to create (default: standard output)")
+    parser.add_argument("--ledger", action="store_true", help="include the cycle ledger")
+    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
+    parser.set_defaults(run=_run_export)
+
+
+def add_import(sub: Any) -> None:
+    parser = sub.add_parser(
+        "import",
+        help="import an export file, or an OpenAI chat transcript as a thread",
+        description="Import an obsmem-export file all or nothing: every line is checked before "
+        "the first write, and the whole file is written in one transaction. Ids the store "
+        "holds are refused unless --on-conflict says otherwise. An OpenAI chat transcript (a "
+        "JSON list of messages, or one a line) becomes a thread; its memory builds on its "
+        "first turn.",
+    )
+    parser.add_argument("file", help="the file to import")
+    parser.add_argument(
+        "--from",
+        dest="source",
+        choices=("obsmem", "openai"),
+        help="what the file is (default: told from its first line)",
+    )
+    parser.add_argument("--thread", help="the thread a transcript becomes (--from openai)")
+    parser.add_argument("--resource", help="the resource that thread belongs to")
+    parser.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
+    parser.add_argument(
+        "--on-conflict",
+        choices=("refuse", "skip", "replace"),
+        default="refuse",
+        help="ids the store holds already: refuse the import (default), skip them (keep what "
+        "is stored) or replace them (erase what is stored first)",
+    )
+    parser.add_argument(
+        "--resource-map",
+        action="append",
+        default=[],
+        metavar="OLD=NEW",
+        help="move resource OLD's memory to resource NEW (repeatable)",
+    )
+    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
+    parser.set_defaults(run=_run_import)
+
+
+def _stderr_progress(label: str) -> Any:
+    def progress(stage: str, done: int) -> None:
+        print(f"obsmem: {label}: {done:,} records {stage}", file=sys.stderr, flush=True)
+
+    return progress
+
+
+def _run_export(args: argparse.Namespace, out: TextIO) -> int:
+    return asyncio.run(_export(args, out))
+
+
+async def _export(args: argparse.Namespace, out: TextIO) -> int:
+    from ..memory import Memory
+    from ..transfer import open_private, write_export
+
+    memory = Memory(open_store(args.db, read_only=True))
+    try:
+        records = memory.export(
+            thread=args.thread, resource=args.resource, all=args.all, ledger=args.ledger
+        )
+        progress = _stderr_progress("export")
+        if args.output is None:
+            count = await write_export(records, out, progress=lambda n: progress("written", n))
+        else:
+            with open_private(args.output) as file:
+                count = await write_export(records, file, progress=lambda n: progress("written", n))
+            print(f"Exported {count:,} records to {args.output}.", file=sys.stderr)
+        return 0
+    except StoreError as exc:
+        raise CannotStart(str(exc)) from exc
+    finally:
+        await memory.aclose()
+
+
+def _resource_map(pairs: list[str]) -> dict[str, str]:
+    mapped: dict[str, str] = {}
+    for pair in pairs:
+        old, sep, new = pair.partition("=")
+        if not sep or not old or not new:
+            raise CannotStart(f"--resource-map {pair}: write it OLD=NEW (two resource ids)")
+        mapped[old] = new
+    return mapped
+
+
+def _run_import(args: argparse.Namespace, out: TextIO) -> int:
+    from ..transfer.transcripts import detect
+
+    path = Path(args.file)
+    if not path.is_file():
+        raise CannotStart(f"no file {path}: give the path of an export file or a transcript")
+    kind = args.source or detect(path)
+    source: Any = path
+    if kind == "openai":
+        if not args.thread or not args.resource:
+            raise CannotStart(
+                f"{path} is a chat transcript: say which thread it becomes with --thread ID "
+                "--resource ID"
+            )
+        from ..transfer.transcripts import transcript_records
+
+        source = transcript_records(path, thread=args.thread, resource=args.resource)
+    elif args.thread or args.resource:
+        raise CannotStart("--thread and --resource name a transcript's thread (--from openai)")
+    return asyncio.run(_import(args, source, _resource_map(args.resource_map), out))
+
+
+async def _import(args: argparse.Namespace, source: Any, rmap: dict[str, str], out: TextIO) -> int:
+    from ..memory import Memory
+
+    memory = Memory(open_store(args.db))
+    try:
+        report = await memory.import_(
+            source,
+            dry_run=args.dry_run,
+            on_conflict=args.on_conflict,
+            resource_map=rmap,
+            progress=_stderr_progress("import"),
+        )
+    finally:
+        await memory.aclose()
+    counts = ", ".join(f"{n:,} {kind}" for kind, n in sorted(report.counts.items()))
+    verb = "Would import" if report.dry_run else "Imported"
+    print(f"{verb} {counts or 'nothing'}.", file=out)
+    for what, ids in (
+        ("Skipped threads", report.skipped_threads),
+        ("Replaced threads", report.replaced_threads),
+        ("Replaced logs", report.replaced_keys),
+    ):
+        if ids:
+            print(f"{what}: {', '.join(ids)}.", file=out)
+    if report.dry_run:
+        print("Nothing was written (--dry-run).", file=out)
+    return 0
