@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from ..messages import Message
 from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..vectors import decode
 from . import erase_flow
 from . import schema as sql
 from .changes import (
@@ -24,11 +25,13 @@ from .changes import (
     ImportedResource,
     ImportWrite,
 )
-from .codec import dt_to_text, dumps, group_row
-from .flows import IN_BATCH, Flow, Op, clear, cycle_ops, in_batches, marks, put_embeddings
+from .codec import dt_from_text, dt_to_text, dumps, group_row
+from .flows import IN_BATCH, Flow, Op, clear, in_batches, marks, put_embeddings, record_cycles
 from .rows import message_to_row, record_to_row, thread_to_row
 
 __all__ = ["find_conflicts", "list_embeddings", "write_import"]
+
+T = TypeVar("T")
 
 
 def _found(statement: str, values: Sequence[str]) -> Flow[list[tuple[Any, ...]]]:
@@ -60,9 +63,6 @@ def find_conflicts(
 
 
 def list_embeddings(key: str) -> Flow[list[GroupEmbedding]]:
-    from ..vectors import decode
-    from .codec import dt_from_text
-
     rows = yield Op(sql.SELECT_EMBEDDINGS_OF_KEY, (key,))
     return [
         GroupEmbedding(
@@ -86,8 +86,7 @@ def write_import(write: ImportWrite, *, now: datetime, pgvector: bool) -> Flow[i
         yield from clear(key, pgvector=pgvector)
     written = 0
     for batch in _batches(write.items()):
-        for op in _ops(batch, now=now, pgvector=pgvector):
-            _ = yield op
+        yield from _insert(batch, now=now, pgvector=pgvector)
         written += len(batch)
     return written
 
@@ -104,38 +103,32 @@ def _batches(items: Iterator[Imported]) -> Iterator[list[Imported]]:
         yield batch
 
 
-def _ops(batch: list[Imported], *, now: datetime, pgvector: bool) -> Iterator[Op]:
+def _of(batch: list[Imported], kind: type[T]) -> list[T]:
+    return [item for item in batch if isinstance(item, kind)]
+
+
+def _insert(batch: list[Imported], *, now: datetime, pgvector: bool) -> Flow[None]:
+    """One batch of items of one kind."""
     first = batch[0]
     if isinstance(first, Thread):
-        yield Op(sql.IMPORT_THREAD, [thread_to_row(t) for t in batch], many=True)  # type: ignore[arg-type]
+        rows = [thread_to_row(t) for t in _of(batch, Thread)]
+        _ = yield Op(sql.IMPORT_THREAD, rows, many=True)
     elif isinstance(first, Message):
-        yield Op(sql.INSERT_MESSAGE, [message_to_row(m) for m in batch], many=True)  # type: ignore[arg-type]
+        rows = [message_to_row(m) for m in _of(batch, Message)]
+        _ = yield Op(sql.INSERT_MESSAGE, rows, many=True)
     elif isinstance(first, OMRecord):
-        yield Op(sql.IMPORT_RECORD, [record_to_row(r) for r in batch], many=True)  # type: ignore[arg-type]
+        rows = [record_to_row(r) for r in _of(batch, OMRecord)]
+        _ = yield Op(sql.IMPORT_RECORD, rows, many=True)
     elif isinstance(first, ObservationGroup):
-        yield Op(sql.INSERT_GROUP, [group_row(g) for g in batch], many=True)  # type: ignore[arg-type]
+        rows = [group_row(g) for g in _of(batch, ObservationGroup)]
+        _ = yield Op(sql.INSERT_GROUP, rows, many=True)
     elif isinstance(first, GroupEmbedding):
-        flow = put_embeddings(batch, pgvector=pgvector)  # type: ignore[arg-type]
-        yield from _ops_of(flow)
+        yield from put_embeddings(_of(batch, GroupEmbedding), pgvector=pgvector)
     elif isinstance(first, ImportedResource):
-        for resource in batch:
-            assert isinstance(resource, ImportedResource)
-            yield Op(sql.INSERT_RESOURCE, (resource.id, dt_to_text(now)))
-            yield Op(
-                sql.UPDATE_RESOURCE, (dumps(dict(resource.metadata)), dt_to_text(now), resource.id)
-            )
+        at = dt_to_text(now)
+        for resource in _of(batch, ImportedResource):
+            _ = yield Op(sql.INSERT_RESOURCE, (resource.id, at))
+            _ = yield Op(sql.UPDATE_RESOURCE, (dumps(dict(resource.metadata)), at, resource.id))
     else:
-        cycles = [c for c in batch if isinstance(c, CycleRecord)]
-        yield from cycle_ops(cycles, keep=DEFAULT_KEEP_CYCLES, keep_detail=DEFAULT_KEEP_DETAIL)
-
-
-def _ops_of(flow: Flow[None]) -> Iterator[Op]:
-    """The statements of a flow whose statements return no rows it reads."""
-    try:
-        item = next(flow)
-        while True:
-            assert isinstance(item, Op)
-            yield item
-            item = flow.send([])
-    except StopIteration:
-        return
+        cycles = _of(batch, CycleRecord)
+        yield from record_cycles(cycles, keep=DEFAULT_KEEP_CYCLES, keep_detail=DEFAULT_KEEP_DETAIL)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator, Callable
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from ..errors import StoreError
 from ..records import record_key
@@ -167,9 +167,15 @@ def open_private(path: str) -> IO[str]:
     return os.fdopen(fd, "w", encoding="utf-8", newline="\n")
 
 
+class Writable(Protocol):
+    """Where export lines go: a text file, a stream, anything with ``write``."""
+
+    def write(self, text: str, /) -> object: ...
+
+
 async def write_export(
     records: AsyncIterator[Header | DataRecord],
-    out: IO[str],
+    out: Writable,
     *,
     progress: Progress | None = None,
 ) -> int:
