@@ -30,6 +30,7 @@ SCRIPTS = [
     "ui_scale",
     "shutdown",
     "proxy_large",
+    "export",
 ]
 
 pytestmark = pytest.mark.slow
