@@ -148,3 +148,32 @@ async def test_messages_out_of_order_are_named(tmp_path: Path) -> None:
     assert await memory.messages("t1") == []
     await memory.context(ALICE, [Message.user("hi")], actor_model=None)  # the store still works
     await memory.aclose()
+
+
+async def test_the_ledger_travels_with_ledger_true(tmp_path: Path) -> None:
+    source = await filled(SQLiteStore(tmp_path / "source.db"))
+    cycles = await source.store.list_cycles("resource:alice")
+    assert cycles
+    path = tmp_path / "ledger.jsonl"
+    await export_to(source, path, resource="alice", ledger=True)
+    await source.aclose()
+    memory = Memory(SQLiteStore(tmp_path / "new.db"))
+    await memory.import_(path)
+    assert await memory.store.list_cycles("resource:alice") == cycles
+    without = tmp_path / "plain.jsonl"
+    await export_to(memory, without, resource="alice")
+    assert '"type":"cycle"' not in without.read_text()
+    await memory.aclose()
+
+
+async def test_progress_is_reported_on_long_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = await _exported(tmp_path)
+    monkeypatch.setattr("obsmem.transfer.importing.PROGRESS_EVERY", 10)
+    seen: list[tuple[str, int]] = []
+    memory = Memory(SQLiteStore(tmp_path / "new.db"))
+    await memory.import_(path, progress=lambda stage, done: seen.append((stage, done)))
+    assert ("validated", 10) in seen
+    assert ("written", 20) in seen
+    await memory.aclose()

@@ -12,10 +12,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import IO, Any, Protocol
 
 from ..errors import StoreError
-from ..records import record_key
+from ..records import Thread, record_key
 from ..stores import Store
 from .format import (
-    FORMAT,
     VERSION,
     CycleRow,
     DataRecord,
@@ -79,7 +78,7 @@ async def export_records(
         found = await store.get_thread(thread)
         if found is None:
             raise StoreError(f"no thread {thread!r} to export: check the id (obsmem inspect)")
-        async for record in _thread(store, found.id, found.resource_id, ledger=ledger):
+        async for record in _thread(store, found, ledger=ledger):
             yield record
         return
     resources = [resource] if resource is not None else await store.list_resources()
@@ -102,7 +101,7 @@ async def _resource(store: Store, resource_id: str, *, ledger: bool) -> AsyncIte
         yield ResourceRow.of(resource_id, metadata)
     for t in threads:
         yield ThreadRow.of(t)
-        async for message in _messages(store, t.id):
+        async for message in _messages(store, t):
             yield message
     groups = await store.list_observation_groups(resource_id)
     keys = [record_key("resource", thread_id=None, resource_id=resource_id)]
@@ -112,23 +111,26 @@ async def _resource(store: Store, resource_id: str, *, ledger: bool) -> AsyncIte
             yield record
 
 
-async def _thread(
-    store: Store, thread_id: str, resource_id: str, *, ledger: bool
-) -> AsyncIterator[DataRecord]:
-    found = await store.get_thread(thread_id)
-    assert found is not None
-    yield ThreadRow.of(found)
-    async for message in _messages(store, thread_id):
+async def _thread(store: Store, thread: Thread, *, ledger: bool) -> AsyncIterator[DataRecord]:
+    yield ThreadRow.of(thread)
+    async for message in _messages(store, thread):
         yield message
-    key = record_key("thread", thread_id=thread_id, resource_id=None)
-    groups = await store.list_observation_groups(resource_id, thread_id=thread_id)
+    key = record_key("thread", thread_id=thread.id, resource_id=None)
+    groups = await store.list_observation_groups(thread.resource_id, thread_id=thread.id)
     async for record in _log(store, key, [g for g in groups if g.key == key], ledger=ledger):
         yield record
 
 
-async def _messages(store: Store, thread_id: str) -> AsyncIterator[MessageRow]:
+async def _messages(store: Store, thread: Thread) -> AsyncIterator[MessageRow]:
+    """The thread's messages as its record counts them (a message appended while the export
+    runs is left for the next one, so the file's count and its messages agree)."""
     after = 0
-    while page := await store.list_messages(thread_id, after_seq=after, limit=PAGE):
+    while after < thread.message_count:
+        page = await store.list_messages(
+            thread.id, after_seq=after, through_seq=thread.message_count, limit=PAGE
+        )
+        if not page:
+            break
         for message in page:
             yield MessageRow.of(message)
         after = page[-1].seq or after + len(page)
@@ -188,12 +190,3 @@ async def write_export(
         if progress is not None and count % PROGRESS_EVERY == 0:
             progress(count)
     return count
-
-
-def check_format(header: Header) -> None:
-    """A header this version reads (the version rule of ``docs/export-format.md``)."""
-    if header.format != FORMAT or header.version > VERSION:
-        raise StoreError(
-            f"the file is {header.format} version {header.version}, newer than this obsmem "
-            f"reads ({VERSION}); upgrade obsmem (pip install -U obsmem)"
-        )
