@@ -64,6 +64,10 @@ def test_export_file_is_private_and_never_overwritten(
     types = [json.loads(line)["type"] for line in stdout.getvalue().splitlines()]
     assert types[:2] == ["header", "thread"]
     assert types.count("thread") == 1
+    missing = tmp_path / "missing.jsonl"
+    assert main(["export", "--thread", "nope", "-o", str(missing), "--db", str(source_db)]) == 2
+    assert "no thread 'nope' to export" in capsys.readouterr().err
+    assert not missing.exists()  # a failed export leaves no file cut short
 
 
 def test_dry_run_writes_nothing(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Any, TextIO
@@ -86,7 +88,7 @@ def _run_export(args: argparse.Namespace, out: TextIO) -> int:
 
 async def _export(args: argparse.Namespace, out: TextIO) -> int:
     from ..memory import Memory
-    from ..transfer import open_private, write_export
+    from ..transfer import write_export
 
     memory = Memory(open_store(args.db, read_only=True))
     try:
@@ -95,16 +97,30 @@ async def _export(args: argparse.Namespace, out: TextIO) -> int:
         )
         progress = _stderr_progress("export")
         if args.output is None:
-            count = await write_export(records, out, progress=lambda n: progress("written", n))
+            await write_export(records, out, progress=lambda n: progress("written", n))
         else:
-            with open_private(args.output) as file:
-                count = await write_export(records, file, progress=lambda n: progress("written", n))
+            count = await _export_to_file(records, args.output, progress)
             print(f"Exported {count:,} records to {args.output}.", file=sys.stderr)
         return 0
     except StoreError as exc:
         raise CannotStart(str(exc)) from exc
     finally:
         await memory.aclose()
+
+
+async def _export_to_file(records: Any, output: str, progress: Any) -> int:
+    """Write the export to a new private file; a failed export leaves no file behind (a file
+    cut short would read as a smaller export)."""
+    from ..transfer import open_private, write_export
+
+    file = open_private(output)
+    try:
+        with file:
+            return await write_export(records, file, progress=lambda n: progress("written", n))
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(output)
+        raise
 
 
 def _resource_map(pairs: list[str]) -> dict[str, str]:
