@@ -177,3 +177,17 @@ async def test_progress_is_reported_on_long_files(
     assert ("validated", 10) in seen
     assert ("written", 20) in seen
     await memory.aclose()
+
+
+async def test_the_failure_state_stays_behind(tmp_path: Path) -> None:
+    source = await filled(SQLiteStore(tmp_path / "source.db"))
+    failure = {"role": "observer", "error": "rate limited", "count": 3}
+    await source.store.update_thread("t1", metadata={"om:failure": failure})
+    await source.store.update_resource("alice", {"om:failure": failure})
+    path = tmp_path / "alice.jsonl"
+    await export_to(source, path)
+    await source.aclose()
+    text = path.read_text()
+    assert "om:failure" not in text
+    assert "rate limited" not in text
+    assert "likes quokkas" in text  # the rest of the metadata travels

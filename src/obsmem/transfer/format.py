@@ -54,10 +54,6 @@ VERSION = 1
 """Bumped when a reader of the previous version would misread a file; added optional fields do
 not bump it (readers ignore fields they do not know)."""
 
-Domain: TypeAlias = (
-    Thread | Message | OMRecord | ObservationGroup | GroupEmbedding | ImportedResource | CycleRecord
-)
-
 
 def _without_failure(metadata: dict[str, Any]) -> dict[str, Any]:
     """Metadata as exported: the failure state stays behind (it is about this database's

@@ -83,8 +83,6 @@ class _Plan:
     heads: dict[str, int] = field(default_factory=dict[str, int])
     groups: set[str] = field(default_factory=set[str])
     resources: set[str] = field(default_factory=set[str])
-    mapped: set[str] = field(default_factory=set[str])
-    """Resources of the map found in the file."""
 
 
 def _mapped_id(value: str | None, resource_map: Mapping[str, str]) -> str | None:
