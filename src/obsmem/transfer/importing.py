@@ -13,8 +13,8 @@ a private temporary file first, so both passes read the same bytes and memory st
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import json
 import os
 import tempfile
 from collections.abc import AsyncGenerator, AsyncIterable, Callable, Iterable, Iterator, Mapping
@@ -28,6 +28,7 @@ from ..errors import StoreError
 from ..records import record_key
 from ..stores import Store
 from ..stores.changes import ImportConflicts, Imported, ImportedResource, ImportWrite
+from ..stores.codec import dumps
 from .exporting import open_private
 from .format import FORMAT, VERSION, DataRecord, Header, MessageRow, ThreadRow, parse_record
 
@@ -359,7 +360,7 @@ async def _as_file(source: Source) -> AsyncGenerator[Path]:
 def _line(record: Header | DataRecord | Mapping[str, Any]) -> str:
     if isinstance(record, BaseModel):
         return record.model_dump_json()
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return dumps(dict(record))
 
 
 async def import_records(
@@ -374,8 +375,6 @@ async def import_records(
     """Validate all of ``source``, then write it in one transaction (nothing when
     ``dry_run``). ImportInputError for a bad line, StoreError for ids the store holds (unless
     ``on_conflict`` skips or replaces them); either way nothing is written."""
-    import asyncio
-
     if on_conflict not in ("refuse", "skip", "replace"):
         raise ImportInputError(f"on_conflict={on_conflict!r}: use 'refuse', 'skip' or 'replace'")
     rmap = dict(resource_map or {})
