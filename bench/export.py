@@ -95,7 +95,7 @@ async def measure(size: int, tmp: Path) -> Row:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", default="1000,100000")
     parser.add_argument("--quick", action="store_true", help="tiny sizes for the smoke test")
     args = parser.parse_args()
