@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import sqlite3
 from datetime import datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 
 from obsmem import Memory
+from obsmem.cli import main
 from obsmem.messages import (
     ImagePart,
     Message,
@@ -22,7 +24,6 @@ from obsmem.messages import (
 from obsmem.stores import SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector
 from obsmem.transfer.mastra import MastraImportError, MastraThread, read_mastra
-from obsmem.transfer.mastra_store import write_mastra_threads
 
 from .mastra_db import mastra_database
 
@@ -103,12 +104,11 @@ async def _next_turn(db: Path, thread: str) -> list[Message]:
         return (await memory.context(ref, [Message.user("And shoes?")], actor_model=None)).messages
 
 
-async def _import(source: Path, db: Path) -> None:
-    store = SQLiteStore(db)
-    try:
-        await write_mastra_threads(store, read_mastra(source))
-    finally:
-        await store.aclose()
+def _import(source: Path, db: Path, *flags: str) -> str:
+    """``obsmem import`` of the Mastra database (told from the file), its report."""
+    out = io.StringIO()
+    assert main(["import", str(source), "--db", str(db), *flags], out=out) == 0
+    return out.getvalue()
 
 
 def test_imported_log_and_only_the_messages_after_the_cursor_reach_the_next_turn(
@@ -116,7 +116,7 @@ def test_imported_log_and_only_the_messages_after_the_cursor_reach_the_next_turn
 ) -> None:
     path, written = mastra
     db = tmp_path / "obsmem.db"
-    asyncio.run(_import(path, db))
+    assert "Imported" in _import(path, db)
     sent = asyncio.run(_next_turn(db, TRIP))
     system = "\n".join(m.text for m in sent if m.role == "system")
     assert "User booked a hotel close to the river." in system
@@ -138,7 +138,7 @@ def test_a_database_without_observational_memory_imports_messages_only(tmp_path:
     threads = _threads(source)
     assert all(t.observations is None and t.observed_through is None for t in threads.values())
     db = tmp_path / "obsmem.db"
-    asyncio.run(_import(source, db))
+    _import(source, db)
     sent = asyncio.run(_next_turn(db, TRIP))
     assert "<observations>" not in "\n".join(m.text for m in sent if m.role == "system")
     raw_ids = [m.metadata.get("mastra", {}).get("id", m.id) for m in sent if m.role != "system"]
@@ -172,3 +172,40 @@ def test_a_damaged_message_is_refused_naming_it(
     message = _refusal(damaged)
     assert written["threads"][COOKING][0]["id"] in message
     assert "content that is not JSON; the database is damaged" in message
+
+
+def test_obsmem_import_from_mastra_is_all_or_nothing_and_dry_run_writes_nothing(
+    mastra: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = mastra
+    db = tmp_path / "obsmem.db"
+    report = _import(path, db, "--dry-run")
+    assert "Would import" in report
+    assert "Nothing was written" in report
+    assert asyncio.run(_thread_ids(db)) == []
+    # The second thread's message is damaged: nothing of the first is written either.
+    damaged = tmp_path / "damaged.db"
+    damaged.write_bytes(path.read_bytes())
+    with sqlite3.connect(damaged) as conn:
+        conn.execute(
+            "UPDATE mastra_messages SET content = '{broken' WHERE thread_id = ?", (COOKING,)
+        )
+    code = main(["import", "--from", "mastra", str(damaged), "--db", str(db)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "the database is damaged" in err
+    assert len(err.strip().splitlines()) == 1
+    assert asyncio.run(_thread_ids(db)) == []
+    # Imported once; a second import of the same database is refused, naming the fix.
+    _import(path, db)
+    assert sorted(asyncio.run(_thread_ids(db))) == sorted([TRIP, COOKING])
+    assert main(["import", str(path), "--db", str(db)]) == 1
+    assert "--on-conflict" in capsys.readouterr().err
+
+
+async def _thread_ids(db: Path) -> list[str]:
+    store = SQLiteStore(db)
+    try:
+        return [t.id for r in await store.list_resources() for t in await store.list_threads(r)]
+    finally:
+        await store.aclose()

@@ -40,7 +40,7 @@ def add_export(sub: Any) -> None:
 def add_import(sub: Any) -> None:
     parser = sub.add_parser(
         "import",
-        help="import an export file, or an OpenAI chat transcript as a thread",
+        help="import an export file, an OpenAI chat transcript, or a Mastra memory database",
         description="Import an obsmem-export file all or nothing: every line is checked before "
         "the first write, and the whole file is written in one transaction. Ids the store "
         "holds are refused unless --on-conflict says otherwise. An OpenAI chat transcript (a "
@@ -51,8 +51,9 @@ def add_import(sub: Any) -> None:
     parser.add_argument(
         "--from",
         dest="source",
-        choices=("obsmem", "openai"),
-        help="what the file is (default: told from its first line)",
+        choices=("obsmem", "openai", "mastra"),
+        help="what the file is: an obsmem export, an OpenAI chat transcript, or a Mastra memory "
+        "database (@mastra/libsql's SQLite file; default: told from the file)",
     )
     parser.add_argument("--thread", help="the thread a transcript becomes (--from openai)")
     parser.add_argument("--resource", help="the resource that thread belongs to")
@@ -150,7 +151,12 @@ def _run_import(args: argparse.Namespace, out: TextIO) -> int:
         from ..transfer.transcripts import transcript_records
 
         source = transcript_records(path, thread=args.thread, resource=args.resource)
-    elif args.thread or args.resource:
+    elif kind == "mastra":
+        from ..transfer.mastra import read_mastra
+        from ..transfer.mastra_records import mastra_records
+
+        source = mastra_records(read_mastra(path), source=str(path))
+    if kind != "openai" and (args.thread or args.resource):
         raise CannotStart("--thread and --resource name a transcript's thread (--from openai)")
     return asyncio.run(_import(args, source, _resource_map(args.resource_map), out))
 

@@ -15,7 +15,6 @@ from ..errors import StoreError
 from ..records import Thread, record_key
 from ..stores import Store
 from .format import (
-    VERSION,
     CycleRow,
     DataRecord,
     EmbeddingRow,
@@ -63,17 +62,7 @@ async def export_records(
     then per log key every generation (oldest first), its groups, their embeddings, and its
     ledger rows when ``ledger``. A thread's export carries its thread-scope log only (a
     resource-scope log tells of the resource's other threads: export the resource)."""
-    from .. import __version__
-    from ..messages import utcnow
-
-    scope = _scope(thread, resource, all)
-    yield Header(
-        version=VERSION,
-        obsmem_version=__version__,
-        exported_at=utcnow(),
-        scope=scope,
-        ledger=ledger,
-    )
+    yield Header.now(_scope(thread, resource, all), ledger=ledger)
     if thread is not None:
         found = await store.get_thread(thread)
         if found is None:

@@ -74,8 +74,23 @@ class Header(_Row):
     obsmem_version: str
     exported_at: AwareDatetime
     scope: dict[str, Any]
-    """``{"thread": id}``, ``{"resource": id}`` or ``{"all": true}``."""
+    """``{"thread": id}``, ``{"resource": id}`` or ``{"all": true}``; an import from another
+    system says where from (``{"from": "mastra", "source": path}``)."""
     ledger: bool = False
+
+    @classmethod
+    def now(cls, scope: dict[str, Any], *, ledger: bool = False) -> Header:
+        """The header of a file written now by this obsmem."""
+        from .. import __version__
+        from ..messages import utcnow
+
+        return cls(
+            version=VERSION,
+            obsmem_version=__version__,
+            exported_at=utcnow(),
+            scope=scope,
+            ledger=ledger,
+        )
 
 
 class ThreadRow(_Row):

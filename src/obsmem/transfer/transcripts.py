@@ -18,17 +18,21 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from ..messages import utcnow
-from .format import FORMAT, VERSION, DataRecord, Header, MessageRow, ThreadRow
+from .format import FORMAT, DataRecord, Header, MessageRow, ThreadRow
 from .importing import ImportInputError
 
 __all__ = ["detect", "transcript_records"]
 
-Kind = Literal["obsmem", "openai"]
+Kind = Literal["obsmem", "openai", "mastra"]
 
 
 def detect(path: Path) -> Kind:
     """``obsmem`` for an export file (its first line is the header), ``openai`` for a chat
-    transcript (a JSON list or object, or JSON Lines of messages)."""
+    transcript (a JSON list or object, or JSON Lines of messages), ``mastra`` for a SQLite
+    database (what Mastra's ``@mastra/libsql`` store writes)."""
+    with path.open("rb") as raw:
+        if raw.read(16) == b"SQLite format 3\x00":
+            return "mastra"
     with path.open("rb") as lines:
         first = next((line for line in lines if line.strip()), b"")
     try:
@@ -88,9 +92,7 @@ def transcript_records(
     except (ValueError, KeyError, TypeError) as exc:
         raise ImportInputError(f"{path}: {exc} (nothing was imported)") from None
     now = utcnow()
-    yield Header(
-        version=VERSION, obsmem_version=_version(), exported_at=now, scope={"thread": thread}
-    )
+    yield Header.now({"thread": thread})
     yield ThreadRow(
         id=thread,
         resource_id=resource,
@@ -100,9 +102,3 @@ def transcript_records(
     )
     for seq, message in enumerate(messages, start=1):
         yield MessageRow.of(replace(message, seq=seq, thread_id=thread, resource_id=resource))
-
-
-def _version() -> str:
-    from .. import __version__
-
-    return __version__
