@@ -191,3 +191,30 @@ async def test_the_failure_state_stays_behind(tmp_path: Path) -> None:
     assert "om:failure" not in text
     assert "rate limited" not in text
     assert "likes quokkas" in text  # the rest of the metadata travels
+
+
+async def test_a_large_import_gets_time_in_proportion_to_its_size(tmp_path: Path) -> None:
+    """The import is one transaction: PostgreSQL allows it ``call_timeout`` plus a millisecond
+    per record, so a file of any size is not cut off at the timeout of one call."""
+    from obsmem.stores import PostgresStore
+    from obsmem.stores.changes import ImportWrite
+
+    path = await _exported(tmp_path)
+    data = len(path.read_text().splitlines()) - 1  # every record but the header
+    seen: list[int] = []
+    store = SQLiteStore(tmp_path / "target.db")
+    write = store.write_import
+
+    async def counting(request: ImportWrite) -> int:
+        seen.append(request.records)
+        return await write(request)
+
+    store.write_import = counting  # type: ignore[method-assign]
+    await Memory(store).import_(path)
+    assert seen == [data]
+    await store.aclose()
+    pg = PostgresStore("postgresql://nobody@127.0.0.1:1/none", call_timeout=60)
+    driver = pg._driver
+    assert driver._timeout_for(0) == 60  # type: ignore[attr-defined]
+    assert driver._timeout_for(100_000) == 160  # type: ignore[attr-defined]
+    await pg.aclose()

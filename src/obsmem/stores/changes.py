@@ -274,3 +274,5 @@ class ImportWrite:
     """Threads erased first (``Store.delete_thread``'s erasure)."""
     replace_keys: tuple[str, ...] = ()
     """Log keys cleared first (``Store.clear``)."""
+    records: int = 0
+    """How many records ``items`` gives (a store allows a write that large more time)."""

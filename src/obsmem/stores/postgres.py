@@ -34,6 +34,9 @@ if TYPE_CHECKING:
 
 __all__ = ["PostgresStore"]
 
+BULK_SECONDS_PER_RECORD = 0.001
+"""The time a bulk write (an import) is allowed per record, beyond ``call_timeout``."""
+
 T = TypeVar("T")
 log = logging.getLogger("obsmem")
 _MIGRATION_LOCK = 0x6F62736D656D  # "obsmem": one process migrates at a time
@@ -178,12 +181,20 @@ class _PostgresDriver:
                 self._ready = True
         return self._pool
 
-    async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
+    async def run(
+        self,
+        make: Callable[[bool], Flow[T]],
+        *,
+        write: bool,
+        quick: bool = False,
+        records: int = 0,
+    ) -> T:
+        limit = self._timeout_for(records)
         try:
             await self._prepare()
             conn = await self._getconn()
             try:
-                async with asyncio.timeout(self.call_timeout):
+                async with asyncio.timeout(limit):
                     return await self._drive(conn, make, write=write)
             finally:
                 await self._pool.putconn(conn)
@@ -191,12 +202,17 @@ class _PostgresDriver:
             raise
         except TimeoutError as exc:  # cut off: its connection was closed, the pool opens another
             raise StoreError(
-                f"{self.name}: no answer from PostgreSQL within {self.call_timeout:g} s (the "
+                f"{self.name}: no answer from PostgreSQL within {limit:g} s (the "
                 "server or the network stopped answering); the call was given up and its "
                 "connection dropped, the next call opens another"
             ) from exc
         except Exception as exc:
             raise StoreError(f"PostgreSQL error on {self.name}: {exc}") from exc
+
+    def _timeout_for(self, records: int) -> float:
+        """``call_timeout``, plus a millisecond per record of a bulk write (an import of 100k
+        messages takes about 17 s on loopback: the allowance is several times that)."""
+        return self.call_timeout + records * BULK_SECONDS_PER_RECORD
 
     async def _getconn(self) -> Any:
         """A pooled connection within ``timeout`` seconds, or StoreError saying what to check.

@@ -137,7 +137,14 @@ class _SQLiteDriver:
         self._gone_lock = threading.Lock()
         self._wal_released = False
 
-    async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
+    async def run(
+        self,
+        make: Callable[[bool], Flow[T]],
+        *,
+        write: bool,
+        quick: bool = False,
+        records: int = 0,
+    ) -> T:
         if self._closed:
             raise StoreError(f"SQLiteStore({self.path!r}) was closed")
         inline = self._inline

@@ -49,10 +49,18 @@ class Driver(Protocol):
     pgvector: bool
     """The database ranks vectors itself (PostgreSQL with the pgvector extension)."""
 
-    async def run(self, make: Callable[[bool], Flow[T]], *, write: bool, quick: bool = False) -> T:
+    async def run(
+        self,
+        make: Callable[[bool], Flow[T]],
+        *,
+        write: bool,
+        quick: bool = False,
+        records: int = 0,
+    ) -> T:
         """Run ``make(write)`` in one transaction (a write transaction when ``write``); when a
         read flow raises ``flows.NeedsWrite``, run ``make(True)`` in a write transaction.
-        ``quick``: a turn's load or a cycle's commit, a few indexed statements."""
+        ``quick``: a turn's load or a cycle's commit, a few indexed statements. ``records``: a
+        bulk write of that many records (an import), given time in proportion to its size."""
         ...
 
     async def schema_version(self) -> int: ...
@@ -82,8 +90,8 @@ class SQLStore:
     async def _read(self, make: Callable[[], Flow[T]]) -> T:
         return await self._driver.run(lambda _: make(), write=False)
 
-    async def _write(self, make: Callable[[], Flow[T]]) -> T:
-        return await self._driver.run(lambda _: make(), write=True)
+    async def _write(self, make: Callable[[], Flow[T]], *, records: int = 0) -> T:
+        return await self._driver.run(lambda _: make(), write=True, records=records)
 
     async def schema_version(self) -> int:
         """How many migrations the database has had."""
@@ -264,7 +272,8 @@ class SQLStore:
 
     async def write_import(self, write: ImportWrite) -> int:
         written = await self._write(
-            lambda: import_flow.write_import(write, now=utcnow(), pgvector=self._driver.pgvector)
+            lambda: import_flow.write_import(write, now=utcnow(), pgvector=self._driver.pgvector),
+            records=write.records,
         )
         self._forget_heads()
         return written

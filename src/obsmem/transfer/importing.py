@@ -394,6 +394,7 @@ async def import_records(
                     items=lambda: _items(path, rmap, decision, progress),
                     replace_threads=decision.replace_threads,
                     replace_keys=decision.replace_keys,
+                    records=sum(plan.counts.values()),
                 )
             )
     return ImportReport(
