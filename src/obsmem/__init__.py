@@ -4,13 +4,11 @@ A background Observer turns old messages into a dense, dated observation log; a 
 rewrites the log shorter when it grows. The agent's context stays inside a fixed budget for
 conversations of any length, and every raw message stays in storage.
 
-Names load on first use: ``import obsmem`` stays light (no model library, no numpy) until an
-agent, a model or an optional feature is actually used.
+Names load on first use: ``import obsmem`` loads the exception tree and nothing else (no
+message types, model library or numpy) until a name is actually used.
 """
 
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 from ._lazy import lazy_names
 from .errors import (
@@ -23,23 +21,24 @@ from .errors import (
     ObsmemError,
     StoreError,
 )
-from .messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
 
+TYPE_CHECKING = False  # not ``typing``'s: importing ``typing`` is a third of the start
 if TYPE_CHECKING:
     from .agent import Agent, GenerateResult
     from .engine import ObservationalMemory, PreparedContext
     from .events import Hooks
     from .extractors import Extractor
     from .memory import Memory
+    from .messages import (
+        DataPart,
+        FilePart,
+        ImagePart,
+        Message,
+        ReasoningPart,
+        TextPart,
+        ToolCallPart,
+        ToolResultPart,
+    )
     from .models import ModelByInputTokens
     from .options import (
         ObservationalMemoryOptions,
@@ -59,6 +58,14 @@ _LAZY = {
     "Hooks": "events",
     "Extractor": "extractors",
     "Memory": "memory",
+    "DataPart": "messages",
+    "FilePart": "messages",
+    "ImagePart": "messages",
+    "Message": "messages",
+    "ReasoningPart": "messages",
+    "TextPart": "messages",
+    "ToolCallPart": "messages",
+    "ToolResultPart": "messages",
     "ModelByInputTokens": "models",
     "ObservationalMemoryOptions": "options",
     "ObservationOptions": "options",
