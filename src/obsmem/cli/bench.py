@@ -27,7 +27,6 @@ __all__ = ["add"]
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "bench",
-        help="benchmarks (LongMemEval accuracy)",
         description="Benchmarks of observational memory.",
     )
     benches = parser.add_subparsers(dest="bench", required=True)

@@ -74,7 +74,6 @@ MAX_REPLY_TOKENS = 4_096
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "chat",
-        help="a REPL with an agent that has observational memory",
         description="Chat with an agent whose memory lives in the store; a status line shows "
         "the message and observation windows against their thresholds. A failed turn is "
         "reported and the chat goes on; Ctrl-C cancels a reply, or leaves at the prompt.",

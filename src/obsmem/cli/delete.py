@@ -19,7 +19,6 @@ __all__ = ["add"]
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "delete",
-        help="erase a thread or a resource (a user) and everything memory made of it",
         description="Erase a thread, or a resource with all its threads, in one transaction: "
         "messages, observation logs (every generation), buffered work, observation groups and "
         "embeddings, extracted values, working memory, the cycle ledger and the failure state. "

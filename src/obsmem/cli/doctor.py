@@ -38,7 +38,6 @@ SAMPLE = [
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "doctor",
-        help="check that a model can serve as Observer and Reflector",
         description="Calls the model three ways (a ping, the request shapes memory sends, and a "
         "small built-in conversation to observe), reports latency and tokens, and says what to "
         "change.",

@@ -27,7 +27,6 @@ __all__ = ["add"]
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "inspect",
-        help="show threads, logs, generations, chunks and messages in a store",
         description="Without --thread: every resource and thread with its memory status. With "
         "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
         "generations, buffered chunks and messages. With --thread and --cycles: the thread's "

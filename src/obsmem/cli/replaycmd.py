@@ -34,7 +34,6 @@ __all__ = ["add_demo", "add_replay"]
 def add_demo(sub: Any) -> None:
     parser = sub.add_parser(
         "demo",
-        help="replay the bundled conversation through memory and draw the sawtooth",
         description="Replays a conversation that ships with obsmem (five sessions over two "
         "weeks: a trip whose facts change, a tool-heavy debugging stretch, a shared image) "
         "through observational memory on the embedded SQLite default, prints the observation "
@@ -49,7 +48,6 @@ def add_demo(sub: Any) -> None:
 def add_replay(sub: Any) -> None:
     parser = sub.add_parser(
         "replay",
-        help="replay a recorded conversation through memory",
         description="Feeds a conversation (obsmem JSONL, OpenAI chat messages as JSONL or a "
         "JSON array, a LoCoMo conversation, or a LongMemEval file) through observational memory "
         "turn by turn, with the recorded replies standing in for the agent.",

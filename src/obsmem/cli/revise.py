@@ -26,7 +26,6 @@ __all__ = ["add"]
 def add(sub: Any) -> None:
     parser = sub.add_parser(
         "revise",
-        help="correct a thread's observation log: replace or remove lines, or give a new log",
         description="Write a new generation of the thread's observation log with lines "
         "replaced or removed (each named by its whole text, as obsmem inspect shows it), or "
         "the whole log from a file. The agent sees it from its next turn; the cycle ledger "

@@ -63,7 +63,6 @@ def add(sub: Any) -> None:
 
     parser = sub.add_parser(
         "mcp",
-        help="an MCP server: recall, memory context, remember, status",
         description="Serves one resource's observational memory to MCP clients over stdio "
         "(the default: the client starts the command) or streamable HTTP. The resource comes "
         "from --resource (or OBSMEM_RESOURCE), never from the model.",

@@ -19,7 +19,6 @@ def add(sub: Any) -> None:
 
     parser = sub.add_parser(
         "proxy",
-        help="an OpenAI-compatible server that gives any client observational memory",
         description="Serves /v1/chat/completions and /v1/responses (streaming or not) in "
         "front of any OpenAI-compatible upstream. The application names the conversation: a "
         "request with a thread id (the X-Obsmem-Thread header, or the request's metadata.thread) "

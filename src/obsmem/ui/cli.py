@@ -21,7 +21,6 @@ def add(sub: Any) -> None:
 
     parser = sub.add_parser(
         "ui",
-        help="a read-only web inspector of threads, logs, generations and cycles",
         description="Serves a web inspector of a store: resources and threads with their "
         "memory state, each thread's raw messages, observation log, buffered chunks and the "
         "context the actor would be sent, each reflection as a diff, the cycle ledger and the "
