@@ -15,6 +15,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Callable, Mapping, Seq
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, TypeAlias, cast
 
+import pydantic_ai
 from pydantic_ai import Agent as PydanticAgent
 from pydantic_ai import messages as pa
 from pydantic_ai.capabilities import AbstractCapability
@@ -293,6 +294,10 @@ class Agent:
             _check_waiting(history, resume)
         for step in capabilities:
             step.started_from(history)
+        # pydantic-ai's first-run banner (a Logfire advertisement) would describe this agent,
+        # which is obsmem's, built anew each turn: off, by the switch pydantic-ai documents for
+        # a library that runs agents for its users.
+        pydantic_ai.BANNER_ENABLED = False
         agent = PydanticAgent(
             model,
             instructions=None if capabilities else self.instructions,

@@ -14,13 +14,15 @@ import shutil
 import socket
 import sys
 import time
+import warnings
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..errors import ObsmemError
 from ..llm import CallActivity
-from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment
+from ..models import HOW_TO_PROVIDE_A_MODEL, model_from_environment, resolve_model
 from ..models.environment import LOCAL_PLACEHOLDER, environment_choice, resolve_auto
 from .errors import CannotStart, check_model, describe_error, describe_failure
 from .stores import db_label, is_postgres_dsn, open_store
@@ -165,9 +167,32 @@ def pick_model(args: argparse.Namespace, option: str = "model") -> str | None:
     model = given or model_from_environment()
     if model is None:
         print(f"obsmem: {HOW_TO_PROVIDE_A_MODEL}", file=sys.stderr)
-    elif not given:
+        return None
+    if not given:
         model = served_in_place_of_auto("obsmem") or model
+    say_deprecation(model)
     return model
+
+
+def say_deprecation(model: str) -> None:
+    """A model its provider retires, said once, in one line. pydantic-ai warns on each request
+    to one, and shows it again whenever the warning filters change, which pydantic does at each
+    agent it builds (a chat turn builds one); once said here, that warning is turned off."""
+    try:
+        deprecation = resolve_model(model).profile.get("deprecation")
+    except ObsmemError:  # no key, no SDK: the model check that follows says what to do
+        return
+    if deprecation is None:
+        return
+    from pydantic_ai.exceptions import DeprecatedModelWarning
+
+    when = f", retiring on {deprecation.retirement_date}" if deprecation.retirement_date else ""
+    instead = f"; it recommends {deprecation.replacement}" if deprecation.replacement else ""
+    print(
+        f"obsmem: {model} is deprecated by its provider{when}{instead} ({deprecation.source_url})",
+        file=sys.stderr,
+    )
+    warnings.filterwarnings("ignore", category=DeprecatedModelWarning)
 
 
 def served_in_place_of_auto(command: str) -> str | None:

@@ -16,7 +16,6 @@ Whatever the user's ``model_settings`` name wins over these defaults.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -85,16 +84,19 @@ def _without_rejected(model: Model, settings: dict[str, Any]) -> dict[str, Any]:
     if profile.get("anthropic_disallows_sampling_settings"):
         return {k: v for k, v in settings.items() if k not in _SAMPLING}
     if profile.get("openai_supports_reasoning"):
-        try:  # the rule pydantic-ai applies (reasoning on, unless turned off), without its warning
+        # The rule pydantic-ai applies (sampling goes while reasoning is on), asked without its
+        # warning. Not by muting warnings around it: changing the filters resets every warning's
+        # "already shown", so a deprecated model's warning would print again after each call.
+        try:
             from pydantic_ai.models import ModelRequestParameters
             from pydantic_ai.models.openai._reasoning import (  # pyright: ignore[reportPrivateUsage]
-                drop_sampling_params_for_reasoning,
+                reasoning_active,
+                supports_reasoning_effort_none,
             )
         except ImportError:
             return settings
-        kept = dict(settings)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            drop_sampling_params_for_reasoning(profile, kept, ModelRequestParameters())  # type: ignore[arg-type]
-        return kept
+        asked: Any = (profile, settings, ModelRequestParameters())  # typed dicts, read as such
+        if supports_reasoning_effort_none(asked[0]) and not reasoning_active(*asked):
+            return settings
+        return {k: v for k, v in settings.items() if k not in _SAMPLING}
     return settings
