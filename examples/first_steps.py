@@ -56,7 +56,7 @@ async def main() -> None:
             stored = await store.list_messages("first-steps")
             print(f"thread 'first-steps' already holds {len(stored)} messages")
 
-        estimator = HeuristicEstimator("openai/gpt-5-mini")
+        estimator = HeuristicEstimator("openai/gpt-6.1-terra")
         for message in stored:
             print(f"  #{message.seq} {message.role:<9} ~{estimator.count_message(message)} tokens")
         print(f"whole conversation: ~{estimator.count_messages(stored)} tokens")

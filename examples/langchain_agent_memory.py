@@ -45,7 +45,7 @@ CHAT_MODELS = {
 
 
 def chat_model(spec: str) -> Any:
-    """The LangChain chat model for an obsmem model spec (``openai/gpt-5-mini``), or None."""
+    """The LangChain chat model for an obsmem model spec (``openai/gpt-6.1-terra``), or None."""
     provider = provider_of(spec) or ""
     if provider not in CHAT_MODELS:
         return None

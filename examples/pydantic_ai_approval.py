@@ -5,7 +5,7 @@ serves everyone. ``book_table`` needs the user's approval: the run pauses on
 ``DeferredToolRequests``, memory keeps the waiting call (never observed as interrupted), and the
 run resumes with the answer. Memory events arrive in the run's own event stream.
 
-Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-5-mini) and that provider's key,
+Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-6.1-terra) and that provider's key,
 or just a provider key, or point OPENAI_BASE_URL at an OpenAI-compatible server. The memory
 lives in ./obsmem.db. The tests run ``converse`` with pydantic-ai's own offline models.
 Needs the extra of the provider's SDK: ``pip install "obsmem[openai]"`` (OpenAI and

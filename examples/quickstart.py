@@ -1,6 +1,6 @@
 """The seed's example in Python: an agent that remembers a favorite color.
 
-Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-5-mini) and that provider's key,
+Runs against a real provider: set OBSMEM_MODEL (e.g. openai/gpt-6.1-terra) and that provider's key,
 or just a provider key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GOOGLE_API_KEY, ...), or point
 OPENAI_BASE_URL at an OpenAI-compatible server. The memory lives in ./obsmem.db.
 Needs the extra of the provider's SDK: ``pip install "obsmem[openai]"`` (OpenAI and

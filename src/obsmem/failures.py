@@ -196,7 +196,7 @@ def advice(error: str, model: str | None = None) -> str:
     if "pip install" in lowered:
         return "Fix: install the extra named above"
     if "unknown provider" in lowered or "not understood" in lowered:
-        return "Fix: give the model as 'provider/model', e.g. openai/gpt-5-mini"
+        return "Fix: give the model as 'provider/model', e.g. openai/gpt-6.1-terra"
     if re.search(r"http (401|403)", lowered):
         return f"Fix: check the key for {name} (the server refused it)"
     if re.search(r"http 429", lowered):

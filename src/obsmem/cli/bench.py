@@ -44,7 +44,7 @@ def add(sub: Any) -> None:
     lme.add_argument("--data", required=True, help="LongMemEval JSON file")
     lme.add_argument(
         "--reader",
-        help="model that answers, e.g. openai/gpt-5-mini (default: from OBSMEM_MODEL or a "
+        help="model that answers, e.g. openai/gpt-6.1-terra (default: from OBSMEM_MODEL or a "
         "provider key in the environment)",
     )
     lme.add_argument("--judge", help="model that grades, e.g. openai/gpt-4o (default: as --reader)")

@@ -57,7 +57,7 @@ def add_memory_options(
 ) -> None:
     parser.add_argument(
         "--model",
-        help="Observer and Reflector model, e.g. openai/gpt-5-mini "
+        help="Observer and Reflector model, e.g. openai/gpt-6.1-terra "
         "(default: from OBSMEM_MODEL or a provider key in the environment)",
     )
     parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)

@@ -44,7 +44,7 @@ def add(sub: Any) -> None:
     )
     parser.add_argument(
         "--model",
-        help="the model to check, e.g. openai/gpt-5-mini (default: from OBSMEM_MODEL or a "
+        help="the model to check, e.g. openai/gpt-6.1-terra (default: from OBSMEM_MODEL or a "
         "provider key in the environment)",
     )
     parser.add_argument(

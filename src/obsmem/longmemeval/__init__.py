@@ -4,7 +4,7 @@ memory, ask the question through :class:`obsmem.Agent`, grade with an LLM judge,
 ``obsmem bench longmemeval`` is the command-line face of this package::
 
     questions = select_questions(load_questions("longmemeval_s.json"), limit=20)
-    outcome = await run_benchmark(questions, RunConfig(reader="openai/gpt-5-mini",
+    outcome = await run_benchmark(questions, RunConfig(reader="openai/gpt-6.1-terra",
                                                        judge="openai/gpt-4o"))
     print(format_report(summarize(outcome.results)))
 """

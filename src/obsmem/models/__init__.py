@@ -1,6 +1,6 @@
 """Model specifications: routing by input size, resolution to pydantic-ai models, retries.
 
-A model is given as ``"provider/model"`` (Mastra's form, e.g. ``"openai/gpt-5-mini"``), as
+A model is given as ``"provider/model"`` (Mastra's form, e.g. ``"openai/gpt-6.1-terra"``), as
 ``"provider:model"`` (pydantic-ai's form), as a pydantic-ai ``Model`` instance (``FunctionModel``
 and ``TestModel`` included) or as a ``ModelByInputTokens`` router. ``resolve_model`` turns a string
 into a pydantic-ai ``Model`` without any network call; resolve once and keep the result, each

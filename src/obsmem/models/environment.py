@@ -69,7 +69,7 @@ _KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
 """Providers in the order step 3 tries them, with the variables that hold their keys."""
 
 HOW_TO_PROVIDE_A_MODEL = (
-    "No model is configured. Either set OBSMEM_MODEL (e.g. OBSMEM_MODEL=openai/gpt-5-mini) with "
+    "No model is configured. Either set OBSMEM_MODEL (e.g. OBSMEM_MODEL=openai/gpt-6.1-terra) with "
     "that provider's key (OPENAI_API_KEY, ANTHROPIC_API_KEY, GOOGLE_API_KEY, ...), set one of "
     "those keys alone, or point OPENAI_BASE_URL at an OpenAI-compatible server such as llama.cpp "
     "or Ollama (OPENAI_BASE_URL=http://localhost:11434/v1 OBSMEM_MODEL=openai/llama3.2)."

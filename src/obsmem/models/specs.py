@@ -65,9 +65,10 @@ def split_spec(spec: str) -> tuple[Literal["mastra", "pydantic-ai"], str, str] |
 class ModelByInputTokens:
     """Pick a model by the size of the call's input: the first tier whose limit is >= the count.
 
-    ``ModelByInputTokens(up_to={10_000: "openai/gpt-5-mini", 40_000: "google/gemini-2.5-flash"})``
-    sends calls of up to 10,000 input tokens (inclusive) to the first model, up to 40,000 to the
-    second, and refuses larger ones with a ``ModelError``.
+    ``ModelByInputTokens(up_to={10_000: "openai/gpt-6.1-terra",
+    40_000: "google/gemini-3.8-flash"})`` sends calls of up to 10,000 input tokens (inclusive)
+    to the first model, up to 40,000 to the second, and refuses larger ones with a
+    ``ModelError``.
     """
 
     __slots__ = ("_tiers",)

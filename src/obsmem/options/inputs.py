@@ -176,7 +176,7 @@ _MASTRA_ONLY: dict[str, str] = {
 _TOKENS = "must be a positive whole number of tokens"
 _EXPECTED: dict[str, str] = {
     "enabled": "must be True or False",
-    "model": 'must be a model name such as "openai/gpt-5-mini", a pydantic-ai Model or a '
+    "model": 'must be a model name such as "openai/gpt-6.1-terra", a pydantic-ai Model or a '
     "ModelByInputTokens",
     "scope": 'must be "thread" or "resource"',
     "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',

@@ -59,7 +59,7 @@ def model_or_none(option: str, value: object) -> ModelSpec | None:
         name = value.strip()
         if not name:
             raise ConfigError(
-                option, value, 'must not be empty: give a model name such as "openai/gpt-5-mini"'
+                option, value, 'must not be empty: give a model name such as "openai/gpt-6.1-terra"'
             )
         return None if name == "default" else name
     if is_model(value):
@@ -69,8 +69,8 @@ def model_or_none(option: str, value: object) -> ModelSpec | None:
     raise ConfigError(
         option,
         value,
-        'must be a model name such as "openai/gpt-5-mini" or "openai:gpt-5-mini", a pydantic-ai '
-        "Model instance, or a ModelByInputTokens",
+        'must be a model name such as "openai/gpt-6.1-terra" or "openai:gpt-6.1-terra", a '
+        "pydantic-ai Model instance, or a ModelByInputTokens",
     )
 
 

@@ -46,7 +46,7 @@ def add(sub: Any) -> None:
     add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
     parser.add_argument(
         "--model",
-        help="Observer and Reflector model, e.g. openai/gpt-5-mini or auto (default: the "
+        help="Observer and Reflector model, e.g. openai/gpt-6.1-terra or auto (default: the "
         "upstream, with the model the first client asks for)",
     )
     parser.add_argument(
