@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from ..cli.stopping import close_memory, end_by_signal, start_deadline
 from ..errors import ConfigError, check_id
+from .client_config import CLIENTS, print_config
 from .server import build_server, require_sdk
 from .tools import MemoryTools
 
@@ -111,13 +112,21 @@ def add(sub: Any) -> None:
         help="HTTP: every request must send 'Authorization: Bearer TOKEN' (default: "
         "OBSMEM_MCP_TOKEN; required to listen anywhere but loopback)",
     )
-    parser.set_defaults(run=_run)
+    parser.add_argument(
+        "--print-config",
+        choices=tuple(CLIENTS),
+        metavar="CLIENT",
+        help="print the configuration that adds this server, with these options, to an MCP "
+        f"client ({', '.join(CLIENTS)}), with absolute paths, and where it goes; serve nothing",
+    )
+    parser.set_defaults(run=_run, default_of=parser.get_default)
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from ..cli.common import CannotStart
 
-    require_sdk()
+    if args.print_config is None:
+        require_sdk()
     if not args.resource:
         raise CannotStart(
             "obsmem mcp needs the resource it serves: pass --resource USER_ID (or set "
@@ -129,6 +138,8 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
                 check_id(flag, value)
             except ConfigError as exc:
                 raise CannotStart(f"{flag} {value!r}: {exc.rule}") from None
+    if args.print_config is not None:
+        return print_config(args, args.default_of, out)
     if not 0 <= args.port <= 65_535:
         raise CannotStart(f"--port {args.port}: give a port from 1 to 65535 (0 picks a free one)")
     from ..cli.errors import refuse_unusable_model

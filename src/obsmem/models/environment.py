@@ -28,6 +28,7 @@ __all__ = [
     "AUTO",
     "FAST_MODELS",
     "HOW_TO_PROVIDE_A_MODEL",
+    "KEY_VARIABLES",
     "LOCAL_PLACEHOLDER",
     "MODEL_ENV",
     "AutoModel",
@@ -67,6 +68,9 @@ _KEYS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("mistral", ("MISTRAL_API_KEY",)),
 )
 """Providers in the order step 3 tries them, with the variables that hold their keys."""
+
+KEY_VARIABLES: tuple[str, ...] = tuple(name for _, names in _KEYS for name in names)
+"""Every variable a provider key is read from."""
 
 HOW_TO_PROVIDE_A_MODEL = (
     "No model is configured. Either set OBSMEM_MODEL (e.g. OBSMEM_MODEL=openai/gpt-6.1-terra) with "
