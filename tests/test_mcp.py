@@ -7,9 +7,7 @@ would set them."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import re
 import selectors
 import subprocess
 import sys
@@ -22,8 +20,6 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult, TextContent
-
-from obsmem.cli import _parser  # pyright: ignore[reportPrivateUsage]
 
 from .loopback_openai import LoopbackServer, answer, is_memory_call
 from .strict_server import strict_server_thread
@@ -515,16 +511,6 @@ def test_without_a_resource_the_command_says_how_to_give_one(tmp_path: Path) -> 
         "obsmem: obsmem mcp needs the resource it serves: pass --resource USER_ID (or set "
         "OBSMEM_RESOURCE)"
     )
-
-
-def test_the_readme_configuration_starts_the_server_it_describes() -> None:
-    readme = (SRC.parent / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## An MCP server", 1)[1].split("\n## ", 1)[0]
-    [block] = re.findall(r"```json\n(.*?)```", section, re.S)
-    server = json.loads(block)["mcpServers"]["memory"]
-    assert server["command"] == "obsmem"
-    args = _parser().parse_args(server["args"])
-    assert (args.command, args.resource, args.transport) == ("mcp", "me", "stdio")
 
 
 async def test_with_only_openai_base_url_the_served_model_observes(tmp_path: Path) -> None:
