@@ -94,3 +94,27 @@ def test_the_readme_and_examples_suggest_no_retiring_model(
         if (deprecation := resolve_model(model).profile.get("deprecation")) is not None
     }
     assert retiring == {}
+
+
+def test_settings_for_a_reasoning_model_leave_the_warning_filters_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Changing the warning filters makes Python forget which warnings it has shown: a
+    deprecated model's warning would come back after every memory call."""
+    import warnings
+
+    from obsmem.models.settings import call_settings
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    model = resolve_model("openai/gpt-6.1-terra")
+
+    def warn_from_one_place() -> None:
+        warnings.warn("shown once", UserWarning, stacklevel=1)
+
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("default")
+        warn_from_one_place()
+        settings = call_settings("observer", model, {"temperature": 0.3})
+        warn_from_one_place()
+    assert "temperature" not in settings  # dropped while the model reasons, as pydantic-ai does
+    assert [str(w.message) for w in shown] == ["shown once"]
