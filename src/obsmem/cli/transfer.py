@@ -21,7 +21,6 @@ __all__ = ["add_export", "add_import"]
 def add_export(sub: Any) -> None:
     parser = sub.add_parser(
         "export",
-        help="write a thread, a resource or the whole store to a JSON Lines file",
         description="Export memory as obsmem-export JSON Lines (docs/export-format.md): "
         "threads, messages, every generation of the log with its buffered work, observation "
         "groups, embeddings and working memory; the failure state stays behind. The file is "
@@ -40,12 +39,12 @@ def add_export(sub: Any) -> None:
 def add_import(sub: Any) -> None:
     parser = sub.add_parser(
         "import",
-        help="import an export file, an OpenAI chat transcript, or a Mastra memory database",
         description="Import an obsmem-export file all or nothing: every line is checked before "
         "the first write, and the whole file is written in one transaction. Ids the store "
         "holds are refused unless --on-conflict says otherwise. An OpenAI chat transcript (a "
         "JSON list of messages, or one a line) becomes a thread; its memory builds on its "
-        "first turn.",
+        "first turn. A Mastra memory database (@mastra/libsql's SQLite file) brings its "
+        "threads, messages and observation log.",
     )
     parser.add_argument("file", help="the file to import")
     parser.add_argument(
