@@ -28,8 +28,13 @@ log = logging.getLogger("obsmem")
 class Background:
     """The engine's background tasks by name, and the loops they run."""
 
-    def __init__(self, deps: Deps, outcomes: Outcomes, *, catch_up_concurrency: int) -> None:
+    def __init__(
+        self, deps: Deps, outcomes: Outcomes, *, catch_up_concurrency: int, queued: bool = False
+    ) -> None:
         self._deps = deps
+        self.queued = queued
+        """``background="queue"``: the work is a job the turn's load queued (a worker runs it),
+        so nothing is spawned here."""
         self._outcomes = outcomes
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.closed = False
@@ -41,7 +46,7 @@ class Background:
         return task is not None and not task.done()
 
     def spawn(self, name: str, work: Coroutine[Any, Any, None]) -> None:
-        if self.running(name) or self.closed:
+        if self.running(name) or self.closed or self.queued:
             work.close()
             return
         task = asyncio.get_running_loop().create_task(work, name=f"obsmem {name}")

@@ -50,6 +50,7 @@ from .models import ModelSpec
 from .models.environment import AutoModel
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .outcomes import Outcomes
+from .queue.jobs import QueueSide
 from .recall import RecallBoundary, recall, search_groups
 from .records import OMRecord, record_key
 from .snapshot import Snapshot, Subject
@@ -148,8 +149,13 @@ class ObservationalMemory:
         )
         self._stop_ledger = self.caller.add_listener(self._deps.ledger.on_call)
         self._outcomes = Outcomes(self._deps, remember=MAX_REMEMBERED_LOGS)
+        self.queue = QueueSide(store, options) if options.background == "queue" else None
+        """``background="queue"``: turns queue their log's background work for workers."""
         self._background = Background(
-            self._deps, self._outcomes, catch_up_concurrency=CATCH_UP_CONCURRENCY
+            self._deps,
+            self._outcomes,
+            catch_up_concurrency=CATCH_UP_CONCURRENCY,
+            queued=self.queue is not None,
         )
         self._turns = Turns(self._deps, self._background, self._outcomes)
         self._sent = sent.PendingSent()  # each turn's measure, stamped on its reply
@@ -246,13 +252,12 @@ class ObservationalMemory:
         self._settle_models(actor_model)
         if self._models.credentials is not None and self.options.failure_policy == "raise":
             raise MemoryUnavailableError(self._models.message())
-        loaded = await cycles.load(
-            self._deps,
+        loaded = await self._load_turn(
             LoadRequest(
                 subject=subject,
                 append=await self._turns.counted(new_messages, actor_model),
                 last_reply=self._idle_timed,
-            ),
+            )
         )
         stored = list(loaded.stored)
         step_from = step_start(stored, step_from or keep_raw_from)
@@ -311,7 +316,7 @@ class ObservationalMemory:
             patches=patches,
         )
         try:
-            snapshot = await cycles.load(self._deps, cycles.expecting(self._deps, request))
+            snapshot = await self._load_turn(cycles.expecting(self._deps, request))
         except ConflictError as exc:  # the thread was deleted since this turn began
             log.info("obsmem: %s (the reply is not stored)", exc)
             return []
@@ -586,6 +591,12 @@ class ObservationalMemory:
 
     def _running(self, name: str) -> bool:
         return self._background.running(name)
+
+    async def _load_turn(self, request: LoadRequest) -> Snapshot:
+        """A turn's load; in queue mode it also queues the log's background work."""
+        if self.queue is not None:
+            return await self.queue.load(self._deps, request)
+        return await cycles.load(self._deps, request)
 
     async def _load(self, subject: Subject) -> Snapshot:
         return await cycles.load(self._deps, LoadRequest(subject=subject))

@@ -17,7 +17,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import ErrorDetails
 
 from obsmem.errors import ConfigError
-from obsmem.options.resolved import FailurePolicy, Scope
+from obsmem.options.resolved import Background, FailurePolicy, Scope
 
 __all__ = [
     "ContinuationHintsOptions",
@@ -148,6 +148,9 @@ class ObservationalMemoryOptions(_Options):
     detail holds conversation text as sent; it is erased with the thread, and older detail is
     dropped, so a long thread does not store more detail than messages."""
     scope: Scope = "thread"
+    background: Background = "in-process"
+    """Where background memory work runs: ``"in-process"`` (asyncio tasks of the process that
+    took the turn) or ``"queue"`` (durable jobs in PostgreSQL, run by ``obsmem worker``)."""
     share_token_budget: bool = False
     activate_after_idle: Duration = None
     activate_on_provider_change: bool = False
@@ -179,6 +182,8 @@ _EXPECTED: dict[str, str] = {
     "model": 'must be a model name such as "openai/gpt-6.1-terra", a pydantic-ai Model or a '
     "ModelByInputTokens",
     "scope": 'must be "thread" or "resource"',
+    "background": 'must be "in-process" (background work in the process that took the turn) or '
+    '"queue" (durable jobs in PostgreSQL, run by `obsmem worker`)',
     "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',
     "cycle_retention": "must be a whole number of cycles to keep per log (>= 0; 0 records none)",
     "cycle_detail": "must be True (the newest 20 cycles per log), False (none) or a whole number "

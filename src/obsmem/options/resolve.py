@@ -184,6 +184,7 @@ class _Resolver:
             reflection=self._reflection(reflector_model, observation_tokens, async_on),
             failure_policy=self.top.failure_policy,
             cycle_retention=cycle_retention(self.top.cycle_retention),
+            background=self.top.background,
             cycle_detail=cycle_detail(self.top.cycle_detail),
             auto_model=AUTO in (observer_model, reflector_model),
         )

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttachmentFilter",
+    "Background",
     "ContinuationHints",
     "FailurePolicy",
     "ResolvedObservation",
@@ -31,6 +32,9 @@ __all__ = [
 
 FailurePolicy: TypeAlias = Literal["warn", "raise"]
 """What a turn does while its log's memory work is failing: warn and go on, or raise."""
+
+Background: TypeAlias = Literal["in-process", "queue"]
+"""Where background memory work runs: the turn's process, or durable jobs for ``obsmem worker``."""
 
 AttachmentFilter: TypeAlias = bool | Literal["auto"] | tuple[str, ...]
 """``True`` all, ``False`` none, ``"auto"`` by model capability, or lower-case MIME patterns."""
@@ -143,6 +147,9 @@ class ResolvedOptions:
     heals) and the turn goes on; ``"raise"``: a turn whose memory cannot work raises."""
     cycle_retention: int = 1000
     """Cycle ledger rows kept per log; 0 records none."""
+    background: Background = "in-process"
+    """``"queue"``: buffering, background reflection and catch-up are durable jobs in
+    PostgreSQL that ``obsmem worker`` runs; the turn keeps activation and synchronous work."""
     cycle_detail: int = 20
     """Cycles per log (the newest) whose model calls' input and answer are kept; 0 keeps none."""
     auto_model: bool = False
@@ -170,6 +177,7 @@ class ResolvedOptions:
             "scope": self.scope,
             "failure_policy": self.failure_policy,
             "cycle_retention": self.cycle_retention,
+            "background": self.background,
             "cycle_detail": self.cycle_detail,
             "share_token_budget": self.share_token_budget,
             "async_buffering": self.async_buffering,

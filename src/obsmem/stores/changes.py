@@ -157,6 +157,19 @@ Change: TypeAlias = (
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class QueuedJob:
+    """A job of the queue (``background="queue"``, PostgreSQL only), inserted in the load's own
+    transaction, so the write that asked for the work and the job commit together. At most one
+    job per ``lock`` waits (a second one is not inserted); ``args`` are ids and a plan step,
+    never message text; the store adds the thread's incarnation as it is in the transaction."""
+
+    queue: str
+    task: str
+    lock: str
+    args: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class LoadRequest:
     """Read a snapshot, after (optionally) storing the turn's messages and thread patches."""
 
@@ -188,6 +201,8 @@ class LoadRequest:
     thread when missing)."""
     keep_detail: int = DEFAULT_KEEP_DETAIL
     """... and the detail of about this many of them (the newest; 0 drops every detail)."""
+    enqueue: QueuedJob | None = None
+    """Queue this job in the same transaction (PostgreSQL with the queue's tables only)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -78,6 +78,8 @@ class Op:
     lock: bool = False
     many: bool = False
     lock_of: str = ""
+    script: bool = False
+    """A whole SQL script without parameters (PostgreSQL migrations only), sent as it is."""
 
     def locking_sql(self) -> str:
         """The statement with its ``FOR UPDATE`` when it locks (PostgreSQL's form)."""
@@ -422,15 +424,19 @@ def list_observation_groups(
 # -- migrations --------------------------------------------------------------------------------
 
 
-def migrate(version: int) -> Flow[int]:
+def migrate(version: int, *, postgres: bool = False) -> Flow[int]:
     """Apply every migration after ``version``; returns the new version. The driver reads and
-    records the version (its own way) in the same transaction."""
+    records the version (its own way) in the same transaction. ``postgres``: also run the
+    PostgreSQL-only scripts (the job queue), each as one whole script."""
     for number, script in enumerate(sql.MIGRATION_SCRIPTS[version:], start=version + 1):
         step = sql.DATA_STEPS.get(number)
         if step is not None:
             yield from _DATA_STEPS[step]()
         for statement in sql.statements(script):
             yield Op(statement)
+        whole = sql.postgres_script(number) if postgres else None
+        if whole is not None:
+            yield Op(whole, script=True)
     return len(sql.MIGRATION_SCRIPTS)
 
 

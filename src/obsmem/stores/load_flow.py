@@ -19,8 +19,8 @@ from ..records import OMRecord, Thread
 from ..snapshot import Snapshot, Subject, ThreadState, reusable
 from . import schema as sql
 from . import transitions as tr
-from .changes import LoadRequest
-from .codec import dt_from_text, dt_to_text, loads
+from .changes import LoadRequest, QueuedJob
+from .codec import dt_from_text, dt_to_text, dumps, loads
 from .flows import (
     Batch,
     Flow,
@@ -108,6 +108,8 @@ def load(
     yield from record_cycles(
         request.cycles, keep=request.keep_cycles, keep_detail=request.keep_detail
     )
+    if request.enqueue is not None:
+        yield enqueue_op(request.enqueue, subject.thread_id)
     record = head if head is not None else (yield from _ensure_head(subject, now=now, write=write))
     return (
         yield from read_state(
@@ -121,6 +123,12 @@ def load(
             resource_metadata=request.resource_metadata,
         )
     )
+
+
+def enqueue_op(job: QueuedJob, thread_id: str) -> Op:
+    """The statement that queues ``job`` for ``thread_id`` unless one of its lock waits."""
+    args = dumps(dict(job.args))
+    return Op(sql.ENQUEUE_JOB, (job.queue, job.task, job.lock, job.lock, args, thread_id))
 
 
 # -- a plain turn in one batch -------------------------------------------------------------------
@@ -175,6 +183,8 @@ def _at_once(request: LoadRequest, *, now: datetime, known_head: OMRecord | None
         ops.append(Op(sql.SELECT_RESOURCE, (subject.resource_id,)))
     if request.last_reply:
         ops.append(Op(sql.SELECT_LAST_REPLY, (subject.thread_id,)))
+    if request.enqueue is not None:
+        ops.append(enqueue_op(request.enqueue, subject.thread_id))
     return _AtOnce(plan.new, held, known, read_after, tuple(ops))
 
 

@@ -47,6 +47,9 @@ def _pg(op: Op) -> str:
 
 
 async def _execute(conn: Any, op: Op) -> Rows:
+    if op.script:  # no parameters: the simple protocol, which takes several statements
+        await conn.execute(op.sql)
+        return []
     if op.many:
         async with conn.cursor() as cur:
             await cur.executemany(_pg(op), op.params)
@@ -340,7 +343,7 @@ async def _migrate(conn: Any, name: str) -> None:
         )
     if version == sql.SCHEMA_VERSION:
         return
-    new = await _drive_within(conn, flows.migrate(version))
+    new = await _drive_within(conn, flows.migrate(version, postgres=True))
     for number in range(version + 1, new + 1):
         await conn.execute(
             "INSERT INTO obsmem_schema (version, applied_at) VALUES (%s, %s)",
@@ -427,6 +430,12 @@ class PostgresStore(SQLStore):
 
     def __repr__(self) -> str:
         return self._pg.name
+
+    @property
+    def queue_dsn(self) -> str:
+        """Where ``background="queue"`` keeps its jobs: this database (its tables are created
+        by obsmem's migrations)."""
+        return self.dsn
 
     @property
     def uses_pgvector(self) -> bool:

@@ -163,11 +163,32 @@ MIGRATION_SCRIPTS: list[str] = [
     """
         ALTER TABLE om_cycles ADD COLUMN detail TEXT
         """,
+    # 9: reserved for a migration of another branch (nothing here)
+    "",
+    # 10: the job queue of ``background="queue"`` (PostgreSQL only, ``POSTGRES_SCRIPTS``)
+    "",
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
 run before a script, in the same transaction."""
 
 DATA_STEPS: dict[int, str] = {4: "migration_4"}
+
+POSTGRES_SCRIPTS: dict[int, str] = {10: "procrastinate-3.10.0.sql"}
+"""Migrations PostgreSQL runs besides the shared script: a file of :mod:`obsmem.queue`, run
+whole (its functions hold semicolons). Migration 10 creates procrastinate 3.10's tables,
+functions and triggers, copied from its ``schema.sql``: obsmem's migrations own the queue's
+schema, and procrastinate's own migrator never runs (the ``queue`` extra pins 3.10.x; a later
+procrastinate version comes with a migration that applies its migration files)."""
+
+
+def postgres_script(number: int) -> str | None:
+    """The whole SQL text PostgreSQL runs for migration ``number`` besides the shared one."""
+    name = POSTGRES_SCRIPTS.get(number)
+    if name is None:
+        return None
+    from importlib.resources import files
+
+    return files("obsmem.queue").joinpath(name).read_text(encoding="utf-8")
 
 
 def statements(script: str) -> list[str]:
@@ -432,3 +453,12 @@ IMPORT_RECORD = (
 SELECT_EMBEDDINGS_OF_KEY = (
     f"SELECT {EMBEDDING_COLUMNS} FROM group_embeddings WHERE key = ? ORDER BY group_id"
 )
+
+ENQUEUE_JOB = (
+    "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args) "
+    "SELECT ?, ?, ?, ?, CAST(? AS jsonb) || jsonb_build_object('incarnation', t.incarnation) "
+    "FROM threads t WHERE t.id = ? "
+    "ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
+)
+"""A procrastinate job, unless one with the same queueing lock already waits (the table's
+partial unique index), carrying the thread's incarnation as the transaction sees it."""

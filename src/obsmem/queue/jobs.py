@@ -1,0 +1,114 @@
+"""The job format of ``background="queue"`` and what a serving process does with the queue.
+
+A job names a log's work and nothing else: the plan step (``"cycle"``: re-decide what
+background work the log needs), the subject's ids, the thread's incarnation (added by the
+store, in the transaction that queued it), the job format's version and a hash of the options
+that queued it. Never message text: the worker reads everything from the store and its planner
+decides again, so a job for work already done commits nothing.
+
+The queue is procrastinate's tables (created by obsmem's migration 10); a job is inserted by the
+turn's own load (``LoadRequest.enqueue``), and at most one job per log waits at a time (its
+queueing lock is the log's key, and so is its lock: one job per log runs at a time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError, StoreError
+from ..stores.changes import LoadRequest, QueuedJob
+
+if TYPE_CHECKING:
+    from ..cycles import Deps
+    from ..options import ResolvedOptions
+    from ..snapshot import Snapshot, Subject
+    from ..stores import Store
+
+__all__ = [
+    "JOB_VERSION",
+    "QUEUE",
+    "TASK",
+    "QueueSide",
+    "options_hash",
+]
+
+log = logging.getLogger("obsmem")
+
+QUEUE = "obsmem"
+"""The procrastinate queue every memory job goes to."""
+TASK = "obsmem.cycle"
+"""The task name of a memory job: a log's background work, re-decided by the worker."""
+JOB_VERSION = 1
+"""The job format's version: a worker runs jobs of its version and older ones, so workers and
+serving processes of neighbouring releases can run side by side during a rolling deploy."""
+
+
+def options_hash(options: ResolvedOptions) -> str:
+    """A short hash of the options (models by name), stored with each job so a worker can tell
+    that the serving process that queued it was configured as it is."""
+    text = json.dumps(options.snapshot(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def queue_dsn(store: Store) -> str:
+    """The DSN of the PostgreSQL store the queue lives in; ConfigError naming the fix for any
+    other store."""
+    dsn = getattr(store, "queue_dsn", None)
+    if not isinstance(dsn, str):
+        raise ConfigError(
+            "background",
+            "queue",
+            "the job queue lives in PostgreSQL: give Memory a PostgresStore "
+            '(PostgresStore("postgresql://user@host/db")), or leave background at "in-process" '
+            f"(this store is {type(store).__name__})",
+        )
+    return dsn
+
+
+class QueueSide:
+    """A serving process's side of the queue: every load that stores messages also queues the
+    log's job, in the same transaction; a load whose job cannot be queued goes on without it and
+    says so."""
+
+    def __init__(self, store: Store, options: ResolvedOptions) -> None:
+        self.dsn = queue_dsn(store)
+        self.hash = options_hash(options)
+
+    def job(self, subject: Subject) -> QueuedJob:
+        """The job of ``subject``'s log: ids and the plan step only."""
+        args: Mapping[str, Any] = {
+            "v": JOB_VERSION,
+            "step": "cycle",
+            "key": subject.key,
+            "scope": subject.scope,
+            "thread_id": subject.thread_id,
+            "resource_id": subject.resource_id,
+            "options": self.hash,
+        }
+        return QueuedJob(queue=QUEUE, task=TASK, lock=subject.key, args=args)
+
+    async def load(self, deps: Deps, request: LoadRequest) -> Snapshot:
+        """``request`` with the log's job queued in its transaction (when it stores messages);
+        when that fails, the load again without the job and a WARNING: the turn goes on, and
+        the log's next turn queues its work."""
+        from ..cycles import load
+
+        if not request.append:
+            return await load(deps, request)
+        try:
+            return await load(deps, replace(request, enqueue=self.job(request.subject)))
+        except StoreError as exc:
+            log.warning(
+                "obsmem: the memory work of %s could not be queued (%s); the turn goes on and "
+                "the next turn queues it. Fix: check that the database holds obsmem's schema "
+                "(any obsmem command that stores upgrades it) and that its queue tables "
+                "(procrastinate_jobs) are writable",
+                request.subject.key,
+                exc,
+            )
+            return await load(deps, request)

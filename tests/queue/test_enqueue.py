@@ -1,0 +1,112 @@
+"""``background="queue"``: the queue's tables come from obsmem's migrations, turns queue their
+log's work in the transaction of their write (at most one waiting job per log, ids only), and a
+turn whose job cannot be queued goes on and says so."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from obsmem.cli.stores import open_store
+from obsmem.errors import ConfigError
+from obsmem.stores import InMemoryStore, PostgresStore, SQLiteStore
+from obsmem.testing import scripted_observer, scripted_reflector
+
+from ..engine.helpers import Conversation, engine
+
+QUEUE_OPTIONS: dict[str, Any] = {
+    "background": "queue",
+    "observation": {"model": scripted_observer(), "messageTokens": 1_000},
+    "reflection": {"model": scripted_reflector()},
+}
+
+
+def _jobs(dsn: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return conn.execute(
+            "SELECT task_name, lock, queueing_lock, status::text, args FROM procrastinate_jobs "
+            "ORDER BY id"
+        ).fetchall()
+
+
+async def test_migrations_create_the_queue_and_the_database_stays_obsmem_s(
+    postgres_dsn: str,
+) -> None:
+    store = PostgresStore(postgres_dsn)
+    await store.schema_version()
+    await store.aclose()
+    with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT to_regclass('procrastinate_jobs') IS NOT NULL, "
+            "to_regprocedure('procrastinate_fetch_job_v2(character varying[], bigint)') "
+            "IS NOT NULL"
+        ).fetchone()
+    assert found == (True, True)
+    open_store(postgres_dsn, read_only=True)  # the check refusing foreign databases accepts it
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_queue_needs_postgres(kind: str, tmp_path: Path) -> None:
+    store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "obsmem.db")
+    with pytest.raises(ConfigError, match=r"PostgresStore.*in-process"):
+        engine(store, QUEUE_OPTIONS)
+
+
+async def test_a_turn_queues_one_job_per_log_with_ids_only(postgres_dsn: str) -> None:
+    conv = Conversation()
+    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        for _ in range(3):
+            await om.prepare("t1", "u1", [conv.user(150)])
+            await om.record("t1", "u1", [conv.assistant(150)])
+        await om.prepare("t2", "u1", [conv.user(40)])
+        await om.settle()
+        record = await om.store.get_record("thread:t1")
+    finally:
+        await om.aclose()
+    # Buffering was due (in-process it would have run here); the serving engine ran no cycle.
+    assert record is not None
+    assert record.chunks == ()
+    assert record.observations == ""
+    jobs = _jobs(postgres_dsn)
+    assert [(j[0], j[1], j[2], j[3]) for j in jobs] == [
+        ("obsmem.cycle", "thread:t1", "thread:t1", "todo"),
+        ("obsmem.cycle", "thread:t2", "thread:t2", "todo"),
+    ]
+    args = jobs[0][4]
+    assert set(args) == {
+        "v",
+        "step",
+        "key",
+        "scope",
+        "thread_id",
+        "resource_id",
+        "options",
+        "incarnation",
+    }
+    assert args["thread_id"] == "t1"
+    assert args["incarnation"]
+    assert "alpha" not in json.dumps(args)  # never message text
+
+
+async def test_a_turn_that_cannot_queue_goes_on_and_says_so(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    conv = Conversation()
+    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        await om.prepare("t1", "u1", [conv.user(40)])
+        with psycopg.connect(postgres_dsn, autocommit=True) as conn:
+            conn.execute("ALTER TABLE procrastinate_jobs RENAME TO jobs_away")
+        with caplog.at_level(logging.WARNING, logger="obsmem"):
+            stored = await om.record("t1", "u1", [conv.assistant(40)])
+        assert len(stored) == 1
+        assert "could not be queued" in caplog.text
+        assert len(await om.store.list_messages("t1")) == 2
+    finally:
+        await om.aclose()
