@@ -592,6 +592,20 @@ class ObservationalMemory:
     def _running(self, name: str) -> bool:
         return self._background.running(name)
 
+    # -- queue mode: a worker's side -----------------------------------------------------------
+
+    async def run_job(self, args: Mapping[str, Any]) -> tuple[str, ...]:
+        """Run one queued job (``background="queue"``): the background work its log needs now,
+        as the planner decides from the store (:func:`obsmem.queue.work.run_job`)."""
+        from .queue.work import run_job
+
+        self._check_open()
+        return await run_job(self._deps, self._turns, self._background, self._outcomes, args)
+
+    def use_wall_clock(self, clock: Callable[[], datetime]) -> None:
+        """Time what is stored from ``clock`` from now on (a worker: the database's clock)."""
+        self._deps.clock = clock
+
     async def _load_turn(self, request: LoadRequest) -> Snapshot:
         """A turn's load; in queue mode it also queues the log's background work."""
         if self.queue is not None:

@@ -12,7 +12,7 @@ import os
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._sync import LoopThread
 from .cycles.revision import Revision
@@ -34,6 +34,10 @@ from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
 from .transfer.methods import Transfers
 from .window import is_retracted
+
+if TYPE_CHECKING:
+    from .queue.worker import Worker
+
 from .working_memory import (
     WorkingMemory,
     read_working_memory,
@@ -490,6 +494,19 @@ class Memory(Transfers):
         )
 
     # -- lifecycle -------------------------------------------------------------------------------
+
+    def worker(self, **settings: Any) -> Worker:
+        """A worker for this memory's queued jobs (``background="queue"`` on a PostgresStore),
+        with its models, extractors and hooks; ``await memory.worker().run()`` runs it until
+        SIGTERM. ``settings``: :class:`obsmem.queue.worker.Worker`'s (``concurrency``,
+        ``model_limit``, ``heartbeat``, ``stalled_after``, ``shutdown_timeout``)."""
+        from .queue.worker import Worker
+
+        if self.om is None:
+            raise ConfigError(
+                "observational_memory", False, "a worker runs memory work: turn memory on"
+            )
+        return Worker(self.om, **settings)
 
     async def settle(self) -> None:
         """Wait for background memory work (tests and scripts; a server just carries on)."""

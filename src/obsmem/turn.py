@@ -108,7 +108,7 @@ class Turns:
         out: activate chunks, observe synchronously, start buffering or a catch-up; the
         snapshot after it, and the status event."""
         steps = {snapshot.subject.thread_id: step_from} if step_from else {}
-        plan = self._observation_plan(snapshot, windows, signals, steps, step_from)
+        plan = self.observation_plan(snapshot, windows, signals, steps, step_from)
         status = self.status(snapshot, windows, plan.threshold)
         self._deps.bus.emit(status)
         with _unless_deleted():
@@ -157,7 +157,7 @@ class Turns:
             )
         return snapshot
 
-    def _observation_plan(
+    def observation_plan(
         self,
         snapshot: Snapshot,
         windows: Sequence[ThreadWindow],
@@ -191,7 +191,10 @@ class Turns:
             snapshot = await self._reflect(snapshot, signals)
         return snapshot
 
-    async def _reflect(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
+    def reflection_plan(
+        self, snapshot: Snapshot, signals: views.CacheSignals
+    ) -> planner.ReflectionPlan:
+        """What the planner says about reflection for ``snapshot``'s log."""
         deps = self._deps
         record = snapshot.record
         key = snapshot.subject.key
@@ -201,7 +204,7 @@ class Turns:
             tail = "\n".join(record.observations.split("\n")[br.line_count :])
             tail_tokens = deps.estimator.count_text(tail)
         state = self._outcomes.state(key)
-        plan = planner.plan_reflection(
+        return planner.plan_reflection(
             deps.options,
             observation_tokens=record.observation_tokens,
             has_buffered_reflection=br is not None,
@@ -214,6 +217,12 @@ class Turns:
             now=deps.steady(),
             suppressed_at=state.suppressed_reflection_at,
         )
+
+    async def _reflect(self, snapshot: Snapshot, signals: views.CacheSignals) -> Snapshot:
+        deps = self._deps
+        record = snapshot.record
+        key = snapshot.subject.key
+        plan = self.reflection_plan(snapshot, signals)
         if plan.activate_buffered and plan.trigger is not None:
             activated = await cycles.activate_reflection(deps, snapshot, trigger=plan.trigger)
             snapshot = activated or await reload(deps, snapshot.subject)

@@ -68,6 +68,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "obsmem.ui.cli:add",
         "a web inspector of threads, logs, generations and cycles (read-only by default)",
     ),
+    "worker": (
+        "obsmem.cli.worker:add",
+        "run memory's queued background work from PostgreSQL (background=\"queue\")",
+    ),
 }
 
 

@@ -19,11 +19,16 @@ from .rows import record_from_row, record_update_values, thread_match
 __all__ = ["delete_resource", "delete_thread"]
 
 
-def delete_thread(thread_id: str, *, now: datetime, pgvector: bool) -> Flow[Erasure | None]:
-    """Erase the thread (None when there is no such thread)."""
+def delete_thread(
+    thread_id: str, *, now: datetime, pgvector: bool, jobs: bool = False
+) -> Flow[Erasure | None]:
+    """Erase the thread (None when there is no such thread). ``jobs``: also its queued and
+    finished jobs (a running one stays to its worker, and commits nothing)."""
     thread = yield from get_thread(thread_id, lock=True)
     if thread is None:
         return None
+    if jobs:
+        yield Op(sql.DELETE_JOBS_OF_THREAD, (thread_id,))
     yield Op(sql.DELETE_MESSAGES_OF_THREAD, (thread_id,))
     yield from clear(record_key("thread", thread_id=thread_id, resource_id=None), pgvector=pgvector)
     if pgvector:
@@ -54,9 +59,11 @@ def delete_thread(thread_id: str, *, now: datetime, pgvector: bool) -> Flow[Eras
     return Erasure(thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining)
 
 
-def delete_resource(resource_id: str, *, pgvector: bool) -> Flow[Erasure | None]:
+def delete_resource(
+    resource_id: str, *, pgvector: bool, jobs: bool = False
+) -> Flow[Erasure | None]:
     """Erase the resource: its threads and everything of them, its log and its metadata (None
-    when nothing of it is stored)."""
+    when nothing of it is stored); ``jobs``: its threads' queued and finished jobs too."""
     threads = yield from list_threads(resource_id)
     key = record_key("resource", thread_id=None, resource_id=resource_id)
     stored = yield Op(sql.SELECT_RESOURCE, (resource_id,), lock=True)
@@ -64,6 +71,8 @@ def delete_resource(resource_id: str, *, pgvector: bool) -> Flow[Erasure | None]
     if not threads and not stored and not head:
         return None
     yield Op(sql.DELETE_MESSAGES_OF_RESOURCE, (resource_id,))
+    if jobs:
+        yield Op(sql.DELETE_JOBS_OF_RESOURCE, (resource_id,))
     for thread in threads:
         yield from clear(
             record_key("thread", thread_id=thread.id, resource_id=None), pgvector=pgvector

@@ -163,6 +163,7 @@ class _PostgresDriver:
         self._culling: asyncio.Future[None] | None = None
         self._closed_found = 0  # pooled connections found closed, for the culling's warning
         self.pgvector = False
+        self.jobs = True
 
     async def _prepare(self) -> AsyncConnectionPool[Any]:
         """Open the pool and migrate, once; a failed attempt is tried again on the next call."""

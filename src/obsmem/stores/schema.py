@@ -462,3 +462,13 @@ ENQUEUE_JOB = (
 )
 """A procrastinate job, unless one with the same queueing lock already waits (the table's
 partial unique index), carrying the thread's incarnation as the transaction sees it."""
+
+_NOT_RUNNING = "status <> 'doing'"
+DELETE_JOBS_OF_THREAD = (
+    f"DELETE FROM procrastinate_jobs WHERE args->>'thread_id' = ? AND {_NOT_RUNNING}"
+)
+"""A deleted thread's queued and finished jobs (a running one is its worker's; it stores
+nothing, since its load names the incarnation it was queued for)."""
+DELETE_JOBS_OF_RESOURCE = (
+    f"DELETE FROM procrastinate_jobs WHERE args->>'resource_id' = ? AND {_NOT_RUNNING}"
+)

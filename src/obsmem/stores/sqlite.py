@@ -116,6 +116,7 @@ class _SQLiteDriver:
     for quick transactions; each flow is one transaction on one of them."""
 
     pgvector = False
+    jobs = False
 
     def __init__(self, path: str, busy_timeout_ms: int, *, read_only: bool = False) -> None:
         self.path = path

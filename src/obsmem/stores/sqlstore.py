@@ -48,6 +48,8 @@ class Driver(Protocol):
 
     pgvector: bool
     """The database ranks vectors itself (PostgreSQL with the pgvector extension)."""
+    jobs: bool
+    """The database holds the job queue's tables (PostgreSQL, migration 10)."""
 
     async def run(
         self,
@@ -243,7 +245,7 @@ class SQLStore:
     async def delete_thread(self, thread_id: str) -> Erasure | None:
         erased = await self._write(
             lambda: erase_flow.delete_thread(
-                thread_id, now=utcnow(), pgvector=self._driver.pgvector
+                thread_id, now=utcnow(), pgvector=self._driver.pgvector, jobs=self._driver.jobs
             )
         )
         self._forget_heads()
@@ -251,7 +253,9 @@ class SQLStore:
 
     async def delete_resource(self, resource_id: str) -> Erasure | None:
         erased = await self._write(
-            lambda: erase_flow.delete_resource(resource_id, pgvector=self._driver.pgvector)
+            lambda: erase_flow.delete_resource(
+                resource_id, pgvector=self._driver.pgvector, jobs=self._driver.jobs
+            )
         )
         self._forget_heads()
         return erased

@@ -1,0 +1,203 @@
+"""``obsmem worker``: a process that runs the queued memory jobs of one database.
+
+It is procrastinate's worker on the queue ``obsmem``, with what memory adds around it:
+
+- **One job per log at a time**: a job's lock is its log's key (procrastinate runs no two jobs
+  of one lock at once), and at most one more waits (its queueing lock).
+- **Stalled jobs**: every worker heartbeats; a job whose worker stopped heartbeating for
+  ``stalled_after`` seconds (a SIGKILL, a lost machine) is put back in the queue by any live
+  worker, or, when the log already has a waiting job that will decide again, finished as
+  failed. Its model calls may run twice; its commits cannot land twice (each is checked against
+  the version it read, and a range already covered makes a ``redundant`` cycle).
+- **A limit per memory model** across every worker (:class:`~obsmem.queue.slots.ModelSlots`).
+- **The database's clock**: what the worker stores is timed by PostgreSQL's ``now()`` (the
+  offset to it measured at start and every ``CLOCK_CHECK_SECONDS``), so machines whose clocks
+  disagree store one time line.
+- **SIGTERM** (or SIGINT): no new job is claimed; running jobs get ``shutdown_timeout`` seconds to
+  finish; a job cut off then is queued again for its log before the worker exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from ..errors import MissingExtraError
+from ..messages import utcnow
+from ..views import model_label
+from .jobs import QUEUE, TASK, queue_dsn
+from .slots import ModelSlots
+
+if TYPE_CHECKING:
+    from ..engine import ObservationalMemory
+
+__all__ = ["Worker"]
+
+log = logging.getLogger("obsmem")
+
+CLOCK_CHECK_SECONDS = 300.0
+"""How often a worker measures its clock's offset to the database's."""
+
+_REQUEUE = (
+    "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args) "
+    "VALUES (%(queue)s, %(task)s, %(lock)s, %(lock)s, %(args)s::jsonb) "
+    "ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
+)
+
+
+class DatabaseClock:
+    """The local clock moved by its measured offset to the database's ``now()``."""
+
+    def __init__(self, local: Callable[[], datetime] = utcnow) -> None:
+        self.local = local
+        self.offset = timedelta(0)
+
+    def __call__(self) -> datetime:
+        return self.local() + self.offset
+
+    async def measure(self, conn: Any) -> None:
+        """The offset, from one ``SELECT now()`` (half its round trip counted on each side)."""
+        before = self.local()
+        cur = await conn.execute("SELECT now()")
+        row = await cur.fetchone()
+        after = self.local()
+        self.offset = row[0] - (before + (after - before) / 2)
+
+
+class Worker:
+    """Runs the queued memory jobs of ``engine``'s database with ``engine``'s models, options,
+    extractors and hooks (``Memory(...).worker()`` builds one)."""
+
+    def __init__(
+        self,
+        engine: ObservationalMemory,
+        *,
+        concurrency: int = 4,
+        model_limit: int | None = None,
+        heartbeat: float = 10.0,
+        stalled_after: float = 30.0,
+        shutdown_timeout: float = 30.0,
+        install_signal_handlers: bool = True,
+    ) -> None:
+        """``concurrency``: jobs this worker runs at once. ``model_limit``: the most jobs that
+        use one memory model at once across every worker (None: no limit). ``heartbeat`` and
+        ``stalled_after``: seconds between heartbeats, and without one before this worker's
+        jobs count as stalled and go back to the queue. ``shutdown_timeout``: seconds running
+        jobs get to finish after SIGTERM."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency={concurrency!r}: give the jobs to run at once (>= 1)")
+        if not 0 < heartbeat < stalled_after:
+            raise ValueError(
+                f"heartbeat={heartbeat!r}, stalled_after={stalled_after!r}: a worker must "
+                "heartbeat more often than the time after which its jobs count as stalled"
+            )
+        self.engine = engine
+        self.dsn = queue_dsn(engine.store)
+        self.concurrency = concurrency
+        self.slots = ModelSlots(self.dsn, model_limit) if model_limit is not None else None
+        self.heartbeat = heartbeat
+        self.stalled_after = stalled_after
+        self.shutdown_timeout = shutdown_timeout
+        self.install_signal_handlers = install_signal_handlers
+        self.clock = DatabaseClock()
+        self.jobs_done = 0
+        """Jobs this worker finished (whatever they found to do)."""
+
+    async def run(self) -> None:
+        """Claim and run jobs until SIGTERM or SIGINT (or until cancelled)."""
+        try:
+            import procrastinate
+        except ImportError as exc:
+            raise MissingExtraError(
+                "obsmem worker (the job queue)", "queue", package="procrastinate"
+            ) from exc
+        app = procrastinate.App(
+            connector=procrastinate.PsycopgConnector(
+                conninfo=self.dsn, min_size=1, max_size=self.concurrency + 2
+            )
+        )
+        app.task(name=TASK, queue=QUEUE, pass_context=False)(self._job)
+        self.engine.use_wall_clock(self.clock)
+        await self._measure_clock()
+        async with app.open_async():
+            side = asyncio.create_task(self._side_work(app), name="obsmem worker upkeep")
+            try:
+                await app.run_worker_async(
+                    queues=[QUEUE],
+                    concurrency=self.concurrency,
+                    wait=True,
+                    listen_notify=True,
+                    delete_jobs="successful",
+                    update_heartbeat_interval=self.heartbeat,
+                    stalled_worker_timeout=self.stalled_after,
+                    shutdown_graceful_timeout=self.shutdown_timeout,
+                    install_signal_handlers=self.install_signal_handlers,
+                )
+            finally:
+                side.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await side
+
+    async def _job(self, **args: Any) -> None:
+        """One job: the log's due background work, run here (within the model slots)."""
+        try:
+            if self.slots is None:
+                await self.engine.run_job(args)
+            else:
+                options = self.engine.options
+                models = [model_label(options.observer_model), model_label(options.reflector_model)]
+                async with self.slots.held(models):
+                    await self.engine.run_job(args)
+        except asyncio.CancelledError:  # SIGTERM past shutdown_timeout: the log's work waits
+            await asyncio.shield(self._requeue(args))
+            raise
+        self.jobs_done += 1
+
+    async def _requeue(self, args: dict[str, Any]) -> None:
+        import psycopg
+        from psycopg.types.json import Jsonb
+
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await conn.execute(
+                _REQUEUE,
+                {"queue": QUEUE, "task": TASK, "lock": str(args.get("key")), "args": Jsonb(args)},
+            )
+
+    async def _measure_clock(self) -> None:
+        import psycopg
+
+        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+            await self.clock.measure(conn)
+
+    async def _side_work(self, app: Any) -> None:
+        """Put stalled jobs back in the queue, and measure the database's clock again now and
+        then, for as long as the worker runs."""
+        loop = asyncio.get_running_loop()
+        measured = loop.time()
+        while True:
+            if loop.time() - measured >= CLOCK_CHECK_SECONDS:
+                await self._measure_clock()
+                measured = loop.time()
+            await self._retry_stalled(app)
+            await asyncio.sleep(self.heartbeat)
+
+    async def _retry_stalled(self, app: Any) -> None:
+        manager = app.job_manager
+        for job in await manager.get_stalled_jobs(
+            queue=QUEUE, seconds_since_heartbeat=self.stalled_after
+        ):
+            try:
+                await manager.retry_job(job)
+                log.info(
+                    "obsmem: the stalled memory job %s of %s is queued again", job.id, job.lock
+                )
+            except Exception as exc:  # another job of the log waits (it decides again), or a race
+                log.info("obsmem: stalled memory job %s not queued again (%s)", job.id, exc)
+                with contextlib.suppress(Exception):
+                    from procrastinate.jobs import Status
+
+                    await manager.finish_job(job, status=Status.FAILED, delete_job=True)
