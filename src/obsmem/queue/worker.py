@@ -122,6 +122,9 @@ class Worker:
         )
         app.task(name=TASK, queue=QUEUE, pass_context=False)(self._job)
         self.engine.use_wall_clock(self.clock)
+        migrated = getattr(self.engine.store, "schema_version", None)
+        if migrated is not None:  # the queue's tables exist before procrastinate looks
+            await migrated()
         await self._measure_clock()
         async with app.open_async():
             side = asyncio.create_task(self._side_work(app), name="obsmem worker upkeep")
