@@ -35,6 +35,10 @@ __all__ = ["run_job"]
 
 log = logging.getLogger("obsmem")
 
+MAX_PASSES = 20
+"""Most times one job asks the planner again after its work: a cycle cut short (a lost race
+with a turn's activation, a failure) leaves work due that no later turn may come to queue."""
+
 
 async def run_job(
     deps: Deps,
@@ -56,7 +60,14 @@ async def run_job(
                 subject=subject, incarnation=incarnation if isinstance(incarnation, str) else None
             ),
         )
-        return await _work(deps, turns, background, outcomes, snapshot)
+        done: list[str] = []
+        for _ in range(MAX_PASSES):
+            ran = await _work(deps, turns, background, outcomes, snapshot)
+            if not ran:
+                break
+            done += ran
+            snapshot = await reload(deps, subject)
+        return tuple(done)
     except ConflictError as exc:
         if exc.current is not None:
             raise
@@ -141,6 +152,7 @@ async def _work(
             done.append("buffering")
     if done:
         snapshot = await reload(deps, subject)
+        signals = turns.signals(snapshot, None)
     if turns.reflection_plan(snapshot, signals).start_buffering:
         await background.reflection_task(snapshot)
         done.append("reflection")
