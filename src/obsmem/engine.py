@@ -478,6 +478,7 @@ class ObservationalMemory:
             observation_threshold=self.options.reflection.observation_tokens,
             generation=record.generation,
             buffered_chunks=len(record.chunks),
+            queue=await self.queue.state(snapshot.subject.key) if self.queue is not None else None,
         )
 
     async def observations(self, thread_id: str, resource_id: str | None = None) -> str:
@@ -538,9 +539,13 @@ class ObservationalMemory:
 
     async def settle(self) -> None:
         """Wait until no background work is left (tests use this instead of sleeping). Only the
-        wait can be cancelled: the work goes on (``aclose(cancel=True)`` abandons it)."""
+        wait can be cancelled: the work goes on (``aclose(cancel=True)`` abandons it). In queue
+        mode: until no job this process queued waits or runs, while a worker is alive (with
+        none, it returns at once, with a WARNING when jobs wait)."""
         while self._tasks:
             await asyncio.wait(list(self._tasks.values()))
+        if self.queue is not None:
+            await self.queue.settle()
 
     @property
     def background_work(self) -> tuple[str, ...]:
@@ -558,6 +563,8 @@ class ObservationalMemory:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.queue is not None:
+            await self.queue.aclose()
         self._stop_ledger()
         await self.store.aclose()
 

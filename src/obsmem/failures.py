@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 from .meta_keys import META_FAILURE
+from .queue.status import QueueState
 from .redaction import redact
 
 __all__ = [
@@ -234,6 +235,8 @@ class MemoryStatus:
     observation_threshold: int = 0
     generation: int = 0
     buffered_chunks: int = 0
+    queue: QueueState | None = None
+    """``background="queue"``: this log's jobs waiting and running, and the workers alive."""
 
     @property
     def healthy(self) -> bool:
@@ -263,6 +266,8 @@ class MemoryStatus:
             f"log {self.observation_tokens:,}/{self.observation_threshold:,}, "
             f"generation {self.generation}, {self.buffered_chunks} buffered chunks",
         ]
+        if self.queue is not None:
+            out.append(self.queue.line())
         if self.credentials:
             out.append(f"cannot call the models: {self.credentials}")
         # The live count follows: a stored one is as of the last failure.

@@ -8,16 +8,21 @@ import json
 import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
+from obsmem import Memory
 from obsmem.cli.stores import open_store
 from obsmem.errors import ConfigError
+from obsmem.queue import jobs as queue_jobs
+from obsmem.queue import status as queue_status
 from obsmem.stores import InMemoryStore, PostgresStore, SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
 from ..engine.helpers import Conversation, engine
+from ..wire_counter import WireCounter
 
 QUEUE_OPTIONS: dict[str, Any] = {
     "background": "queue",
@@ -110,3 +115,75 @@ async def test_a_turn_that_cannot_queue_goes_on_and_says_so(
         assert len(await om.store.list_messages("t1")) == 2
     finally:
         await om.aclose()
+
+
+async def test_queue_mode_turns_stay_at_two_round_trips(postgres_dsn: str) -> None:
+    """Queuing costs no round trip: the job goes in the batch of the turn's own write (counted on
+    the wire, as ``tests/engine/test_wire_round_trips.py`` does; the look at the queue, once a
+    minute on a connection of its own, does not come within the test's first minute)."""
+    url = urlsplit(postgres_dsn)
+    assert url.hostname is not None
+    assert url.port is not None
+    counter = WireCounter(url.hostname, url.port)
+    await counter.start()
+    store = PostgresStore(
+        postgres_dsn.replace(f":{url.port}/", f":{counter.port}/"), min_size=1, max_size=1
+    )
+    conv = Conversation()
+    om = engine(store, QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        await om.prepare("t1", "u1", [conv.user(50)])  # creates the schema, thread and head
+        await om.record("t1", "u1", [conv.assistant(50)])
+        counter.take()
+        for _ in range(3):  # buffering is due from the second turn on: queued, not run
+            await om.prepare("t1", "u1", [conv.user(150)])
+            await om.record("t1", "u1", [conv.assistant(150)])
+            assert counter.take() <= 2
+        await om.settle()
+    finally:
+        await om.aclose()
+        await counter.aclose()
+    assert len(_jobs(postgres_dsn)) == 1
+
+
+async def test_status_shows_the_log_s_queue_and_settle_does_not_wait_without_a_worker(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    conv = Conversation()
+    memory = Memory(PostgresStore(postgres_dsn), observational_memory=QUEUE_OPTIONS)
+    om = memory.om
+    assert om is not None
+    try:
+        await om.prepare("t1", "u1", [conv.user(40)])
+        status = await memory.status({"thread": "t1", "resource": "u1"})
+        other = await memory.status({"thread": "t2", "resource": "u1"})
+        with caplog.at_level(logging.WARNING, logger="obsmem"):
+            await memory.settle()  # no worker: it returns, and says why
+    finally:
+        await memory.aclose()
+    assert status.queue is not None
+    assert (status.queue.waiting, status.queue.running, status.queue.workers) == (1, 0, 0)
+    assert status.queue.oldest_wait is not None
+    assert "queue: 1 waiting" in "\n".join(status.lines())
+    assert other.queue is not None
+    assert other.queue.waiting == 0
+    assert "no worker runs" in caplog.text
+
+
+async def test_work_waiting_with_no_worker_is_a_warning(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queue_status, "WAIT_WARNING_SECONDS", -1.0)  # any wait is too long
+    monkeypatch.setattr(queue_jobs, "CHECK_SECONDS", 0.0)  # look at every turn
+    conv = Conversation()
+    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        with caplog.at_level(logging.WARNING, logger="obsmem"):
+            await om.prepare("t1", "u1", [conv.user(40)])
+            await om.record("t1", "u1", [conv.assistant(40)])  # the second job: a look
+            assert om.queue is not None
+            await om.queue.aclose()  # the serving process's look at the queue has ended
+    finally:
+        await om.aclose()
+    assert "waited" in caplog.text
+    assert "no worker runs" in caplog.text

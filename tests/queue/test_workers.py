@@ -54,9 +54,11 @@ async def test_serving_processes_make_no_model_calls_and_workers_do(postgres_dsn
     om = _serving(postgres_dsn, conv)
     try:
         with workers(postgres_dsn, 2) as procs:
+            await until(lambda: workers_registered(postgres_dsn, 2), "two workers registered")
             await _turns(om, conv, threads, 3)
-            await until(lambda: _buffered(postgres_dsn, threads), "every thread buffered")
-            await until(lambda: queue_empty(postgres_dsn), "the queue drained")
+            await om.settle()  # in queue mode: until the workers ran this process's jobs
+            assert _buffered(postgres_dsn, threads)
+            assert queue_empty(postgres_dsn)
             pids = {p.pid for p in procs}
     finally:
         await om.aclose()

@@ -13,15 +13,18 @@ queueing lock is the log's key, and so is its lock: one job per log runs at a ti
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreError
 from ..stores.changes import LoadRequest, QueuedJob
+from .status import QueueState, queue_state
 
 if TYPE_CHECKING:
     from ..cycles import Deps
@@ -43,6 +46,10 @@ QUEUE = "obsmem"
 """The procrastinate queue every memory job goes to."""
 TASK = "obsmem.cycle"
 """The task name of a memory job: a log's background work, re-decided by the worker."""
+CHECK_SECONDS = 60.0
+"""How often a serving process looks at the queue (in the background) for work no worker runs."""
+MAX_KEYS = 10_000
+"""Most logs one process remembers queuing work for (the least recent go first)."""
 JOB_VERSION = 1
 """The job format's version: a worker runs jobs of its version and older ones, so workers and
 serving processes of neighbouring releases can run side by side during a rolling deploy."""
@@ -78,6 +85,79 @@ class QueueSide:
     def __init__(self, store: Store, options: ResolvedOptions) -> None:
         self.dsn = queue_dsn(store)
         self.hash = options_hash(options)
+        self.keys: OrderedDict[str, None] = OrderedDict()
+        """The logs this process queued work for, newest last (``settle`` waits for them)."""
+        self._checked: float | None = None
+        """When this process last looked at the queue (first: one interval after its first
+        job, since no work can have waited long before)."""
+        self._check: asyncio.Task[None] | None = None
+        self._stuck = False
+
+    async def state(self, key: str) -> QueueState:
+        """The jobs of the log ``key``, and the workers alive."""
+        return await queue_state(self.dsn, [key])
+
+    async def settle(self, *, poll: float = 0.05) -> None:
+        """Wait until no job of the logs this process queued work for waits or runs, while a
+        worker is alive; with none alive, return at once, with a WARNING when work waits."""
+        import psycopg
+
+        while self.keys:
+            try:
+                state = await queue_state(self.dsn, list(self.keys))
+            except psycopg.Error as exc:
+                log.warning("obsmem: settle() cannot read the job queue: %s", exc)
+                return
+            if not state.waiting and not state.running:
+                return
+            if state.workers == 0:
+                log.warning(
+                    "obsmem: settle() does not wait for %d queued memory jobs: no worker runs. "
+                    "Fix: start one (obsmem worker --db DSN, or Memory(...).worker().run())",
+                    state.waiting + state.running,
+                )
+                return
+            await asyncio.sleep(poll)
+            poll = min(poll * 2, 1.0)
+
+    async def aclose(self) -> None:
+        """Wait for the queue check under way, if any (queued jobs stay for the workers)."""
+        if self._check is not None:
+            await asyncio.gather(self._check, return_exceptions=True)
+
+    def _queued(self, key: str) -> None:
+        """Remember ``key``; every ``CHECK_SECONDS`` (of the system's monotonic clock: a
+        replay's clock does not pace it), look at the queue in the background."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self.keys[key] = None
+        self.keys.move_to_end(key)
+        while len(self.keys) > MAX_KEYS:
+            self.keys.popitem(last=False)
+        if self._checked is None:
+            self._checked = now
+        elif now - self._checked >= CHECK_SECONDS and (self._check is None or self._check.done()):
+            self._checked = now
+            self._check = loop.create_task(self._look())
+
+    async def _look(self) -> None:
+        """A WARNING when work waited past the threshold while no worker is alive (and when
+        a worker runs again)."""
+        try:
+            state = await queue_state(self.dsn)
+        except Exception as exc:  # the next turn's store call says what is wrong
+            log.info("obsmem: the queue could not be read: %s", exc)
+            return
+        if state.stuck and not self._stuck:
+            log.warning(
+                "obsmem: memory work has waited %.0f s in the queue (%d jobs) and no worker "
+                "runs. Fix: start one: obsmem worker --db DSN (or Memory(...).worker().run())",
+                state.oldest_wait or 0.0,
+                state.waiting,
+            )
+        elif self._stuck and state.workers:
+            log.warning("obsmem: a worker runs the queued memory work again")
+        self._stuck = state.stuck
 
     def job(self, subject: Subject) -> QueuedJob:
         """The job of ``subject``'s log: ids and the plan step only."""
@@ -101,7 +181,7 @@ class QueueSide:
         if not request.append:
             return await load(deps, request)
         try:
-            return await load(deps, replace(request, enqueue=self.job(request.subject)))
+            snapshot = await load(deps, replace(request, enqueue=self.job(request.subject)))
         except StoreError as exc:
             log.warning(
                 "obsmem: the memory work of %s could not be queued (%s); the turn goes on and "
@@ -112,3 +192,5 @@ class QueueSide:
                 exc,
             )
             return await load(deps, request)
+        self._queued(request.subject.key)
+        return snapshot
