@@ -4,6 +4,8 @@ turn whose job cannot be queued goes on and says so."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import json
 import logging
 from pathlib import Path
@@ -14,6 +16,7 @@ import psycopg
 import pytest
 
 from obsmem import Memory
+from obsmem.cli import main
 from obsmem.cli.stores import open_store
 from obsmem.errors import ConfigError
 from obsmem.queue import jobs as queue_jobs
@@ -187,3 +190,21 @@ async def test_work_waiting_with_no_worker_is_a_warning(
         await om.aclose()
     assert "waited" in caplog.text
     assert "no worker runs" in caplog.text
+
+
+async def test_inspect_shows_the_queue(postgres_dsn: str) -> None:
+    conv = Conversation()
+    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        await om.prepare("t1", "u1", [conv.user(40)])
+    finally:
+        await om.aclose()
+    out = io.StringIO()
+    assert await asyncio.to_thread(main, ["inspect", "--db", postgres_dsn], out=out) == 0
+    text = out.getvalue()
+    assert "queue: 1 waiting" in text
+    assert "0 workers alive (start one: obsmem worker --db DSN)" in text
+    assert "thread:t1: 1 waiting" in text
+    out = io.StringIO()
+    assert await asyncio.to_thread(main, ["inspect", "--db", postgres_dsn, "--json"], out=out) == 0
+    assert json.loads(out.getvalue())["queue"]["logs"]["thread:t1"]["waiting"] == 1

@@ -139,11 +139,18 @@ async def _overview(store: SQLStore, args: argparse.Namespace, out: TextIO) -> i
         entry["resource_memory"] = _record_summary(shared, None)
         entry["failures"] = _failures(await store.get_resource(resource))
         data["resources"].append(entry)
+    queue = await _queue(store)
+    if queue is not None:
+        data["queue"] = queue
     if args.json:
         print(json.dumps(data, indent=2, default=str), file=out)
         return 0
     print(f"{db_label(args.db)}  (schema version {data['schema_version']})", file=out)
     print(f"memory model here: {_auto_line()}", file=out)
+    if queue is not None:
+        print(queue["line"], file=out)
+        for key, state in queue["logs"].items():
+            print(f"  {key}: {state['line']}", file=out)
     if not resources:
         print("  no threads yet", file=out)
     for entry in data["resources"]:
@@ -171,6 +178,22 @@ async def _overview(store: SQLStore, args: argparse.Namespace, out: TextIO) -> i
         for line in entry["failures"]:
             print(f"  FAILING (resource memory): {line}", file=out)
     return 0
+
+
+async def _queue(store: SQLStore) -> dict[str, Any] | None:
+    """The job queue of a PostgreSQL database (``background="queue"``): in all and per log."""
+    dsn = getattr(store, "queue_dsn", None)
+    if not isinstance(dsn, str):
+        return None
+    from ..queue.status import queue_state, queue_states
+
+    total = await queue_state(dsn)
+    logs = await queue_states(dsn)
+    return {
+        **asdict(total),
+        "line": total.line(),
+        "logs": {key: {**asdict(state), "line": state.jobs_line()} for key, state in logs.items()},
+    }
 
 
 def _failures(metadata: Any) -> list[str]:

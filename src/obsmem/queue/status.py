@@ -60,11 +60,15 @@ class QueueState:
             and self.oldest_wait > WAIT_WARNING_SECONDS
         )
 
-    def line(self) -> str:
-        """The state in words."""
+    def jobs_line(self) -> str:
+        """The jobs in words."""
         wait = f", the oldest for {self.oldest_wait:.0f} s" if self.oldest_wait is not None else ""
+        return f"{self.waiting} waiting{wait}, {self.running} running"
+
+    def line(self) -> str:
+        """The jobs and the workers in words."""
         text = (
-            f"queue: {self.waiting} waiting{wait}, {self.running} running; "
+            f"queue: {self.jobs_line()}; "
             f"{self.workers} worker{'s' if self.workers != 1 else ''} alive"
         )
         if self.workers == 0 and self.waiting:
