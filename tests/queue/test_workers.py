@@ -126,3 +126,25 @@ async def test_sigterm_stops_a_worker_within_a_bound(postgres_dsn: str) -> None:
         assert proc.stdout is not None
         assert b"stopped after" in proc.stdout.read()
     assert not sql(postgres_dsn, "SELECT id FROM procrastinate_workers")
+
+
+async def test_sigterm_puts_a_job_that_cannot_finish_back_in_the_queue(postgres_dsn: str) -> None:
+    prepare_calls_table(postgres_dsn)
+    conv = Conversation()
+    om = _serving(postgres_dsn, conv)
+    try:
+        with workers(postgres_dsn, 1, delay=3600.0) as [proc]:  # a model call that never ends
+            await _turns(om, conv, ["t1"], 2)
+            await until(
+                lambda: bool(sql(postgres_dsn, "SELECT 1 FROM test_model_calls")),
+                "the worker's model call",
+            )
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0  # its shutdown timeout is 5 s
+    finally:
+        await om.aclose()
+    statuses = sql(
+        postgres_dsn,
+        "SELECT status::text FROM procrastinate_jobs WHERE lock = 'thread:t1' ORDER BY id",
+    )
+    assert statuses == [("aborted",), ("todo",)]  # the log's work waits for the next worker

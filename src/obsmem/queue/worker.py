@@ -22,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+import signal
+import threading
+from collections.abc import Callable, Coroutine, Generator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +43,9 @@ log = logging.getLogger("obsmem")
 
 CLOCK_CHECK_SECONDS = 300.0
 """How often a worker measures its clock's offset to the database's."""
+
+REQUEUE_SECONDS = 10
+"""The most a worker that is stopping waits to connect and queue again a job it cut off."""
 
 _REQUEUE = (
     "INSERT INTO procrastinate_jobs (queue_name, task_name, lock, queueing_lock, args) "
@@ -106,11 +111,14 @@ class Worker:
         self.clock = DatabaseClock()
         self.jobs_done = 0
         """Jobs this worker finished (whatever they found to do)."""
+        self._queue_worker: Any = None
+        self._side: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
-        """Claim and run jobs until SIGTERM or SIGINT (or until cancelled)."""
+        """Claim and run jobs until :meth:`stop`, SIGTERM or SIGINT (or until cancelled)."""
         try:
             import procrastinate
+            from procrastinate.worker import Worker as QueueWorker
         except ImportError as exc:
             raise MissingExtraError(
                 "obsmem worker (the job queue)", "queue", package="procrastinate"
@@ -127,23 +135,51 @@ class Worker:
             await migrated()
         await self._measure_clock()
         async with app.open_async():
-            side = asyncio.create_task(self._side_work(app), name="obsmem worker upkeep")
-            try:
-                await app.run_worker_async(
-                    queues=[QUEUE],
-                    concurrency=self.concurrency,
-                    wait=True,
-                    listen_notify=True,
-                    delete_jobs="successful",
-                    update_heartbeat_interval=self.heartbeat,
-                    stalled_worker_timeout=self.stalled_after,
-                    shutdown_graceful_timeout=self.shutdown_timeout,
-                    install_signal_handlers=self.install_signal_handlers,
-                )
-            finally:
-                side.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await side
+            self._queue_worker = QueueWorker(
+                app,
+                queues=[QUEUE],
+                concurrency=self.concurrency,
+                wait=True,
+                listen_notify=True,
+                delete_jobs="successful",
+                update_heartbeat_interval=self.heartbeat,
+                stalled_worker_timeout=self.stalled_after,
+                shutdown_graceful_timeout=self.shutdown_timeout,
+                install_signal_handlers=False,
+            )
+            self._side = asyncio.create_task(self._side_work(app), name="obsmem worker upkeep")
+            with self._signals():
+                try:
+                    await self._queue_worker.run()
+                finally:
+                    self.stop()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await self._side
+
+    def stop(self) -> None:
+        """Claim no more jobs; running jobs get ``shutdown_timeout`` seconds, then are cut off
+        and queued again. The stalled-job check stops first: a stopping worker's heartbeat
+        stops, and its own jobs must not look stalled to it."""
+        if self._side is not None:
+            self._side.cancel()
+        if self._queue_worker is not None:
+            self._queue_worker.stop()
+
+    @contextlib.contextmanager
+    def _signals(self) -> Generator[None]:
+        """SIGTERM and SIGINT stop the worker (when it may install handlers: the main thread)."""
+        loop = asyncio.get_running_loop()
+        wanted = (signal.SIGTERM, signal.SIGINT)
+        installed: list[signal.Signals] = []
+        if self.install_signal_handlers and threading.current_thread() is threading.main_thread():
+            for sig in wanted:
+                loop.add_signal_handler(sig, self.stop)
+                installed.append(sig)
+        try:
+            yield
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
 
     async def _job(self, **args: Any) -> None:
         """One job: the log's due background work, run here (within the model slots)."""
@@ -156,7 +192,7 @@ class Worker:
                 async with self.slots.held(models):
                     await self.engine.run_job(args)
         except asyncio.CancelledError:  # SIGTERM past shutdown_timeout: the log's work waits
-            await asyncio.shield(self._requeue(args))
+            await _unstoppable(self._requeue(args))
             raise
         self.jobs_done += 1
 
@@ -164,7 +200,9 @@ class Worker:
         import psycopg
         from psycopg.types.json import Jsonb
 
-        async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(
+            self.dsn, autocommit=True, connect_timeout=REQUEUE_SECONDS
+        ) as conn:
             await conn.execute(
                 _REQUEUE,
                 {"queue": QUEUE, "task": TASK, "lock": str(args.get("key")), "args": Jsonb(args)},
@@ -204,3 +242,18 @@ class Worker:
                     from procrastinate.jobs import Status
 
                     await manager.finish_job(job, status=Status.FAILED, delete_job=True)
+
+
+async def _unstoppable(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end even while the caller is cancelled again (the worker is
+    stopping, and the job's log must not lose its work); bounded by ``REQUEUE_SECONDS``."""
+    task = asyncio.ensure_future(asyncio.wait_for(work, REQUEUE_SECONDS * 2))
+    while not task.done():
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+    if task.exception() is not None:
+        log.warning(
+            "obsmem: a memory job cut off by the worker's stop could not be queued again (%s); "
+            "its log's next turn queues its work",
+            task.exception(),
+        )
