@@ -149,7 +149,7 @@ class ObservationalMemory:
         )
         self._stop_ledger = self.caller.add_listener(self._deps.ledger.on_call)
         self._outcomes = Outcomes(self._deps, remember=MAX_REMEMBERED_LOGS)
-        self.queue = QueueSide(store, options) if options.background == "queue" else None
+        self.queue = QueueSide(store, options, self.bus) if options.background == "queue" else None
         """``background="queue"``: turns queue their log's background work for workers."""
         self._background = Background(
             self._deps,

@@ -17,7 +17,7 @@ from obsmem.engine import ObservationalMemory
 from obsmem.messages import Message
 from obsmem.stores import PostgresStore
 
-from ..engine.helpers import Conversation
+from ..engine.helpers import Conversation, Recorder
 from .processes import prepare_calls_table, queue_empty, sql, until, workers, workers_registered
 from .worker_app import options
 
@@ -52,6 +52,12 @@ async def test_serving_processes_make_no_model_calls_and_workers_do(postgres_dsn
     conv = Conversation()
     threads = ["t1", "t2", "t3"]
     om = _serving(postgres_dsn, conv)
+    events = Recorder()
+    om.subscribe(events)
+
+    def heard() -> set[str]:
+        return {e.thread_id for e in events.of("data-om-buffering-end")}
+
     try:
         with workers(postgres_dsn, 2) as procs:
             await until(lambda: workers_registered(postgres_dsn, 2), "two workers registered")
@@ -60,6 +66,8 @@ async def test_serving_processes_make_no_model_calls_and_workers_do(postgres_dsn
             assert _buffered(postgres_dsn, threads)
             assert queue_empty(postgres_dsn)
             pids = {p.pid for p in procs}
+            # The workers' cycles reach this process's subscribers (LISTEN/NOTIFY).
+            await until(lambda: heard() == set(threads), "the workers' buffering events")
     finally:
         await om.aclose()
     callers = {int(r[0]) for r in sql(postgres_dsn, "SELECT pid FROM test_model_calls")}  # type: ignore[arg-type]

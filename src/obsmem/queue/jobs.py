@@ -24,10 +24,12 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError, StoreError
 from ..stores.changes import LoadRequest, QueuedJob
+from .relay import EventListener
 from .status import QueueState, queue_state
 
 if TYPE_CHECKING:
     from ..cycles import Deps
+    from ..events import EventBus
     from ..options import ResolvedOptions
     from ..snapshot import Snapshot, Subject
     from ..stores import Store
@@ -82,9 +84,12 @@ class QueueSide:
     log's job, in the same transaction; a load whose job cannot be queued goes on without it and
     says so."""
 
-    def __init__(self, store: Store, options: ResolvedOptions) -> None:
+    def __init__(self, store: Store, options: ResolvedOptions, bus: EventBus) -> None:
         self.dsn = queue_dsn(store)
         self.hash = options_hash(options)
+        self.events = EventListener(self.dsn, bus)
+        """Emits on ``bus`` the events of the cycles workers run (from this process's first
+        turn on)."""
         self.keys: OrderedDict[str, None] = OrderedDict()
         """The logs this process queued work for, newest last (``settle`` waits for them)."""
         self._checked: float | None = None
@@ -121,7 +126,9 @@ class QueueSide:
             poll = min(poll * 2, 1.0)
 
     async def aclose(self) -> None:
-        """Wait for the queue check under way, if any (queued jobs stay for the workers)."""
+        """Stop hearing workers' events, and wait for the queue check under way, if any (queued
+        jobs stay for the workers)."""
+        await self.events.aclose()
         if self._check is not None:
             await asyncio.gather(self._check, return_exceptions=True)
 
@@ -130,6 +137,7 @@ class QueueSide:
         replay's clock does not pace it), look at the queue in the background."""
         loop = asyncio.get_running_loop()
         now = loop.time()
+        self.events.start()
         self.keys[key] = None
         self.keys.move_to_end(key)
         while len(self.keys) > MAX_KEYS:

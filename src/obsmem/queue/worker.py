@@ -32,6 +32,7 @@ from ..errors import MissingExtraError
 from ..messages import utcnow
 from ..views import model_label
 from .jobs import QUEUE, TASK, queue_dsn
+from .relay import EventPublisher
 from .slots import ModelSlots
 
 if TYPE_CHECKING:
@@ -148,13 +149,17 @@ class Worker:
                 install_signal_handlers=False,
             )
             self._side = asyncio.create_task(self._side_work(app), name="obsmem worker upkeep")
+            publisher = EventPublisher(self.dsn)
+            unsubscribe = self.engine.subscribe(publisher)
             with self._signals():
                 try:
                     await self._queue_worker.run()
                 finally:
                     self.stop()
+                    unsubscribe()
                     with contextlib.suppress(asyncio.CancelledError):
                         await self._side
+                    await publisher.aclose()
 
     def stop(self) -> None:
         """Claim no more jobs; running jobs get ``shutdown_timeout`` seconds, then are cut off
