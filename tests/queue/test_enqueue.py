@@ -123,7 +123,8 @@ async def test_a_turn_that_cannot_queue_goes_on_and_says_so(
 async def test_queue_mode_turns_stay_at_two_round_trips(postgres_dsn: str) -> None:
     """Queuing costs no round trip: the job goes in the batch of the turn's own write (counted on
     the wire, as ``tests/engine/test_wire_round_trips.py`` does; the look at the queue, once a
-    minute on a connection of its own, does not come within the test's first minute)."""
+    minute on a connection of its own, does not come within the test's first minute, and the
+    connection that hears workers' events is opened at the first turn)."""
     url = urlsplit(postgres_dsn)
     assert url.hostname is not None
     assert url.port is not None
@@ -137,6 +138,8 @@ async def test_queue_mode_turns_stay_at_two_round_trips(postgres_dsn: str) -> No
     try:
         await om.prepare("t1", "u1", [conv.user(50)])  # creates the schema, thread and head
         await om.record("t1", "u1", [conv.assistant(50)])
+        assert om.queue is not None
+        await om.queue.events.listening.wait()  # its own connection, opened at the first turn
         counter.take()
         for _ in range(3):  # buffering is due from the second turn on: queued, not run
             await om.prepare("t1", "u1", [conv.user(150)])

@@ -232,21 +232,24 @@ class Worker:
             await asyncio.sleep(self.heartbeat)
 
     async def _retry_stalled(self, app: Any) -> None:
+        """Jobs of workers that stopped heartbeating go back to the queue; one whose log already
+        has a job waiting (which decides again from the store) is finished instead. A job
+        another worker dealt with first is left alone."""
+        from procrastinate.exceptions import ConnectorException, UniqueViolation
+        from procrastinate.jobs import Status
+
         manager = app.job_manager
         for job in await manager.get_stalled_jobs(
             queue=QUEUE, seconds_since_heartbeat=self.stalled_after
         ):
             try:
                 await manager.retry_job(job)
-                log.info(
-                    "obsmem: the stalled memory job %s of %s is queued again", job.id, job.lock
-                )
-            except Exception as exc:  # another job of the log waits (it decides again), or a race
-                log.info("obsmem: stalled memory job %s not queued again (%s)", job.id, exc)
-                with contextlib.suppress(Exception):
-                    from procrastinate.jobs import Status
-
+                log.info("obsmem: stalled memory job %s of %s queued again", job.id, job.lock)
+            except UniqueViolation:
+                with contextlib.suppress(ConnectorException):
                     await manager.finish_job(job, status=Status.FAILED, delete_job=True)
+            except ConnectorException as exc:
+                log.info("obsmem: stalled memory job %s left alone (%s)", job.id, exc)
 
 
 async def _unstoppable(work: Coroutine[Any, Any, None]) -> None:
