@@ -31,6 +31,7 @@ SCRIPTS = [
     "shutdown",
     "proxy_large",
     "export",
+    "workers",
 ]
 
 pytestmark = pytest.mark.slow
