@@ -22,7 +22,12 @@ STALLED_AFTER = 2.0
 
 
 def start_worker(
-    dsn: str, *, concurrency: int = 2, model_limit: int | None = None, delay: float = 0.0
+    dsn: str,
+    *,
+    concurrency: int = 2,
+    model_limit: int | None = None,
+    delay: float = 0.0,
+    until_empty: bool = False,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
@@ -50,6 +55,8 @@ def start_worker(
     ]
     if model_limit is not None:
         command += ["--model-limit", str(model_limit)]
+    if until_empty:
+        command.append("--until-empty")
     return subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE)
 
 

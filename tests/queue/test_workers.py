@@ -156,3 +156,19 @@ async def test_sigterm_puts_a_job_that_cannot_finish_back_in_the_queue(postgres_
         "SELECT status::text FROM procrastinate_jobs WHERE lock = 'thread:t1' ORDER BY id",
     )
     assert statuses == [("aborted",), ("todo",)]  # the log's work waits for the next worker
+
+
+async def test_a_worker_drains_the_queue_and_exits(postgres_dsn: str) -> None:
+    """Switching the queue off: serving processes go back to in-process work, and one worker
+    with --until-empty runs what is left, then exits."""
+    prepare_calls_table(postgres_dsn)
+    conv = Conversation()
+    om = _serving(postgres_dsn, conv)
+    try:
+        await _turns(om, conv, ["t1", "t2"], 3)
+    finally:
+        await om.aclose(cancel=True)
+    with workers(postgres_dsn, 1, until_empty=True) as [proc]:
+        assert proc.wait(timeout=120) == 0
+    assert queue_empty(postgres_dsn)
+    assert _buffered(postgres_dsn, ["t1", "t2"])

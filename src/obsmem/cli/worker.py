@@ -61,6 +61,11 @@ def add(sub: Any) -> None:
         help="seconds without a heartbeat after which a worker's jobs are queued again "
         "(default 30)",
     )
+    parser.add_argument(
+        "--until-empty",
+        action="store_true",
+        help="exit once the queue is empty (to drain it after switching the queue off)",
+    )
     parser.set_defaults(run=_run)
 
 
@@ -94,6 +99,7 @@ async def _work(args: argparse.Namespace, out: TextIO) -> int:
             shutdown_timeout=args.shutdown_timeout,
             heartbeat=args.heartbeat,
             stalled_after=args.stalled_after,
+            until_empty=args.until_empty,
         )
         print(f"obsmem worker: running the memory jobs of {db_label(worker.dsn)}", file=out)
         out.flush()

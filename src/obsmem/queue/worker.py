@@ -88,12 +88,14 @@ class Worker:
         stalled_after: float = 30.0,
         shutdown_timeout: float = 30.0,
         install_signal_handlers: bool = True,
+        until_empty: bool = False,
     ) -> None:
         """``concurrency``: jobs this worker runs at once. ``model_limit``: the most jobs that
         use one memory model at once across every worker (None: no limit). ``heartbeat`` and
         ``stalled_after``: seconds between heartbeats, and without one before this worker's
         jobs count as stalled and go back to the queue. ``shutdown_timeout``: seconds running
-        jobs get to finish after SIGTERM."""
+        jobs get to finish after SIGTERM. ``until_empty``: stop once no job is left (draining
+        the queue after the serving processes went back to ``background="in-process"``)."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency!r}: give the jobs to run at once (>= 1)")
         if not 0 < heartbeat < stalled_after:
@@ -109,6 +111,7 @@ class Worker:
         self.stalled_after = stalled_after
         self.shutdown_timeout = shutdown_timeout
         self.install_signal_handlers = install_signal_handlers
+        self.until_empty = until_empty
         self.clock = DatabaseClock()
         self.jobs_done = 0
         """Jobs this worker finished (whatever they found to do)."""
@@ -140,7 +143,7 @@ class Worker:
                 app,
                 queues=[QUEUE],
                 concurrency=self.concurrency,
-                wait=True,
+                wait=not self.until_empty,
                 listen_notify=True,
                 delete_jobs="successful",
                 update_heartbeat_interval=self.heartbeat,
