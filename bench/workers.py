@@ -151,7 +151,7 @@ async def main() -> None:
             cycles, seconds = await _throughput(admin, n, args)
             rates[n] = cycles / seconds
             rows.append((n, cycles, f"{seconds:.2f}", f"{rates[n]:.1f}"))
-        latency = {b: await _latency(admin, b, args) for b in ("in-process", "queue")}
+        latency = {b: await _latency(admin, b, args) for b in ("process", "queue")}
     print()
     table(rows, ["workers", "committed cycles", "seconds", "cycles/s"])
     print()
@@ -167,7 +167,7 @@ async def main() -> None:
     ratio(f"cycles/s {most} workers / 1 worker", rates[most] / rates[1])
     ratio(
         "p99 turn latency in-process / on workers",
-        percentile(latency["in-process"], 99) / percentile(latency["queue"], 99),
+        percentile(latency["process"], 99) / percentile(latency["queue"], 99),
     )
 
 

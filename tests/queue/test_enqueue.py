@@ -61,7 +61,7 @@ async def test_migrations_create_the_queue_and_the_database_stays_obsmem_s(
 @pytest.mark.parametrize("kind", ["memory", "sqlite"])
 def test_queue_needs_postgres(kind: str, tmp_path: Path) -> None:
     store = InMemoryStore() if kind == "memory" else SQLiteStore(tmp_path / "obsmem.db")
-    with pytest.raises(ConfigError, match=r"PostgresStore.*in-process"):
+    with pytest.raises(ConfigError, match=r"PostgresStore.*\"process\""):
         engine(store, QUEUE_OPTIONS)
 
 

@@ -5,11 +5,14 @@ nothing and recreates nothing, and deleting a thread removes its jobs."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import psycopg
+import pytest
 
 from obsmem import Memory
+from obsmem.queue.jobs import JOB_VERSION
 from obsmem.stores import PostgresStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
@@ -107,3 +110,21 @@ async def test_deleting_a_resource_removes_its_jobs(postgres_dsn: str) -> None:
     finally:
         await memory.aclose()
     assert _job_args(postgres_dsn, "t1") == _job_args(postgres_dsn, "t2") == []
+
+
+async def test_a_worker_configured_otherwise_says_so_and_a_newer_job_waits(
+    postgres_dsn: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    await _queue_turns(postgres_dsn, "t1")
+    [args] = _job_args(postgres_dsn, "t1")
+    other = _options()
+    other["observation"] = {**other["observation"], "messageTokens": 2_000}
+    worker = engine(PostgresStore(postgres_dsn), other)
+    try:
+        with caplog.at_level(logging.WARNING, logger="obsmem"):
+            assert await worker.run_job({**args, "v": JOB_VERSION + 1}) == ("skipped",)
+            assert "newer than this worker understands" in caplog.text
+            await worker.run_job(args)  # run with the worker's own options
+    finally:
+        await worker.aclose()
+    assert "this worker runs with" in caplog.text

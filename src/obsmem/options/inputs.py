@@ -148,8 +148,8 @@ class ObservationalMemoryOptions(_Options):
     detail holds conversation text as sent; it is erased with the thread, and older detail is
     dropped, so a long thread does not store more detail than messages."""
     scope: Scope = "thread"
-    background: Background = "in-process"
-    """Where background memory work runs: ``"in-process"`` (asyncio tasks of the process that
+    background: Background = "process"
+    """Where background memory work runs: ``"process"`` (asyncio tasks of the process that
     took the turn) or ``"queue"`` (durable jobs in PostgreSQL, run by ``obsmem worker``)."""
     share_token_budget: bool = False
     activate_after_idle: Duration = None
@@ -182,7 +182,7 @@ _EXPECTED: dict[str, str] = {
     "model": 'must be a model name such as "openai/gpt-6.1-terra", a pydantic-ai Model or a '
     "ModelByInputTokens",
     "scope": 'must be "thread" or "resource"',
-    "background": 'must be "in-process" (background work in the process that took the turn) or '
+    "background": 'must be "process" (background work in the process that took the turn) or '
     '"queue" (durable jobs in PostgreSQL, run by `obsmem worker`)',
     "failure_policy": 'must be "warn" (log a WARNING and go on) or "raise" (the turn raises)',
     "cycle_retention": "must be a whole number of cycles to keep per log (>= 0; 0 records none)",

@@ -33,7 +33,7 @@ __all__ = [
 FailurePolicy: TypeAlias = Literal["warn", "raise"]
 """What a turn does while its log's memory work is failing: warn and go on, or raise."""
 
-Background: TypeAlias = Literal["in-process", "queue"]
+Background: TypeAlias = Literal["process", "queue"]
 """Where background memory work runs: the turn's process, or durable jobs for ``obsmem worker``."""
 
 AttachmentFilter: TypeAlias = bool | Literal["auto"] | tuple[str, ...]
@@ -147,7 +147,7 @@ class ResolvedOptions:
     heals) and the turn goes on; ``"raise"``: a turn whose memory cannot work raises."""
     cycle_retention: int = 1000
     """Cycle ledger rows kept per log; 0 records none."""
-    background: Background = "in-process"
+    background: Background = "process"
     """``"queue"``: buffering, background reflection and catch-up are durable jobs in
     PostgreSQL that ``obsmem worker`` runs; the turn keeps activation and synchronous work."""
     cycle_detail: int = 20

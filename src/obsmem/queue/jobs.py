@@ -73,7 +73,7 @@ def queue_dsn(store: Store) -> str:
             "background",
             "queue",
             "the job queue lives in PostgreSQL: give Memory a PostgresStore "
-            '(PostgresStore("postgresql://user@host/db")), or leave background at "in-process" '
+            '(PostgresStore("postgresql://user@host/db")), or leave background at "process" '
             f"(this store is {type(store).__name__})",
         )
     return dsn

@@ -21,7 +21,7 @@ from .. import planner
 from ..cycles import load
 from ..cycles.writes import reload
 from ..errors import ConflictError
-from ..snapshot import Subject
+from ..snapshot import Snapshot, Subject
 from ..stores import LoadRequest
 from .jobs import JOB_VERSION, options_hash
 
@@ -127,7 +127,7 @@ def _check_options(deps: Deps, queued_with: object) -> None:
 
 
 async def _work(
-    deps: Deps, turns: Turns, background: Background, outcomes: Outcomes, snapshot: Any
+    deps: Deps, turns: Turns, background: Background, outcomes: Outcomes, snapshot: Snapshot
 ) -> tuple[str, ...]:
     done: list[str] = []
     subject = snapshot.subject
@@ -135,7 +135,7 @@ async def _work(
     signals = turns.signals(snapshot, None)
     plan = turns.observation_plan(snapshot, windows, signals, {}, None)
     if plan.catch_up:
-        newest = snapshot.main.unobserved[-1].seq if snapshot.main.unobserved else 0
+        newest = (snapshot.main.unobserved[-1].seq or 0) if snapshot.main.unobserved else 0
         await background.catch_up(snapshot, {subject.thread_id: newest + 1})
         done.append("catch-up")
     else:

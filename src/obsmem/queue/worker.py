@@ -95,7 +95,7 @@ class Worker:
         ``stalled_after``: seconds between heartbeats, and without one before this worker's
         jobs count as stalled and go back to the queue. ``shutdown_timeout``: seconds running
         jobs get to finish after SIGTERM. ``until_empty``: stop once no job is left (draining
-        the queue after the serving processes went back to ``background="in-process"``)."""
+        the queue after the serving processes went back to ``background="process"``)."""
         if concurrency < 1:
             raise ValueError(f"concurrency={concurrency!r}: give the jobs to run at once (>= 1)")
         if not 0 < heartbeat < stalled_after:
