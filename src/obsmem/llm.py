@@ -18,6 +18,7 @@ Importing this module loads neither pydantic-ai nor OpenTelemetry; the first cal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -46,6 +47,7 @@ __all__ = [
     "ActivityListener",
     "CallActivity",
     "CallListener",
+    "Gate",
     "LLMRequest",
     "LLMResult",
     "ModelCaller",
@@ -54,6 +56,9 @@ __all__ = [
 ]
 
 Role = Literal["observer", "reflector", "extractor"]
+
+Gate: TypeAlias = Callable[[str], contextlib.AbstractAsyncContextManager[object]]
+"""What a model call waits to enter, by model name (a limit on concurrent calls)."""
 
 log = logging.getLogger("obsmem")
 
@@ -178,6 +183,7 @@ class ModelCaller:
         "_resolved",
         "_sleep",
         "_text_only",
+        "gate",
         "served_in_place_of_placeholder",
     )
 
@@ -191,6 +197,9 @@ class ModelCaller:
         """Models resolved from strings, kept so each spec builds its SDK client once."""
         self._text_only: set[tuple[str, str]] = set()
         """Models (name, base URL) whose server refused attachments: sent text only since."""
+        self.gate: Gate | None = None
+        """Entered around each call with the model's name (a worker's limit on concurrent calls
+        per model, held across workers: :class:`obsmem.queue.slots.ModelSlots`)."""
         self.served_in_place_of_placeholder: str | None = None
         """The model the server at ``OPENAI_BASE_URL`` said it serves, called in place of
         ``"auto"``'s placeholder ``openai/local`` (None until a call named it and the server
@@ -260,8 +269,10 @@ class ModelCaller:
             tell("retry", error=error, delay=delay)
 
         tell("start")
+        gate = self.gate(model.model_name) if self.gate is not None else contextlib.nullcontext()
         try:
-            response, cut_off = await self._request(request, model, on_retry)
+            async with gate:
+                response, cut_off = await self._request(request, model, on_retry)
         except BaseException as exc:
             tell("end", error=exc)
             raise

@@ -43,7 +43,7 @@ def add(sub: Any) -> None:
         "--model-limit",
         type=_at_least_one,
         default=None,
-        help="the most jobs using one memory model at once, across every worker",
+        help="the most calls to one memory model at once, across every worker",
     )
     parser.add_argument(
         "--shutdown-timeout",

@@ -1,10 +1,11 @@
-"""A limit on concurrent jobs per memory model, held across every worker on every machine.
+"""A limit on concurrent calls per memory model, held across every worker on every machine.
 
 Each model has ``limit`` slots, each a PostgreSQL session advisory lock (two keys: the model's
-hash and the slot number) on a connection of the job's own: a job that holds a slot holds it
-until it ends, and a worker that dies releases it with its connection, so no slot leaks. A job
-waits, polling with try-locks, until one slot of each of its models is free (taken in name
-order, so two jobs never wait on each other).
+hash and the slot number) on a connection of the call's own: a call holds its slot until it
+ends, and a worker that dies releases it with its connection, so no slot leaks. A call waits,
+polling with try-locks, until a slot of its model is free. The worker's
+:class:`~obsmem.llm.ModelCaller` enters :meth:`ModelSlots.held` around every call (its
+``gate``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import hashlib
 import random
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator
 from typing import Any
 
 __all__ = ["ModelSlots"]
@@ -30,7 +31,7 @@ def _model_key(model: str) -> int:
 
 
 class ModelSlots:
-    """``limit`` concurrent jobs per memory model, across every worker of one database."""
+    """``limit`` concurrent calls per memory model, across every worker of one database."""
 
     def __init__(self, dsn: str, limit: int) -> None:
         if limit < 1:
@@ -41,14 +42,13 @@ class ModelSlots:
         self.limit = limit
 
     @contextlib.asynccontextmanager
-    async def held(self, models: Sequence[str]) -> AsyncGenerator[None]:
-        """Hold one slot of each of ``models`` while the block runs."""
+    async def held(self, model: str) -> AsyncGenerator[None]:
+        """Hold a slot of ``model`` while the block runs."""
         import psycopg
 
         async with await psycopg.AsyncConnection.connect(self.dsn, autocommit=True) as conn:
-            for model in sorted(set(models)):
-                await self._take(conn, _model_key(model))
-            yield  # the slots go with the connection, whatever ends the block
+            await self._take(conn, _model_key(model))
+            yield  # the slot goes with the connection, whatever ends the block
 
     async def _take(self, conn: Any, key: int) -> None:
         while True:

@@ -9,7 +9,8 @@ It is procrastinate's worker on the queue ``obsmem``, with what memory adds arou
   worker, or, when the log already has a waiting job that will decide again, finished as
   failed. Its model calls may run twice; its commits cannot land twice (each is checked against
   the version it read, and a range already covered makes a ``redundant`` cycle).
-- **A limit per memory model** across every worker (:class:`~obsmem.queue.slots.ModelSlots`).
+- **A limit on concurrent calls per memory model** across every worker
+  (:class:`~obsmem.queue.slots.ModelSlots`, entered around each call).
 - **The database's clock**: what the worker stores is timed by PostgreSQL's ``now()`` (the
   offset to it measured at start and every ``CLOCK_CHECK_SECONDS``), so machines whose clocks
   disagree store one time line.
@@ -30,7 +31,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import MissingExtraError
 from ..messages import utcnow
-from ..views import model_label
 from .jobs import QUEUE, TASK, queue_dsn
 from .relay import EventPublisher
 from .slots import ModelSlots
@@ -90,8 +90,8 @@ class Worker:
         install_signal_handlers: bool = True,
         until_empty: bool = False,
     ) -> None:
-        """``concurrency``: jobs this worker runs at once. ``model_limit``: the most jobs that
-        use one memory model at once across every worker (None: no limit). ``heartbeat`` and
+        """``concurrency``: jobs this worker runs at once. ``model_limit``: the most calls to one
+        memory model at once across every worker (None: no limit). ``heartbeat`` and
         ``stalled_after``: seconds between heartbeats, and without one before this worker's
         jobs count as stalled and go back to the queue. ``shutdown_timeout``: seconds running
         jobs get to finish after SIGTERM. ``until_empty``: stop once no job is left (draining
@@ -134,6 +134,8 @@ class Worker:
         )
         app.task(name=TASK, queue=QUEUE, pass_context=False)(self._job)
         self.engine.use_wall_clock(self.clock)
+        if self.slots is not None:
+            self.engine.caller.gate = self.slots.held
         migrated = getattr(self.engine.store, "schema_version", None)
         if migrated is not None:  # the queue's tables exist before procrastinate looks
             await migrated()
@@ -190,15 +192,9 @@ class Worker:
                 loop.remove_signal_handler(sig)
 
     async def _job(self, **args: Any) -> None:
-        """One job: the log's due background work, run here (within the model slots)."""
+        """One job: the log's due background work, run here."""
         try:
-            if self.slots is None:
-                await self.engine.run_job(args)
-            else:
-                options = self.engine.options
-                models = [model_label(options.observer_model), model_label(options.reflector_model)]
-                async with self.slots.held(models):
-                    await self.engine.run_job(args)
+            await self.engine.run_job(args)
         except asyncio.CancelledError:  # SIGTERM past shutdown_timeout: the log's work waits
             await _unstoppable(self._requeue(args))
             raise
