@@ -609,6 +609,12 @@ class ObservationalMemory:
         self._check_open()
         return await run_job(self._deps, self._turns, self._background, self._outcomes, args)
 
+    def retry_delay(self, key: str) -> float | None:
+        """Seconds until a role backing off for the log ``key`` may be called again."""
+        from .queue.work import retry_delay
+
+        return retry_delay(self._outcomes, key, self._deps.steady())
+
     def use_wall_clock(self, clock: Callable[[], datetime]) -> None:
         """Time what is stored from ``clock`` from now on (a worker: the database's clock)."""
         self._deps.clock = clock

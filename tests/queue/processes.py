@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from .worker_app import CREATE_CALLS, DELAY, DSN
+from .worker_app import CREATE_CALLS, DELAY, DSN, FAIL_FIRST
 
 ROOT = Path(__file__).resolve().parents[2]
 HEARTBEAT = 0.5
@@ -28,12 +28,14 @@ def start_worker(
     model_limit: int | None = None,
     delay: float = 0.0,
     until_empty: bool = False,
+    fail_first: int = 0,
 ) -> subprocess.Popen[bytes]:
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
         DSN: dsn,
         DELAY: str(delay),
+        FAIL_FIRST: str(fail_first),
     }
     command = [
         sys.executable,

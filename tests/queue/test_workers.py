@@ -172,3 +172,22 @@ async def test_a_worker_drains_the_queue_and_exits(postgres_dsn: str) -> None:
         assert proc.wait(timeout=120) == 0
     assert queue_empty(postgres_dsn)
     assert _buffered(postgres_dsn, ["t1", "t2"])
+
+
+async def test_work_a_failure_put_off_is_done_after_its_back_off_without_a_turn(
+    postgres_dsn: str,
+) -> None:
+    prepare_calls_table(postgres_dsn)
+    conv = Conversation()
+    om = _serving(postgres_dsn, conv)
+    try:
+        await _turns(om, conv, ["t1"], 3)
+    finally:
+        await om.aclose(cancel=True)  # no serving process from here on
+    with workers(postgres_dsn, 1, fail_first=1):  # its first Observer call fails
+        await until(lambda: _buffered(postgres_dsn, ["t1"]), "buffering after the back-off", 60)
+    outcomes = {
+        str(r[0])
+        for r in sql(postgres_dsn, "SELECT outcome FROM om_cycles WHERE kind = 'buffering'")
+    }
+    assert {"failed", "committed"} <= outcomes

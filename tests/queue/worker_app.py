@@ -20,6 +20,8 @@ from obsmem.testing import scripted_observer, scripted_reflector
 DSN = "OBSMEM_QUEUE_TEST_DSN"
 DELAY = "OBSMEM_QUEUE_TEST_DELAY"
 """Seconds each Observer call takes (a slow model, so calls of several workers can overlap)."""
+FAIL_FIRST = "OBSMEM_QUEUE_TEST_FAIL_FIRST"
+"""How many of a process's first Observer calls fail."""
 
 CREATE_CALLS = (
     "CREATE TABLE IF NOT EXISTS test_model_calls (pid INTEGER NOT NULL, "
@@ -27,8 +29,8 @@ CREATE_CALLS = (
 )
 
 
-def recorded_observer(dsn: str, delay: float = 0.0) -> FunctionModel:
-    inner = scripted_observer(delay=delay)
+def recorded_observer(dsn: str, delay: float = 0.0, fail_first: int = 0) -> FunctionModel:
+    inner = scripted_observer(delay=delay, fault=lambda n: "error" if n < fail_first else None)
 
     async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn:
@@ -50,11 +52,11 @@ def recorded_observer(dsn: str, delay: float = 0.0) -> FunctionModel:
     return FunctionModel(answer, model_name="recorded-observer")
 
 
-def options(dsn: str, *, delay: float = 0.0) -> dict[str, Any]:
+def options(dsn: str, *, delay: float = 0.0, fail_first: int = 0) -> dict[str, Any]:
     return {
         "background": "queue",
         "observation": {
-            "model": recorded_observer(dsn, delay),
+            "model": recorded_observer(dsn, delay, fail_first),
             "messageTokens": 1_000,
             "bufferTokens": 200,
         },
@@ -66,6 +68,9 @@ def memory() -> Memory:
     dsn = os.environ[DSN]
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(CREATE_CALLS)
-    return Memory(
-        PostgresStore(dsn), observational_memory=options(dsn, delay=float(os.environ.get(DELAY, 0)))
+    given = options(
+        dsn,
+        delay=float(os.environ.get(DELAY, 0)),
+        fail_first=int(os.environ.get(FAIL_FIRST, 0)),
     )
+    return Memory(PostgresStore(dsn), observational_memory=given)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from ..outcomes import Outcomes
     from ..turn import Turns
 
-__all__ = ["run_job"]
+__all__ = ["retry_delay", "run_job"]
 
 log = logging.getLogger("obsmem")
 
@@ -157,3 +157,13 @@ async def _work(
         await background.reflection_task(snapshot)
         done.append("reflection")
     return tuple(done)
+
+
+def retry_delay(outcomes: Outcomes, key: str, now: float) -> float | None:
+    """Seconds until a role backing off for the log ``key`` may be called again (None: none
+    backs off): the worker queues the log's job again for then, so work a failure put off is
+    done without waiting for the log's next turn."""
+    state = outcomes.state(key)
+    waits = [b.retry_at - now for b in (state.observer, state.reflector) if b is not None]
+    waits = [w for w in waits if w > 0]
+    return max(waits) if waits else None

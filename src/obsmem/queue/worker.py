@@ -53,6 +53,15 @@ _REQUEUE = (
     "VALUES (%(queue)s, %(task)s, %(lock)s, %(lock)s, %(args)s::jsonb) "
     "ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
 )
+_RETRY_LATER = (
+    "INSERT INTO procrastinate_jobs "
+    "(queue_name, task_name, lock, queueing_lock, args, scheduled_at) "
+    "VALUES (%(queue)s, %(task)s, %(lock)s, %(waiting)s, %(args)s::jsonb, "
+    "now() + make_interval(secs => %(after)s)) "
+    "ON CONFLICT (queueing_lock) WHERE status = 'todo' DO NOTHING"
+)
+"""A retry of a log's job for when its back-off has passed, under a queueing lock of its own
+(``retry:<key>``), so it never keeps the log's turns from queueing their work."""
 
 
 class DatabaseClock:
@@ -195,22 +204,30 @@ class Worker:
         """One job: the log's due background work, run here."""
         try:
             await self.engine.run_job(args)
+            delay = self.engine.retry_delay(str(args.get("key")))
+            if delay is not None:
+                await self._requeue(args, after=delay)
         except asyncio.CancelledError:  # SIGTERM past shutdown_timeout: the log's work waits
             await _unstoppable(self._requeue(args))
             raise
         self.jobs_done += 1
 
-    async def _requeue(self, args: dict[str, Any]) -> None:
+    async def _requeue(self, args: dict[str, Any], *, after: float | None = None) -> None:
+        """Queue the job again: now (unless one of its log waits), or ``after`` seconds (a
+        retry once a failed role's back-off has passed; one such retry waits per log)."""
         import psycopg
         from psycopg.types.json import Jsonb
 
+        key = str(args.get("key"))
+        params = {"queue": QUEUE, "task": TASK, "lock": key, "args": Jsonb(args)}
+        query = _REQUEUE
+        if after is not None:
+            query = _RETRY_LATER
+            params |= {"waiting": f"retry:{key}", "after": after}
         async with await psycopg.AsyncConnection.connect(
             self.dsn, autocommit=True, connect_timeout=REQUEUE_SECONDS
         ) as conn:
-            await conn.execute(
-                _REQUEUE,
-                {"queue": QUEUE, "task": TASK, "lock": str(args.get("key")), "args": Jsonb(args)},
-            )
+            await conn.execute(query, params)
 
     async def _measure_clock(self) -> None:
         import psycopg
