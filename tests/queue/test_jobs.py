@@ -17,6 +17,7 @@ from obsmem.stores import PostgresStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
 from ..engine.helpers import Conversation, engine
+from .processes import until, workers_registered
 
 
 def _options(observer: Any = None) -> dict[str, Any]:
@@ -128,3 +129,28 @@ async def test_a_worker_configured_otherwise_says_so_and_a_newer_job_waits(
     finally:
         await worker.aclose()
     assert "this worker runs with" in caplog.text
+
+
+async def test_memory_worker_runs_in_an_existing_process(postgres_dsn: str) -> None:
+    """``Memory(...).worker()`` embedded in a process that serves too: it runs the jobs, and
+    ``stop()`` ends it."""
+    conv = Conversation()
+    memory = Memory(PostgresStore(postgres_dsn), observational_memory=_options())
+    serving = engine(PostgresStore(postgres_dsn), _options(), clock=conv.clock)
+    worker = memory.worker(concurrency=2, heartbeat=0.5, stalled_after=2.0)
+    running = asyncio.create_task(worker.run())
+    try:
+        await until(lambda: workers_registered(postgres_dsn, 1), "the worker registered")
+        for _ in range(3):
+            await serving.prepare("t1", "u1", [conv.user(150)])
+            await serving.record("t1", "u1", [conv.assistant(150)])
+        await serving.settle()  # a worker is alive: until it ran the jobs
+        record = await serving.store.get_record("thread:t1")
+    finally:
+        worker.stop()
+        await running
+        await serving.aclose()
+        await memory.aclose()
+    assert record is not None
+    assert record.chunks
+    assert worker.jobs_done >= 1

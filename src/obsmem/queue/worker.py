@@ -42,6 +42,9 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("obsmem")
 
+POLL_SECONDS = 1.0
+"""A worker is woken by LISTEN/NOTIFY when a job is queued; it also looks every this many
+seconds, for a job queued while its listener was not yet (or no longer) connected."""
 CLOCK_CHECK_SECONDS = 300.0
 """How often a worker measures its clock's offset to the database's."""
 
@@ -156,6 +159,7 @@ class Worker:
                 concurrency=self.concurrency,
                 wait=not self.until_empty,
                 listen_notify=True,
+                fetch_job_polling_interval=POLL_SECONDS,
                 delete_jobs="successful",
                 update_heartbeat_interval=self.heartbeat,
                 stalled_worker_timeout=self.stalled_after,
