@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from starlette.testclient import TestClient
 
 from obsmem import Memory
 from obsmem.cli import main
@@ -23,6 +24,7 @@ from obsmem.queue import jobs as queue_jobs
 from obsmem.queue import status as queue_status
 from obsmem.stores import InMemoryStore, PostgresStore, SQLiteStore
 from obsmem.testing import scripted_observer, scripted_reflector
+from obsmem.ui.app import create_app
 
 from ..engine.helpers import Conversation, engine
 from ..wire_counter import WireCounter
@@ -211,3 +213,20 @@ async def test_inspect_shows_the_queue(postgres_dsn: str) -> None:
     out = io.StringIO()
     assert await asyncio.to_thread(main, ["inspect", "--db", postgres_dsn, "--json"], out=out) == 0
     assert json.loads(out.getvalue())["queue"]["logs"]["thread:t1"]["waiting"] == 1
+
+
+async def test_the_ui_shows_the_log_s_queue(postgres_dsn: str) -> None:
+    conv = Conversation()
+    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    try:
+        await om.prepare("t1", "u1", [conv.user(40)])
+    finally:
+        await om.aclose()
+
+    def page() -> str:
+        app = create_app(open_store(postgres_dsn, read_only=True))
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            return client.get("/thread?id=t1").text
+
+    text = await asyncio.to_thread(page)
+    assert "queue: 1 waiting" in text

@@ -126,6 +126,7 @@ async def thread_page(
         "tail_capped": capped,
         "tail_cap": TAIL_CAP,
         "latest_cycle": cycles[0] if cycles else None,
+        "queue": await _queue_line(store, key),
         "live": await live_state(store, thread),
         **values,
     }
@@ -185,6 +186,17 @@ async def chart_page(store: Store, thread: Thread, thresholds: Thresholds) -> di
         "partial": after > 0,
         "chart_messages": CHART_MESSAGES,
     }
+
+
+async def _queue_line(store: Store, key: str) -> str | None:
+    """The log's jobs in the queue and the workers alive (``background="queue"``, PostgreSQL;
+    None for a store without a queue)."""
+    dsn = getattr(store, "queue_dsn", None)
+    if not isinstance(dsn, str):
+        return None
+    from ..queue.status import queue_state
+
+    return (await queue_state(dsn, [key])).line()
 
 
 async def live_state(store: Store, thread: Thread) -> dict[str, Any]:
