@@ -542,10 +542,13 @@ class ObservationalMemory:
         wait can be cancelled: the work goes on (``aclose(cancel=True)`` abandons it). In queue
         mode: until no job this process queued waits or runs, while a worker is alive (with
         none, it returns at once, with a WARNING when jobs wait)."""
-        while self._tasks:
-            await asyncio.wait(list(self._tasks.values()))
+        await self._finish_tasks()
         if self.queue is not None:
             await self.queue.settle()
+
+    async def _finish_tasks(self) -> None:
+        while self._tasks:
+            await asyncio.wait(list(self._tasks.values()))
 
     @property
     def background_work(self) -> tuple[str, ...]:
@@ -555,9 +558,11 @@ class ObservationalMemory:
 
     async def aclose(self, *, cancel: bool = False) -> None:
         """Finish background work (or, with ``cancel=True``, abandon it), then close the store.
-        The engine is unusable afterwards; closing twice is harmless."""
-        if not cancel:
-            await self.settle()
+        In queue mode it does not wait for the jobs this process queued: they are in the
+        database, for the workers (``settle()`` first waits for them). The engine is unusable
+        afterwards; closing twice is harmless."""
+        if not cancel:  # this process's tasks; queued jobs are durable and stay for workers
+            await self._finish_tasks()
         self._background.closed = True
         tasks = list(self._tasks.values())
         for task in tasks:

@@ -509,7 +509,9 @@ class Memory(Transfers):
         return Worker(self.om, **settings)
 
     async def settle(self) -> None:
-        """Wait for background memory work (tests and scripts; a server just carries on)."""
+        """Wait for background memory work (tests and scripts; a server just carries on). With
+        ``background="queue"``: until no job this process queued waits or runs, while a worker
+        is alive (with none alive it returns at once, with a WARNING when jobs wait)."""
         if self.om is not None:
             await self.om.settle()
 

@@ -4,6 +4,7 @@ running; the per-model limit holds across workers; SIGTERM exits within a genero
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import os
@@ -147,6 +148,8 @@ async def test_sigterm_puts_a_job_that_cannot_finish_back_in_the_queue(postgres_
                 lambda: bool(sql(postgres_dsn, "SELECT 1 FROM test_model_calls")),
                 "the worker's model call",
             )
+            # The serving process closes without waiting for its job: the job is durable.
+            await asyncio.wait_for(om.aclose(), 30)
             proc.send_signal(signal.SIGTERM)
             assert proc.wait(timeout=60) == 0  # its shutdown timeout is 5 s
     finally:
