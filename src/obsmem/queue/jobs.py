@@ -6,7 +6,7 @@ store, in the transaction that queued it), the job format's version and a hash o
 that queued it. Never message text: the worker reads everything from the store and its planner
 decides again, so a job for work already done commits nothing.
 
-The queue is procrastinate's tables (created by obsmem's migration 10); a job is inserted by the
+The queue is procrastinate's tables (created by obsmem's migration 9); a job is inserted by the
 turn's own load (``LoadRequest.enqueue``), and at most one job per log waits at a time (its
 queueing lock is the log's key, and so is its lock: one job per log runs at a time).
 """

@@ -163,9 +163,7 @@ MIGRATION_SCRIPTS: list[str] = [
     """
         ALTER TABLE om_cycles ADD COLUMN detail TEXT
         """,
-    # 9: reserved for a migration of another branch (nothing here)
-    "",
-    # 10: the job queue of ``background="queue"`` (PostgreSQL only, ``POSTGRES_SCRIPTS``)
+    # 9: the job queue of ``background="queue"`` (PostgreSQL only, ``POSTGRES_SCRIPTS``)
     "",
 ]
 """Migration ``n`` (1-based) is ``MIGRATION_SCRIPTS[n - 1]``; ``DATA_STEPS`` names the flows that
@@ -173,9 +171,9 @@ run before a script, in the same transaction."""
 
 DATA_STEPS: dict[int, str] = {4: "migration_4"}
 
-POSTGRES_SCRIPTS: dict[int, str] = {10: "procrastinate-3.10.0.sql"}
+POSTGRES_SCRIPTS: dict[int, str] = {9: "procrastinate-3.10.0.sql"}
 """Migrations PostgreSQL runs besides the shared script: a file of :mod:`obsmem.queue`, run
-whole (its functions hold semicolons). Migration 10 creates procrastinate 3.10's tables,
+whole (its functions hold semicolons). Migration 9 creates procrastinate 3.10's tables,
 functions and triggers, copied from its ``schema.sql``: obsmem's migrations own the queue's
 schema, and procrastinate's own migrator never runs (the ``queue`` extra pins 3.10.x; a later
 procrastinate version comes with a migration that applies its migration files)."""

@@ -49,7 +49,7 @@ class Driver(Protocol):
     pgvector: bool
     """The database ranks vectors itself (PostgreSQL with the pgvector extension)."""
     jobs: bool
-    """The database holds the job queue's tables (PostgreSQL, migration 10)."""
+    """The database holds the job queue's tables (PostgreSQL, migration 9)."""
 
     async def run(
         self,
