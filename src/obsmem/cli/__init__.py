@@ -70,7 +70,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "worker": (
         "obsmem.cli.worker:add",
-        "run memory's queued background work from PostgreSQL (background=\"queue\")",
+        'run memory\'s queued background work from PostgreSQL (background="queue")',
     ),
 }
 
