@@ -17,8 +17,8 @@ import pytest
 from obsmem.messages import Message, ToolCallPart, ToolResultPart
 from obsmem.sent import TurnSent, stamped
 from obsmem.stores import SQLiteStore
+from obsmem.testing.store_conformance.kit import observe, open_record
 
-from .conformance.ops import observe, open_record
 from .loopback_openai import LoopbackServer
 
 

@@ -19,9 +19,7 @@ from obsmem.records import BufferedChunk, CycleRecord, MessageRange
 from obsmem.stores import LoadRequest, PostgresStore, SQLiteStore, Store
 from obsmem.stores import schema as sql
 from obsmem.stores.codec import chunk_to_dict, dt_to_text, dumps
-
-from .invariants import assert_record_invariants
-from .ops import open_record, subject
+from obsmem.testing.store_conformance.kit import assert_record_invariants, open_record, subject
 
 NOW = dt_to_text(utcnow())
 

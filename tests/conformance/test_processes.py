@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 from obsmem.stores import PostgresStore, SQLiteStore, Store
-
-from .invariants import assert_record_invariants
-from .ops import open_record
+from obsmem.testing.store_conformance.kit import assert_record_invariants, open_record
 
 WORKER = Path(__file__).with_name("store_worker.py")
 ROUNDS = 150

@@ -19,8 +19,7 @@ from obsmem.errors import StoreError
 from obsmem.messages import Message, TextPart, utcnow
 from obsmem.stores import LoadRequest, SQLiteStore, flows
 from obsmem.stores.flows import Flow
-
-from .ops import subject
+from obsmem.testing.store_conformance.kit import subject
 
 T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 from obsmem import Extractor
 from obsmem.engine import ObservationalMemory
 from obsmem.stores import PostgresStore, SQLiteStore, Store
+from obsmem.testing.store_conformance.kit import observe, open_record
 
-from ..conformance.ops import observe, open_record
 from .helpers import Conversation, Recorder
 
 

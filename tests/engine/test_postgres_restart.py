@@ -16,8 +16,8 @@ import pytest
 from obsmem.errors import StoreError
 from obsmem.messages import Message
 from obsmem.stores import LoadRequest, PostgresStore
+from obsmem.testing.store_conformance.kit import subject
 
-from ..conformance.ops import subject
 from ..conftest import REQUIRE_POSTGRES
 from ..postgres_server import ThrowawayPostgres, create_database
 

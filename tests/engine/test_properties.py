@@ -40,8 +40,8 @@ from obsmem.errors import StoreError
 from obsmem.messages import Message
 from obsmem.stores import InMemoryStore, SQLiteStore, Store
 from obsmem.testing import Fault, scripted_observer, scripted_reflector
+from obsmem.testing.store_conformance.kit import observe, open_record
 
-from ..conformance.ops import observe, open_record
 from .helpers import engine
 from .property_helpers import (
     Actor,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from obsmem.stores import Store
+from obsmem.testing.store_conformance.kit import assert_record_invariants
 
-from ..conformance.invariants import assert_record_invariants
 from .worker import RESOURCE, THREAD, open_store
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -3,10 +3,19 @@
 ``InMemoryStore`` defines the semantics; ``SQLiteStore`` is the embedded default;
 ``PostgresStore`` serves several workers. The two SQL stores run the same flows
 (:mod:`obsmem.stores.flows`) through a small driver each. Every store passes the same
-conformance suite (tests/conformance).
+conformance suite (:mod:`obsmem.testing.store_conformance`); a store of your own needs only
+:class:`CoreStore`, and each optional capability it offers is found by ``isinstance``.
 """
 
-from .base import Store
+from .base import (
+    CoreStore,
+    ErasableStore,
+    LedgerStore,
+    SearchableStore,
+    Store,
+    TransferStore,
+    require,
+)
 from .changes import (
     ActivateChunks,
     AddChunk,
@@ -33,15 +42,21 @@ __all__ = [
     "Commit",
     "CommitObservation",
     "CommitResult",
+    "CoreStore",
+    "ErasableStore",
     "Erasure",
     "InMemoryStore",
+    "LedgerStore",
     "LoadRequest",
     "PostgresStore",
     "ResourcePatch",
     "SQLiteStore",
+    "SearchableStore",
     "SetBufferedReflection",
     "StartGeneration",
     "Store",
     "ThreadChange",
     "ThreadPatch",
+    "TransferStore",
+    "require",
 ]

@@ -6,6 +6,12 @@ storing the turn's messages; :meth:`Store.commit` applies one change of the head
 against the version the caller read, together with the groups and metadata the cycle produced.
 The rest serves people and tools: threads, messages, history, recall.
 
+:class:`CoreStore` is what obsmem runs on; search, the cycle ledger, an owner's delete and
+export/import are capabilities a store may add (:class:`SearchableStore`, :class:`LedgerStore`,
+:class:`ErasableStore`, :class:`TransferStore`), found with ``isinstance``. A feature that needs
+one a store lacks is a StoreError naming the methods to implement (:func:`require`), never an
+AttributeError. :class:`Store` is all of them: what the built-in stores implement.
+
 There are no "is busy" flags and no read-then-write swaps: a change names the version it read,
 and a worker that loses a race gets a ConflictError carrying the current head and decides again.
 Metadata is merged into what is stored inside the transaction. The rules each change enforces
@@ -17,8 +23,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from ..errors import StoreError
 from ..messages import Message
 from ..records import (
     CycleRecord,
@@ -32,12 +39,26 @@ from ..snapshot import Snapshot
 from .changes import Commit, CommitResult, ImportConflicts, ImportWrite, LoadRequest
 from .erasure import Erasure
 
-__all__ = ["Store"]
+__all__ = [
+    "CoreStore",
+    "ErasableStore",
+    "LedgerStore",
+    "SearchableStore",
+    "Store",
+    "TransferStore",
+    "missing_methods",
+    "require",
+]
+
+C = TypeVar("C")
 
 
 @runtime_checkable
-class Store(Protocol):
-    """Where obsmem keeps threads, messages and memory state."""
+class CoreStore(Protocol):
+    """What the engine needs for turns and cycles, and Memory for its threads: the smallest
+    store obsmem runs on. The optional capabilities below add search, the cycle ledger, an
+    owner's delete, and export/import; the conformance suite
+    (:mod:`obsmem.testing.store_conformance`) checks each one a store offers."""
 
     async def aclose(self) -> None:
         """Release connections. The store is unusable afterwards; closing twice is harmless."""
@@ -72,67 +93,7 @@ class Store(Protocol):
         ``key`` (messages stay)."""
         ...
 
-    async def list_cycles(
-        self,
-        key: str,
-        *,
-        thread_id: str | None = None,
-        kinds: Sequence[str] = (),
-        outcomes: Sequence[str] = (),
-        limit: int = 100,
-        before: datetime | None = None,
-    ) -> list[CycleRecord]:
-        """The cycle ledger of ``key``, newest first: at most ``limit`` rows that started before
-        ``before`` (the next page: the last row's ``started_at``), of ``thread_id`` when given,
-        of these kinds and outcomes when given. An unknown kind or outcome is a StoreError."""
-        ...
-
-    # -- an owner's delete (not memory work: see obsmem.stores.erasure) -------------------------
-
-    async def delete_thread(self, thread_id: str) -> Erasure | None:
-        """In one transaction, erase the thread: its messages, its log (thread scope) or its
-        blocks, cursor and buffered work in every generation of the resource's log (resource
-        scope), its observation groups, embeddings and cycle ledger rows, and the thread row
-        with its metadata. None when there is no such thread."""
-        ...
-
-    async def delete_resource(self, resource_id: str) -> Erasure | None:
-        """In one transaction, erase the resource: every thread of it as ``delete_thread`` does,
-        its log, and its metadata (working memory, failure state). None when nothing of it is
-        stored."""
-        ...
-
-    # -- export and import (moving memory between stores: see obsmem.transfer) ------------------
-
-    async def find_import_conflicts(
-        self,
-        *,
-        threads: Sequence[str],
-        keys: Sequence[str],
-        resources: Sequence[str],
-        messages: Iterable[str],
-    ) -> ImportConflicts:
-        """Which of these are stored already: threads, log keys with a head, resources with
-        metadata, message ids (with the thread holding each)."""
-        ...
-
-    async def write_import(self, write: ImportWrite) -> int:
-        """In one transaction: erase ``write.replace_threads`` and clear ``write.replace_keys``,
-        then insert every item ``write.items()`` yields, as given (ids, seqs, generations); an
-        item whose id is stored fails the whole write, which then writes nothing. Returns how
-        many items were written."""
-        ...
-
-    async def list_embeddings(self, key: str) -> list[GroupEmbedding]:
-        """The embeddings of ``key``'s observation groups (every model's)."""
-        ...
-
-    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
-        """What the cycle's model calls were shown and answered, in call order; empty when the
-        cycle is unknown, called no model, or its detail was not kept (``cycle_detail``)."""
-        ...
-
-    # -- threads -------------------------------------------------------------------------------
+    # -- threads, resources and messages ---------------------------------------------------------
 
     async def get_thread(self, thread_id: str) -> Thread | None: ...
 
@@ -149,10 +110,6 @@ class Store(Protocol):
 
     async def list_threads(self, resource_id: str) -> list[Thread]:
         """The resource's threads, oldest first."""
-        ...
-
-    async def list_resources(self) -> list[str]:
-        """Every resource id that owns a thread, sorted."""
         ...
 
     async def update_thread(
@@ -177,17 +134,6 @@ class Store(Protocol):
         returns the result."""
         ...
 
-    # -- messages (append-only) ----------------------------------------------------------------
-
-    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
-        """Store messages at the end of the thread, giving each the next ``seq``.
-
-        A message whose id is already stored in this thread is not stored again (the stored one is
-        returned); an id stored in another thread is a StoreError. Returns the stored messages in
-        input order.
-        """
-        ...
-
     async def list_messages(
         self,
         thread_id: str,
@@ -204,7 +150,17 @@ class Store(Protocol):
         """The messages with these ids that belong to ``resource_id``; others are left out."""
         ...
 
-    # -- observation groups --------------------------------------------------------------------
+
+@runtime_checkable
+class SearchableStore(Protocol):
+    """Recall by meaning (``retrieval.vector``): the groups ``commit`` wrote, their
+    embeddings, and a nearest-neighbour search within one resource."""
+
+    async def list_observation_groups(
+        self, resource_id: str, *, thread_id: str | None = None
+    ) -> list[ObservationGroup]:
+        """Groups of the resource (optionally of one thread), oldest first."""
+        ...
 
     async def put_embeddings(self, embeddings: Sequence[GroupEmbedding]) -> None:
         """Store (or replace) observation-group embeddings."""
@@ -225,8 +181,121 @@ class Store(Protocol):
         ``before``) most similar to ``vector``, best first, with their scores."""
         ...
 
-    async def list_observation_groups(
-        self, resource_id: str, *, thread_id: str | None = None
-    ) -> list[ObservationGroup]:
-        """Groups of the resource (optionally of one thread), oldest first."""
+
+@runtime_checkable
+class LedgerStore(Protocol):
+    """The cycle ledger: the rows ``load`` and ``commit`` carry in ``cycles``, kept and read
+    back (``memory.cycles``, ``obsmem inspect --cycles``, the UI's timeline)."""
+
+    async def list_cycles(
+        self,
+        key: str,
+        *,
+        thread_id: str | None = None,
+        kinds: Sequence[str] = (),
+        outcomes: Sequence[str] = (),
+        limit: int = 100,
+        before: datetime | None = None,
+    ) -> list[CycleRecord]:
+        """The cycle ledger of ``key``, newest first: at most ``limit`` rows that started before
+        ``before`` (the next page: the last row's ``started_at``), of ``thread_id`` when given,
+        of these kinds and outcomes when given. An unknown kind or outcome is a StoreError."""
         ...
+
+    async def cycle_detail(self, cycle_id: str) -> list[ModelExchange]:
+        """What the cycle's model calls were shown and answered, in call order; empty when the
+        cycle is unknown, called no model, or its detail was not kept (``cycle_detail``)."""
+        ...
+
+
+@runtime_checkable
+class ErasableStore(Protocol):
+    """An owner's delete (``memory.delete_thread``, ``memory.delete_resource``): see
+    :mod:`obsmem.stores.erasure`. Work begun before the delete must commit nothing: ``load``
+    and ``commit`` check the incarnations they were given."""
+
+    async def delete_thread(self, thread_id: str) -> Erasure | None:
+        """In one transaction, erase the thread: its messages, its log (thread scope) or its
+        blocks, cursor and buffered work in every generation of the resource's log (resource
+        scope), its observation groups, embeddings and cycle ledger rows, and the thread row
+        with its metadata. None when there is no such thread."""
+        ...
+
+    async def delete_resource(self, resource_id: str) -> Erasure | None:
+        """In one transaction, erase the resource: every thread of it as ``delete_thread`` does,
+        its log, and its metadata (working memory, failure state). None when nothing of it is
+        stored."""
+        ...
+
+
+@runtime_checkable
+class TransferStore(LedgerStore, SearchableStore, Protocol):
+    """Moving memory between stores (:mod:`obsmem.transfer`): every resource, every
+    generation, group, embedding and ledger row read out, and written back as given."""
+
+    async def list_resources(self) -> list[str]:
+        """Every resource id that owns a thread, sorted."""
+        ...
+
+    async def list_embeddings(self, key: str) -> list[GroupEmbedding]:
+        """The embeddings of ``key``'s observation groups (every model's)."""
+        ...
+
+    async def find_import_conflicts(
+        self,
+        *,
+        threads: Sequence[str],
+        keys: Sequence[str],
+        resources: Sequence[str],
+        messages: Iterable[str],
+    ) -> ImportConflicts:
+        """Which of these are stored already: threads, log keys with a head, resources with
+        metadata, message ids (with the thread holding each)."""
+        ...
+
+    async def write_import(self, write: ImportWrite) -> int:
+        """In one transaction: erase ``write.replace_threads`` and clear ``write.replace_keys``,
+        then insert every item ``write.items()`` yields, as given (ids, seqs, generations); an
+        item whose id is stored fails the whole write, which then writes nothing. Returns how
+        many items were written."""
+        ...
+
+
+@runtime_checkable
+class Store(CoreStore, ErasableStore, TransferStore, Protocol):
+    """Every capability: what the built-in stores implement (and ``append_messages``, which
+    tools and tests use to store messages without a turn)."""
+
+    async def append_messages(self, thread_id: str, messages: Sequence[Message]) -> list[Message]:
+        """Store messages at the end of the thread, giving each the next ``seq``.
+
+        A message whose id is already stored in this thread is not stored again (the stored one is
+        returned); an id stored in another thread is a StoreError. Returns the stored messages in
+        input order.
+        """
+        ...
+
+
+def missing_methods(store: object, capability: type) -> list[str]:
+    """The methods of ``capability`` (a protocol above) that ``store`` lacks, sorted."""
+    wanted = {
+        name
+        for cls in capability.__mro__
+        if cls not in (Protocol, object) and not cls.__name__.startswith("Generic")
+        for name, value in vars(cls).items()
+        if callable(value) and not name.startswith("_")
+    }
+    return sorted(name for name in wanted if not callable(getattr(store, name, None)))
+
+
+def require(store: object, capability: type[C], use: str) -> C:
+    """``store`` as ``capability``, or a StoreError saying that ``use`` needs it and which
+    methods to implement."""
+    if isinstance(store, capability):
+        return store
+    missing = ", ".join(missing_methods(store, capability))
+    raise StoreError(
+        f"{use} needs a store with {capability.__name__}, and {type(store).__name__} has no "
+        f"{missing}: implement them (docs/writing-a-store.md) or use a built-in store "
+        "(SQLiteStore, PostgresStore, InMemoryStore)"
+    )
