@@ -46,6 +46,12 @@ def needs(store: object, capability: type[C]) -> C:
     return store
 
 
+def offers(store: object, capability: type) -> bool:
+    """Whether ``store`` offers ``capability``: a contract checks what it touches of the
+    others (the ledger's rows after a delete, say) only where they are offered."""
+    return isinstance(store, capability)
+
+
 def subject(thread: str = "t1", resource: str = "r1", scope: Scope = "thread") -> Subject:
     return Subject(scope=scope, thread_id=thread, resource_id=resource)
 

@@ -31,10 +31,6 @@ from .kit import (
 )
 
 
-def _group_fields(g: ObservationGroup) -> dict[str, object]:
-    return {f: getattr(g, f) for f in g.__dataclass_fields__}
-
-
 class SearchContract:
     """Skipped, naming SearchableStore, on a store without it."""
 
@@ -64,7 +60,7 @@ class SearchContract:
                 store,
                 replace(record, version=record.version - 1),
                 numbered_chunk(2, "t1", 3, 4),
-                groups=[ObservationGroup(**{**_group_fields(group), "id": "g2"})],
+                groups=[replace(group, id="g2")],
             )
         assert [g.id for g in await store.list_observation_groups("r1")] == ["g1"]
         await store.clear(key)

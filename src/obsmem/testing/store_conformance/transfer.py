@@ -8,7 +8,7 @@ import pytest
 from obsmem.errors import StoreError
 from obsmem.records import CycleRecord, GroupEmbedding, MessageRange, ObservationGroup
 from obsmem.stores import LoadRequest, ResourcePatch, Store, TransferStore
-from obsmem.transfer import export_records, import_records
+from obsmem.transfer import ExportRecord, export_records, import_records
 
 from .kit import (
     T0,
@@ -76,7 +76,7 @@ async def _fill(store: Store) -> None:
     await store.load(LoadRequest(subject=subject(), cycles=[cycle]))
 
 
-async def _exported(store: Store) -> list[object]:
+async def _exported(store: Store) -> list[ExportRecord]:
     """The export of resource ``r1`` with its ledger, after the header (which says when)."""
     records = [r async for r in export_records(store, resource="r1", ledger=True)]
     return records[1:]
