@@ -51,10 +51,10 @@ from .models.environment import AutoModel
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .outcomes import Outcomes
 from .queue.jobs import QueueSide
-from .recall import RecallBoundary, recall, search_groups
+from .recall import RecallBoundary, recall, search_groups, searchable
 from .records import OMRecord, record_key
 from .snapshot import Snapshot, Subject
-from .stores import LoadRequest, Store, ThreadPatch
+from .stores import CoreStore, LoadRequest, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .turn import Turns, step_start
 from .window import is_retracted
@@ -89,7 +89,7 @@ class ObservationalMemory:
 
     def __init__(
         self,
-        store: Store,
+        store: CoreStore,
         options: ResolvedOptions | ObservationalMemoryOptions | Mapping[str, Any] | bool = True,
         *,
         estimator: TokenEstimator | None = None,
@@ -222,7 +222,7 @@ class ObservationalMemory:
         """Run one recall request (the ``recall`` tool's parameters) for this thread."""
         boundary = self.recall_boundary(thread_id, resource_id)
         search = (
-            search_groups(self.store, self._deps.embedder, boundary)
+            search_groups(searchable(self.store), self._deps.embedder, boundary)
             if self._deps.embedder is not None
             else None
         )
@@ -638,7 +638,7 @@ class ObservationalMemory:
             raise RuntimeError("this ObservationalMemory was closed")
 
 
-async def newest_shown(store: Store, thread_id: str) -> Message | None:
+async def newest_shown(store: CoreStore, thread_id: str) -> Message | None:
     """The thread's newest message not taken back (read newest first, a page at a time)."""
     thread = await store.get_thread(thread_id)
     if thread is None:

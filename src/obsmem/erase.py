@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import StoreError
-from .stores import Erasure, Store
+from .stores import CoreStore, ErasableStore, Erasure, require
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -21,17 +21,18 @@ __all__ = ["erase_resource", "erase_thread"]
 
 
 async def erase_thread(
-    store: Store, om: ObservationalMemory | None, *, thread_id: str, resource_id: str
+    store: CoreStore, om: ObservationalMemory | None, *, thread_id: str, resource_id: str
 ) -> Erasure:
     """Erase ``thread_id`` of ``resource_id``; a StoreError naming the fix when there is no
     such thread, or it belongs to another resource."""
+    erasable = require(store, ErasableStore, "memory.delete_thread")
     thread = await store.get_thread(thread_id)
     if thread is not None and thread.resource_id != resource_id:
         raise StoreError(
             f"thread {thread_id!r} belongs to another resource, not {resource_id!r}: give the "
             "thread's own resource (memory.thread(id).resource_id)"
         )
-    erased = None if thread is None else await store.delete_thread(thread_id)
+    erased = None if thread is None else await erasable.delete_thread(thread_id)
     if erased is None:
         raise StoreError(
             f"no thread {thread_id!r} to delete: check the id against memory.threads("
@@ -43,11 +44,12 @@ async def erase_thread(
 
 
 async def erase_resource(
-    store: Store, om: ObservationalMemory | None, *, resource_id: str
+    store: CoreStore, om: ObservationalMemory | None, *, resource_id: str
 ) -> Erasure:
     """Erase ``resource_id`` and everything of it; a StoreError naming the fix when nothing of
     it is stored."""
-    erased = await store.delete_resource(resource_id)
+    erasable = require(store, ErasableStore, "memory.delete_resource")
+    erased = await erasable.delete_resource(resource_id)
     if erased is None:
         raise StoreError(
             f"no resource {resource_id!r} to delete: check the id against "

@@ -29,7 +29,7 @@ from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_option
 from .recall import RECALL_DESCRIPTION
 from .records import CycleRecord, ModelExchange, OMRecord, Thread, record_key
 from .snapshot import Subject
-from .stores import Erasure, SQLiteStore, Store
+from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore, missing_methods, require
 from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
 from .transfer.methods import Transfers
@@ -99,7 +99,7 @@ class Memory(Transfers):
 
     def __init__(
         self,
-        store: Store | None = None,
+        store: CoreStore | None = None,
         *,
         observational_memory: bool
         | Mapping[str, Any]
@@ -117,7 +117,14 @@ class Memory(Transfers):
             raise ConfigError(
                 "store", store, f"give a store, not a path: Memory(SQLiteStore({str(store)!r}))"
             )
-        self.store: Store = store if store is not None else SQLiteStore(DEFAULT_DB)
+        if missing := missing_methods(store, CoreStore) if store is not None else []:
+            raise ConfigError(
+                "store",
+                store,
+                f"a store needs {', '.join(missing)} (CoreStore): implement them "
+                "(docs/writing-a-store.md) or use a built-in store",
+            )
+        self.store: CoreStore = store if store is not None else SQLiteStore(DEFAULT_DB)
         self.options = resolve_options(observational_memory)
         managed = self.options is not None and self.options.observation.manage_working_memory
         self.working_memory = resolve_working_memory(
@@ -460,7 +467,7 @@ class Memory(Transfers):
             if self.om is not None
             else record_key("thread", thread_id=ref.thread, resource_id=ref.resource)
         )
-        return await self.store.list_cycles(
+        return await require(self.store, LedgerStore, "memory.cycles").list_cycles(
             key,
             thread_id=ref.thread if resource_scope else None,
             kinds=_names(kind),
@@ -474,7 +481,8 @@ class Memory(Transfers):
         call order (a cycle id from :meth:`cycles`); empty when the cycle called no model or
         its detail is no longer kept (the ``cycle_detail`` option says how many cycles keep it,
         0 keeps none)."""
-        return await self.store.cycle_detail(cycle_id)
+        ledger = require(self.store, LedgerStore, "memory.cycle_detail")
+        return await ledger.cycle_detail(cycle_id)
 
     # -- threads ---------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any, Literal, cast
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .embeddings import Embedder
+from .errors import ConfigError
 from .messages import (
     DataPart,
     FilePart,
@@ -31,7 +32,7 @@ from .messages import (
 )
 from .options import ResolvedRetrieval
 from .records import ObservationGroup
-from .stores import Store
+from .stores import CoreStore, SearchableStore, missing_methods
 from .tokens import HeuristicEstimator
 
 __all__ = [
@@ -192,7 +193,21 @@ class SearchHit:
     score: float
 
 
-def search_groups(store: Store, embedder: Embedder, boundary: RecallBoundary) -> SearchFn:
+def searchable(store: CoreStore) -> SearchableStore:
+    """``store`` as one that keeps observation groups, which recall needs; a ConfigError
+    naming the methods to implement otherwise."""
+    if isinstance(store, SearchableStore):
+        return store
+    raise ConfigError(
+        "observational_memory.retrieval",
+        True,
+        f"recall keeps observation groups, and {type(store).__name__} has no "
+        f"{', '.join(missing_methods(store, SearchableStore))} (SearchableStore): implement "
+        "them (docs/writing-a-store.md) or turn retrieval off",
+    )
+
+
+def search_groups(store: SearchableStore, embedder: Embedder, boundary: RecallBoundary) -> SearchFn:
     """Semantic search over the observation groups inside ``boundary``'s resource."""
 
     async def search(
@@ -218,7 +233,7 @@ def search_groups(store: Store, embedder: Embedder, boundary: RecallBoundary) ->
 
 
 async def recall(
-    store: Store,
+    store: CoreStore,
     boundary: RecallBoundary,
     *,
     mode: str = "messages",
@@ -278,7 +293,7 @@ async def recall(
 
 
 async def _answer(
-    store: Store,
+    store: CoreStore,
     boundary: RecallBoundary,
     *,
     mode: str,
@@ -346,7 +361,7 @@ def _scoped(boundary: RecallBoundary) -> str | None:
 
 
 async def _thread_in_boundary(
-    store: Store, boundary: RecallBoundary, thread_id: str | None
+    store: CoreStore, boundary: RecallBoundary, thread_id: str | None
 ) -> tuple[str, str | None]:
     """(the thread to read, None), or (the current thread, why the request was refused)."""
     if thread_id is None or thread_id in ("", "current", boundary.thread_id):
@@ -360,7 +375,7 @@ async def _thread_in_boundary(
     return thread.id, None
 
 
-async def _threads(store: Store, boundary: RecallBoundary, budget: int) -> str:
+async def _threads(store: CoreStore, boundary: RecallBoundary, budget: int) -> str:
     if boundary.scope == "thread":
         threads = [t for t in [await store.get_thread(boundary.thread_id)] if t is not None]
     else:
@@ -385,7 +400,7 @@ async def _threads(store: Store, boundary: RecallBoundary, budget: int) -> str:
 
 
 async def _page(
-    store: Store,
+    store: CoreStore,
     thread_id: str,
     anchor: Message | None,
     page: int,

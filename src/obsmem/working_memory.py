@@ -21,7 +21,7 @@ from .errors import ConfigError
 from .messages import Message, TextPart, ToolCallPart, ToolResultPart
 from .meta_keys import META_WORKING_MEMORY
 from .neutral import neutral_text
-from .stores import ResourcePatch, Store, ThreadPatch
+from .stores import CoreStore, ResourcePatch, ThreadPatch
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -123,7 +123,7 @@ def working_memory_patch(
 
 
 async def read_working_memory(
-    store: Store, wm: WorkingMemory, *, thread_id: str, resource_id: str
+    store: CoreStore, wm: WorkingMemory, *, thread_id: str, resource_id: str
 ) -> str | None:
     """The stored working memory, or None when nothing was written yet."""
     if wm.scope == "resource":
@@ -135,7 +135,7 @@ async def read_working_memory(
 
 
 async def write_working_memory(
-    store: Store, wm: WorkingMemory, content: str, *, thread_id: str, resource_id: str
+    store: CoreStore, wm: WorkingMemory, content: str, *, thread_id: str, resource_id: str
 ) -> str:
     """Validate and store new working memory; returns what was stored. A value that does not
     match the schema raises ValueError saying why (the agent sees it and can retry)."""

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+import obsmem
+
 ROOT = Path(__file__).resolve().parents[2]
+SRC = Path(obsmem.__file__).resolve().parents[1]  # the obsmem this run tests
 
 _MODULE = """
 import pytest_asyncio
@@ -36,7 +39,7 @@ def _run_suite(tmp_path: Path, store: str) -> subprocess.CompletedProcess[str]:
     ini = "[pytest]\nfilterwarnings = error\nasyncio_default_fixture_loop_scope = function\n"
     (tmp_path / "pytest.ini").write_text(ini)
     (tmp_path / "test_their_store.py").write_text(_MODULE.format(store=store))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(ROOT)])}
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider"],
         cwd=tmp_path,

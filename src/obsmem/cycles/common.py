@@ -27,11 +27,12 @@ from ..models.environment import LOCAL_PLACEHOLDER
 from ..observations import boundary_line
 from ..options import ResolvedOptions
 from ..planner import Backoff
+from ..recall import searchable
 from ..records import OMRecord
 from ..redaction import redact
 from ..snapshot import Snapshot, ThreadState
 from ..stores import (
-    Store,
+    CoreStore,
     ThreadChange,
 )
 from ..tokens import TokenEstimator
@@ -83,7 +84,7 @@ class KnownHeads:
 class Deps:
     """What every cycle needs: the store, the options and the outside world."""
 
-    store: Store
+    store: CoreStore
     options: ResolvedOptions
     estimator: TokenEstimator
     caller: ModelCaller
@@ -130,6 +131,10 @@ class Deps:
         model = options.reflector_model if role == "reflector" else options.observer_model
         served = getattr(self.caller, "served_in_place_of_placeholder", None)
         return served if model == LOCAL_PLACEHOLDER and isinstance(served, str) else model
+
+    def __post_init__(self) -> None:
+        if self.options.retrieval is not None:
+            searchable(self.store)  # the store keeps groups: said now, not at the first recall
 
 
 def new_cycle_id(kind: str) -> str:

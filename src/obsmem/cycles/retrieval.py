@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from ..errors import ModelError
 from ..messages import Message
 from ..observations import strip_recall_ranges
+from ..recall import searchable
 from ..records import GroupEmbedding, MessageRange, ObservationGroup
 from .common import Deps
 
@@ -79,7 +80,7 @@ async def reflection_group(
         return None
     sources = [
         g
-        for g in await deps.store.list_observation_groups(resource_id)
+        for g in await searchable(deps.store).list_observation_groups(resource_id)
         if g.key == key and (g.metadata.get("kind") != "reflection")
     ]
     if not sources:
@@ -115,7 +116,7 @@ async def index_groups(deps: Deps, groups: Sequence[ObservationGroup]) -> None:
         return
     try:
         vectors = await deps.embedder.embed([g.observations for g in groups])
-        await deps.store.put_embeddings(
+        await searchable(deps.store).put_embeddings(
             [
                 GroupEmbedding(
                     group_id=g.id,

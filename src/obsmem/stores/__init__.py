@@ -14,6 +14,7 @@ from .base import (
     SearchableStore,
     Store,
     TransferStore,
+    missing_methods,
     require,
 )
 from .changes import (
@@ -58,5 +59,6 @@ __all__ = [
     "ThreadChange",
     "ThreadPatch",
     "TransferStore",
+    "missing_methods",
     "require",
 ]

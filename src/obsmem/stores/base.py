@@ -8,15 +8,10 @@ The rest serves people and tools: threads, messages, history, recall.
 
 :class:`CoreStore` is what obsmem runs on; search, the cycle ledger, an owner's delete and
 export/import are capabilities a store may add (:class:`SearchableStore`, :class:`LedgerStore`,
-:class:`ErasableStore`, :class:`TransferStore`), found with ``isinstance``. A feature that needs
-one a store lacks is a StoreError naming the methods to implement (:func:`require`), never an
-AttributeError. :class:`Store` is all of them: what the built-in stores implement.
-
-There are no "is busy" flags and no read-then-write swaps: a change names the version it read,
-and a worker that loses a race gets a ConflictError carrying the current head and decides again.
-Metadata is merged into what is stored inside the transaction. The rules each change enforces
-(cursor monotonic, chunks contiguous, nothing stranded) are written once, as pure functions, in
-:mod:`obsmem.stores.transitions`; every store applies them.
+:class:`ErasableStore`, :class:`TransferStore`), found with ``isinstance``. Each extends the
+core, so a store narrowed to one is still whole. A feature that needs one a store lacks is a
+StoreError naming the methods to implement (:func:`require`), never an AttributeError.
+:class:`Store` is all of them: what the built-in stores implement.
 """
 
 from __future__ import annotations
@@ -152,7 +147,7 @@ class CoreStore(Protocol):
 
 
 @runtime_checkable
-class SearchableStore(Protocol):
+class SearchableStore(CoreStore, Protocol):
     """Recall by meaning (``retrieval.vector``): the groups ``commit`` wrote, their
     embeddings, and a nearest-neighbour search within one resource."""
 
@@ -183,7 +178,7 @@ class SearchableStore(Protocol):
 
 
 @runtime_checkable
-class LedgerStore(Protocol):
+class LedgerStore(CoreStore, Protocol):
     """The cycle ledger: the rows ``load`` and ``commit`` carry in ``cycles``, kept and read
     back (``memory.cycles``, ``obsmem inspect --cycles``, the UI's timeline)."""
 
@@ -209,7 +204,7 @@ class LedgerStore(Protocol):
 
 
 @runtime_checkable
-class ErasableStore(Protocol):
+class ErasableStore(CoreStore, Protocol):
     """An owner's delete (``memory.delete_thread``, ``memory.delete_resource``): see
     :mod:`obsmem.stores.erasure`. Work begun before the delete must commit nothing: ``load``
     and ``commit`` check the incarnations they were given."""
@@ -262,7 +257,7 @@ class TransferStore(LedgerStore, SearchableStore, Protocol):
 
 
 @runtime_checkable
-class Store(CoreStore, ErasableStore, TransferStore, Protocol):
+class Store(ErasableStore, TransferStore, Protocol):
     """Every capability: what the built-in stores implement (and ``append_messages``, which
     tools and tests use to store messages without a turn)."""
 

@@ -13,7 +13,7 @@ from typing import IO, Any, Protocol
 
 from ..errors import StoreError
 from ..records import Thread, record_key
-from ..stores import Store
+from ..stores import CoreStore, TransferStore, require
 from .format import (
     CycleRow,
     DataRecord,
@@ -51,7 +51,7 @@ def _scope(thread: str | None, resource: str | None, all_: bool) -> dict[str, An
 
 
 async def export_records(
-    store: Store,
+    store: CoreStore,
     *,
     thread: str | None = None,
     resource: str | None = None,
@@ -62,21 +62,24 @@ async def export_records(
     then per log key every generation (oldest first), its groups, their embeddings, and its
     ledger rows when ``ledger``. A thread's export carries its thread-scope log only (a
     resource-scope log tells of the resource's other threads: export the resource)."""
+    source = require(store, TransferStore, "export")
     yield Header.now(_scope(thread, resource, all), ledger=ledger)
     if thread is not None:
-        found = await store.get_thread(thread)
+        found = await source.get_thread(thread)
         if found is None:
             raise StoreError(f"no thread {thread!r} to export: check the id (obsmem inspect)")
-        async for record in _thread(store, found, ledger=ledger):
+        async for record in _thread(source, found, ledger=ledger):
             yield record
         return
-    resources = [resource] if resource is not None else await store.list_resources()
+    resources = [resource] if resource is not None else await source.list_resources()
     for resource_id in resources:
-        async for record in _resource(store, resource_id, ledger=ledger):
+        async for record in _resource(source, resource_id, ledger=ledger):
             yield record
 
 
-async def _resource(store: Store, resource_id: str, *, ledger: bool) -> AsyncIterator[DataRecord]:
+async def _resource(
+    store: TransferStore, resource_id: str, *, ledger: bool
+) -> AsyncIterator[DataRecord]:
     metadata = await store.get_resource(resource_id)
     threads = await store.list_threads(resource_id)
     if not threads and not metadata:
@@ -100,7 +103,9 @@ async def _resource(store: Store, resource_id: str, *, ledger: bool) -> AsyncIte
             yield record
 
 
-async def _thread(store: Store, thread: Thread, *, ledger: bool) -> AsyncIterator[DataRecord]:
+async def _thread(
+    store: TransferStore, thread: Thread, *, ledger: bool
+) -> AsyncIterator[DataRecord]:
     yield ThreadRow.of(thread)
     async for message in _messages(store, thread):
         yield message
@@ -110,7 +115,7 @@ async def _thread(store: Store, thread: Thread, *, ledger: bool) -> AsyncIterato
         yield record
 
 
-async def _messages(store: Store, thread: Thread) -> AsyncIterator[MessageRow]:
+async def _messages(store: TransferStore, thread: Thread) -> AsyncIterator[MessageRow]:
     """The thread's messages as its record counts them (a message appended while the export
     runs is left for the next one, so the file's count and its messages agree)."""
     after = 0
@@ -126,7 +131,7 @@ async def _messages(store: Store, thread: Thread) -> AsyncIterator[MessageRow]:
 
 
 async def _log(
-    store: Store, key: str, groups: list[Any], *, ledger: bool
+    store: TransferStore, key: str, groups: list[Any], *, ledger: bool
 ) -> AsyncIterator[DataRecord]:
     for generation in reversed(await store.history(key)):
         yield LogRow.of(generation)

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import StoreError
 from ..records import record_key
-from ..stores import Store
+from ..stores import CoreStore, TransferStore, require
 from ..stores.changes import ImportConflicts, Imported, ImportedResource, ImportWrite
 from ..stores.codec import dumps
 from .exporting import open_private
@@ -364,7 +364,7 @@ def _line(record: Header | DataRecord | Mapping[str, Any]) -> str:
 
 
 async def import_records(
-    store: Store,
+    store: CoreStore,
     source: Source,
     *,
     dry_run: bool = False,
@@ -377,10 +377,11 @@ async def import_records(
     ``on_conflict`` skips or replaces them); either way nothing is written."""
     if on_conflict not in ("refuse", "skip", "replace"):
         raise ImportInputError(f"on_conflict={on_conflict!r}: use 'refuse', 'skip' or 'replace'")
+    target = require(store, TransferStore, "import")
     rmap = dict(resource_map or {})
     async with _as_file(source) as path:
         plan = await asyncio.to_thread(_validate, path, rmap, progress)
-        conflicts = await store.find_import_conflicts(
+        conflicts = await target.find_import_conflicts(
             threads=sorted(plan.threads),
             keys=sorted({_mapped_key(k, rmap) for k in plan.heads}),
             resources=sorted({rmap.get(r, r) for r in plan.resources}),
@@ -389,7 +390,7 @@ async def import_records(
         decision = _decide(conflicts, on_conflict)
         written = 0
         if not dry_run:
-            written = await store.write_import(
+            written = await target.write_import(
                 ImportWrite(
                     items=lambda: _items(path, rmap, decision, progress),
                     replace_threads=decision.replace_threads,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..engine import ObservationalMemory
-    from ..stores import Store
+    from ..stores import CoreStore
     from .format import DataRecord, Header
     from .importing import ImportReport, OnConflict, Source
 
@@ -17,7 +17,7 @@ __all__ = ["Transfers"]
 class Transfers:
     """Export and import, for a class with a ``store`` and an ``om`` (Memory)."""
 
-    store: Store
+    store: CoreStore
     om: ObservationalMemory | None
 
     def export(
