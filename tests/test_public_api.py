@@ -53,17 +53,22 @@ def test_store_names_are_pinned() -> None:
         "Commit",
         "CommitObservation",
         "CommitResult",
+        "CoreStore",
+        "ErasableStore",
         "Erasure",
         "InMemoryStore",
+        "LedgerStore",
         "LoadRequest",
         "PostgresStore",
         "ResourcePatch",
         "SQLiteStore",
+        "SearchableStore",
         "SetBufferedReflection",
         "StartGeneration",
         "Store",
         "ThreadChange",
         "ThreadPatch",
+        "TransferStore",
     ]
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .errors import StoreError
-from .stores import CoreStore, ErasableStore, Erasure, require
+from .stores import CoreStore, ErasableStore, Erasure
+from .stores.base import require
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory

@@ -29,7 +29,8 @@ from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_option
 from .recall import RECALL_DESCRIPTION
 from .records import CycleRecord, ModelExchange, OMRecord, Thread, record_key
 from .snapshot import Subject
-from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore, missing_methods, require
+from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
+from .stores.base import missing_methods, require
 from .stores.changes import LoadRequest
 from .tokens import TokenEstimator
 from .transfer.methods import Transfers

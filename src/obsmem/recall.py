@@ -32,7 +32,8 @@ from .messages import (
 )
 from .options import ResolvedRetrieval
 from .records import ObservationGroup
-from .stores import CoreStore, SearchableStore, missing_methods
+from .stores import CoreStore, SearchableStore
+from .stores.base import missing_methods
 from .tokens import HeuristicEstimator
 
 __all__ = [

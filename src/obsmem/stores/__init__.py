@@ -14,8 +14,6 @@ from .base import (
     SearchableStore,
     Store,
     TransferStore,
-    missing_methods,
-    require,
 )
 from .changes import (
     ActivateChunks,
@@ -59,6 +57,4 @@ __all__ = [
     "ThreadChange",
     "ThreadPatch",
     "TransferStore",
-    "missing_methods",
-    "require",
 ]

@@ -13,7 +13,8 @@ from typing import IO, Any, Protocol
 
 from ..errors import StoreError
 from ..records import Thread, record_key
-from ..stores import CoreStore, TransferStore, require
+from ..stores import CoreStore, TransferStore
+from ..stores.base import require
 from .format import (
     CycleRow,
     DataRecord,

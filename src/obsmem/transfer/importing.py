@@ -26,7 +26,8 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import StoreError
 from ..records import record_key
-from ..stores import CoreStore, TransferStore, require
+from ..stores import CoreStore, TransferStore
+from ..stores.base import require
 from ..stores.changes import ImportConflicts, Imported, ImportedResource, ImportWrite
 from ..stores.codec import dumps
 from .exporting import open_private
