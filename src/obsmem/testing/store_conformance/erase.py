@@ -4,7 +4,7 @@ before it brings nothing back."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -37,6 +37,7 @@ from obsmem.stores import (
 )
 
 from .kit import (
+    T0,
     add_chunk,
     apply,
     load,
@@ -49,9 +50,6 @@ from .kit import (
     set_reflection,
     subject,
 )
-
-T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
-
 
 SECRET = "my card number is 4111-1111-1111-1111"
 

@@ -4,7 +4,7 @@ first, pruned."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -23,12 +23,11 @@ from obsmem.stores import (
 )
 
 from .kit import (
+    T0,
     needs,
     open_record,
     subject,
 )
-
-T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
 
 
 def _cycle(
@@ -76,6 +75,21 @@ def _shown(n: int) -> CycleRecord:
     )
 
 
+async def _commit_with(store: Store, cycle: CycleRecord) -> None:
+    """A commit of thread ``t1``'s log that stores ``cycle`` with it."""
+    record = await open_record(store)
+    change = CommitObservation(observations="* one", observation_tokens=2, cursor=(("t1", 0),))
+    await store.commit(
+        Commit(
+            key=record.key,
+            record_id=record.id,
+            expected_version=record.version,
+            change=change,
+            cycles=[cycle],
+        )
+    )
+
+
 class LedgerContract:
     """Skipped, naming LedgerStore, on a store without it."""
 
@@ -83,19 +97,8 @@ class LedgerContract:
         self, store: Store
     ) -> None:
         needs(store, LedgerStore)
-        record = await open_record(store)
         done = _cycle(1)
-        await store.commit(
-            Commit(
-                key=record.key,
-                record_id=record.id,
-                expected_version=record.version,
-                change=CommitObservation(
-                    observations="* one", observation_tokens=2, cursor=(("t1", 0),)
-                ),
-                cycles=[done],
-            )
-        )
+        await _commit_with(store, done)
         failed = _cycle(2, outcome="failed", error="HTTP 500: down")
         await store.load(LoadRequest(subject=subject(), cycles=[failed]))
 
@@ -205,19 +208,8 @@ class LedgerContract:
         self, store: Store
     ) -> None:
         needs(store, LedgerStore)
-        record = await open_record(store)
         done = _shown(1)
-        await store.commit(
-            Commit(
-                key=record.key,
-                record_id=record.id,
-                expected_version=record.version,
-                change=CommitObservation(
-                    observations="* one", observation_tokens=2, cursor=(("t1", 0),)
-                ),
-                cycles=[done],
-            )
-        )
+        await _commit_with(store, done)
         assert await store.cycle_detail("cycle-0001") == list(done.detail)
         (listed,) = await store.list_cycles("thread:t1")
         assert listed.detail == ()  # the ledger's list does not carry it

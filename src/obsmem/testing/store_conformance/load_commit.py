@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
@@ -30,14 +30,13 @@ from obsmem.stores import (
 )
 
 from .kit import (
+    T0,
     add_chunk,
     assert_record_invariants,
     load,
     observe,
     subject,
 )
-
-T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
 
 
 def _msg(i: int, role: str = "user", thread: str = "t") -> Message:
