@@ -5,6 +5,9 @@ answer in obsmem's pinned formats without any network: the Observer writes one d
 line per message it is shown; the Reflector keeps the dates and shortens the lines. Both accept a
 ``fault`` function that can make any call fail in a chosen way, which is how the failure and
 fuzz tests inject faults.
+
+The store contract, a pytest suite a store of your own can run, is the subpackage
+:mod:`obsmem.testing.store_conformance` (imported on its own: it needs pytest).
 """
 
 from __future__ import annotations
