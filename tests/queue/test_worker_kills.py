@@ -15,8 +15,8 @@ import sys
 import pytest
 
 from obsmem.stores import PostgresStore
+from obsmem.testing.store_conformance.kit import assert_record_invariants
 
-from ..conformance.invariants import assert_record_invariants
 from ..engine.helpers import engine
 from .processes import (
     ROOT,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..events import EventBus
     from ..options import ResolvedOptions
     from ..snapshot import Snapshot, Subject
-    from ..stores import Store
+    from ..stores import CoreStore
 
 __all__ = [
     "JOB_VERSION",
@@ -64,7 +64,7 @@ def options_hash(options: ResolvedOptions) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def queue_dsn(store: Store) -> str:
+def queue_dsn(store: CoreStore) -> str:
     """The DSN of the PostgreSQL store the queue lives in; ConfigError naming the fix for any
     other store."""
     dsn = getattr(store, "queue_dsn", None)
@@ -84,7 +84,7 @@ class QueueSide:
     log's job, in the same transaction; a load whose job cannot be queued goes on without it and
     says so."""
 
-    def __init__(self, store: Store, options: ResolvedOptions, bus: EventBus) -> None:
+    def __init__(self, store: CoreStore, options: ResolvedOptions, bus: EventBus) -> None:
         self.dsn = queue_dsn(store)
         self.hash = options_hash(options)
         self.events = EventListener(self.dsn, bus)
