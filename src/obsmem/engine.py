@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import Any
@@ -57,7 +58,7 @@ from .snapshot import Snapshot, Subject
 from .stores import CoreStore, LoadRequest, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
 from .turn import Turns, step_start
-from .window import is_retracted
+from .window import shown_tail
 from .working_memory import WorkingMemory
 
 __all__ = ["ObservationalMemory", "PreparedContext"]
@@ -639,16 +640,8 @@ class ObservationalMemory:
 
 
 async def newest_shown(store: CoreStore, thread_id: str) -> Message | None:
-    """The thread's newest message not taken back (read newest first, a page at a time)."""
-    thread = await store.get_thread(thread_id)
-    if thread is None:
-        return None
-    through: int | None = None
-    while True:
-        batch = await store.list_messages(
-            thread_id, through_seq=through, limit=50, newest_first=True
-        )
-        last = next((m for m in batch if not is_retracted(m, thread.metadata)), None)
-        if last is not None or len(batch) < 50:
-            return last
-        through = (batch[-1].seq or 1) - 1
+    """The thread's newest message not taken back."""
+    async with aclosing(shown_tail(store, thread_id, page=50)) as tail:
+        async for message in tail:
+            return message
+    return None

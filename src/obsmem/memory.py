@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Awaitable,
+    Callable,
+    Collection,
+    Coroutine,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -31,10 +39,10 @@ from .records import CycleRecord, ModelExchange, OMRecord, Thread, record_key
 from .snapshot import Subject
 from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
 from .stores.base import missing_methods, require
-from .stores.changes import LoadRequest
+from .stores.changes import LoadRequest, ThreadPatch
 from .tokens import TokenEstimator
 from .transfer.methods import Transfers
-from .window import is_retracted
+from .window import is_retracted, shown_tail
 
 if TYPE_CHECKING:
     from .queue.worker import Worker
@@ -148,6 +156,8 @@ class Memory(Transfers):
         )
         self._bus = self.om.bus if self.om is not None else EventBus()
         self._sync = LoopThread("obsmem-memory")
+        self._undoing = asyncio.Lock()
+        """One undo at a time: each takes back the newest message the one before left shown."""
 
     def __repr__(self) -> str:
         return f"Memory(store={self.store!r}, observational_memory={self.om is not None})"
@@ -239,14 +249,14 @@ class Memory(Transfers):
         flight is called off). A message memory observed or buffered before it was taken back
         stays in the observations."""
         ref = ThreadRef.of(ref)
-        if self.om is not None:
-            return await self.om.retract_last(ref.thread, ref.resource)
-        last = await newest_shown(self.store, ref.thread)
-        thread = await self.store.get_thread(ref.thread)
-        if last is not None and thread is not None:
-            taken = {**(thread.metadata.get(META_RETRACTED) or {}), last.id: True}
-            await self.store.update_thread(ref.thread, metadata={META_RETRACTED: taken})
-        return last
+        async with self._undoing:
+            if self.om is not None:
+                return await self.om.retract_last(ref.thread, ref.resource)
+            last = await newest_shown(self.store, ref.thread)
+            if last is not None:  # a patch merged in the store's transaction, as the engine's
+                patch = ThreadPatch(thread_id=ref.thread, set=(((META_RETRACTED, last.id), True),))
+                await self.store.load(LoadRequest(subject=_plain_subject(ref), patches=[patch]))
+            return last
 
     async def forget_thread(self, ref: ThreadRef | Mapping[str, Any]) -> None:
         """Forget a thread and go on with it empty: its observations, buffered work and hints
@@ -495,6 +505,11 @@ class Memory(Transfers):
 
     async def messages(self, thread_id: str) -> list[Message]:
         return await self.store.list_messages(thread_id)
+
+    def shown_tail(self, thread_id: str, *, page: int = 100) -> AsyncGenerator[Message]:
+        """The thread's messages still shown (not taken back), newest first, read a page at a
+        time as the caller goes on (close it with ``contextlib.aclosing`` to stop early)."""
+        return shown_tail(self.store, thread_id, page=page)
 
     async def set_thread_title(self, thread_id: str, title: str, *, pin: bool = True) -> Thread:
         """Set a thread's title; a pinned title is never replaced by a suggested one."""

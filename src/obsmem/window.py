@@ -8,14 +8,17 @@ covered by buffered chunks and the unbuffered rest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
 from .meta_keys import META_DEFERRED, META_HELD_CALLS, META_RETRACTED, META_RETRACTED_THROUGH
 from .snapshot import Snapshot, Subject, ThreadState
 from .tokens import TokenEstimator
+
+if TYPE_CHECKING:
+    from .stores import CoreStore
 
 __all__ = [
     "RETRACTED_THROUGH_KEY",
@@ -130,6 +133,32 @@ def is_retracted(message: Message, thread_metadata: Mapping[str, Any]) -> bool:
         return True
     retracted = thread_metadata.get(META_RETRACTED)
     return isinstance(retracted, dict) and bool(cast(dict[str, Any], retracted).get(message.id))
+
+
+async def shown_tail(
+    store: CoreStore, thread_id: str, *, page: int = 100
+) -> AsyncGenerator[Message]:
+    """The thread's messages still shown (not taken back), newest first, read ``page`` at a
+    time only as far as the caller goes on: the one pager of the newest messages (an undo, the
+    Agents SDK's history, a late tool result's call)."""
+    thread = await store.get_thread(thread_id)
+    if thread is None:
+        return
+    meta = thread.metadata
+    through = meta.get(META_RETRACTED_THROUGH)
+    after = through if isinstance(through, int) else 0
+    before: int | None = None
+    while True:
+        batch = await store.list_messages(
+            thread_id, after_seq=after, through_seq=before, limit=page, newest_first=True
+        )
+        for message in batch:
+            if not is_retracted(message, meta):
+                yield message
+        oldest = batch[-1].seq if batch else None
+        if len(batch) < page or oldest is None or oldest <= after + 1:
+            return
+        before = oldest - 1
 
 
 class CachedMessages:

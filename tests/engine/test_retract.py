@@ -3,6 +3,7 @@ keeps it, marked; the context and the Observer never see it again."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from obsmem import Memory
@@ -181,4 +182,41 @@ async def test_a_message_taken_back_while_buffering_reads_it_is_not_observed(
         assert secret not in log
     finally:
         gate.set()
+        await memory.aclose()
+
+
+async def test_the_shown_tail_reads_newest_first_past_what_was_taken_back(
+    tmp_path: Path,
+) -> None:
+    """``Memory.shown_tail``: the one pager of the newest messages skips messages taken back
+    one by one and stops at a forgotten thread's start, across page boundaries."""
+    memory = Memory(SQLiteStore(tmp_path / "m.db"))
+    try:
+        await memory.save(REF, [Message.user(f"old {n}") for n in range(3)], actor_model=None)
+        await memory.forget_thread(REF)
+        await memory.save(REF, [Message.user(f"new {n}") for n in range(6)], actor_model=None)
+        assert (await memory.retract_last(REF)) is not None  # "new 5"
+        tail = [_texts([m]) async for m in memory.shown_tail("t", page=2)]
+        assert tail == ["new 4", "new 3", "new 2", "new 1", "new 0"]
+        assert [m async for m in memory.shown_tail("nowhere")] == []
+    finally:
+        await memory.aclose()
+
+
+async def test_two_concurrent_undos_without_memory_take_back_two_messages(
+    tmp_path: Path,
+) -> None:
+    """Without observational memory each undo is a patch merged inside the store's
+    transaction, one undo at a time per thread: neither is lost to the other's stale read."""
+    memory = Memory(SQLiteStore(tmp_path / "m.db"))
+    try:
+        await memory.save(REF, [Message.user(f"m{n}") for n in range(4)], actor_model=None)
+        first, second = await asyncio.gather(memory.retract_last(REF), memory.retract_last(REF))
+        assert first is not None and second is not None
+        assert {_texts([first]), _texts([second])} == {"m3", "m2"}
+        thread = await memory.thread("t")
+        assert thread is not None
+        assert set(thread.metadata[META_RETRACTED]) == {first.id, second.id}
+        assert [_texts([m]) async for m in memory.shown_tail("t")] == ["m1", "m0"]
+    finally:
         await memory.aclose()

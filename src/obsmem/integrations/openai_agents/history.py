@@ -6,6 +6,7 @@ the tool loop run without the input filter."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import aclosing
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
@@ -59,26 +60,17 @@ def answered_elsewhere(items: Sequence[Any]) -> set[str]:
     }
 
 
-_PAGE = 100
-
-
 async def call_names(memory: Memory, thread: str, wanted: set[str]) -> dict[str, str]:
-    """The tool names of the calls ``wanted``, read from the thread, newest first (the call
-    a late result answers is usually among the last messages)."""
+    """The tool names of the calls ``wanted``, read from the thread's shown tail (the call a
+    late result answers is usually among the last messages)."""
     names: dict[str, str] = {}
-    through: int | None = None
-    while wanted - names.keys():
-        page = await memory.store.list_messages(
-            thread, through_seq=through, limit=_PAGE, newest_first=True
-        )
-        for message in page:
+    async with aclosing(memory.shown_tail(thread)) as tail:
+        async for message in tail:
             for part in message.parts:
                 if isinstance(part, ToolCallPart) and part.tool_call_id in wanted:
                     names.setdefault(part.tool_call_id, part.tool_name)
-        oldest = page[-1].seq if page else None
-        if len(page) < _PAGE or oldest is None or oldest <= 1:
-            break
-        through = oldest - 1
+            if not wanted - names.keys():
+                break
     return names
 
 

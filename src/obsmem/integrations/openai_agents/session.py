@@ -6,9 +6,15 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
-from obsmem.convert.openai_agents import METADATA_KEY, from_agents_items, to_agents_items
+from obsmem.convert.openai_agents import (
+    METADATA_KEY,
+    from_agents_items,
+    item_count,
+    to_agents_items,
+)
 from obsmem.events import Event
 from obsmem.integrations.door import Door
 from obsmem.integrations.openai_agents.history import (
@@ -37,7 +43,6 @@ from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models.overflow import context_overflow
 from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
-from obsmem.window import RETRACTED_THROUGH_KEY, is_retracted
 
 if TYPE_CHECKING:
     from agents import FunctionTool, Tool
@@ -516,27 +521,16 @@ class ObservationalSession:
 
     async def _raw_tail(self, limit: int) -> list[TResponseInputItem]:
         """The newest ``limit`` stored items, without those taken back."""
-        if limit <= 0:
-            return []
-        ref = await self._thread_ref()
-        thread = await self.memory.thread(ref.thread)
-        if thread is None:
-            return []
-        forgotten = thread.metadata.get(RETRACTED_THROUGH_KEY)
-        after = forgotten if isinstance(forgotten, int) else 0
-        items: list[_Item] = []
-        through: int | None = None
-        while len(items) < limit:
-            page = await self.memory.store.list_messages(
-                ref.thread, after_seq=after, through_seq=through, limit=limit, newest_first=True
-            )
-            shown = [m for m in reversed(page) if not is_retracted(m, thread.metadata)]
-            items = to_agents_items(shown) + items
-            oldest = page[-1].seq if page else None
-            if len(page) < limit or oldest is None or oldest <= after + 1:
-                break
-            through = oldest - 1
-        return cast("list[TResponseInputItem]", items[-limit:])
+        shown: list[Message] = []
+        if limit > 0:
+            ref = await self._thread_ref()
+            async with aclosing(self.memory.shown_tail(ref.thread, page=limit)) as tail:
+                async for message in tail:
+                    shown.append(message)
+                    if sum(map(item_count, shown)) >= limit:
+                        break
+        items = to_agents_items(shown[::-1])
+        return cast("list[TResponseInputItem]", items[-limit:] if limit > 0 else [])
 
     async def _retract(self) -> Message | None:
         return await self.memory.retract_last(await self._thread_ref())
