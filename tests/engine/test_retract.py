@@ -212,7 +212,8 @@ async def test_two_concurrent_undos_without_memory_take_back_two_messages(
     try:
         await memory.save(REF, [Message.user(f"m{n}") for n in range(4)], actor_model=None)
         first, second = await asyncio.gather(memory.retract_last(REF), memory.retract_last(REF))
-        assert first is not None and second is not None
+        assert first is not None
+        assert second is not None
         assert {_texts([first]), _texts([second])} == {"m3", "m2"}
         thread = await memory.thread("t")
         assert thread is not None

@@ -1,18 +1,26 @@
-"""Door: the step every front door takes, for one (memory, conversation).
+"""Door: the step protocol every front door follows, for one (memory, conversation).
 
 A front door (``Agent``, the pydantic-ai capability and history processor, LangGraph, LangChain,
-the Agents SDK) adapts a framework's hooks to memory. What they share lives here, once:
+the Agents SDK, ``obsmem proxy``, ``obsmem mcp``) adapts a framework's hooks to memory. The
+protocol is written here once, as phases:
 
-- :meth:`Door.step` stores what is new in one memory step, holds the calls that wait, and
-  returns what the model sees; it remembers the current step's first seq (``step_from``);
-- :meth:`Door.reply` stores the model's answer and its tool traffic;
+- **begin** (:meth:`Door.step`): store what is new in one memory step, hold the calls that
+  wait, and return what the model sees; remember the current step's first seq (``step_from``);
+- **send**: the framework's own model call;
+- **finish** (:meth:`Door.reply`): store the model's answer and its tool traffic;
+- **on overflow** (:meth:`Door.retry_after`): when the model refused the request as longer than
+  its context, compact once, warn, and say whether to send again.
+
+:meth:`Door.exchange` (and :meth:`Door.exchange_sync`) composes begin, send and the overflow
+retry for the doors that make the call themselves; the doors that never see the send (the
+LangGraph hooks, the Agents SDK session, the pydantic-ai history processor, MCP) use the phases
+they see. Beside the protocol:
+
 - :meth:`Door.concerns` is the one event filter: a thread's stream gets the events whose
   ``thread_id`` is the thread, or whose ``thread_ids`` contain it (a resource-scope cycle
   covering the thread);
 - :meth:`Door.recall_function` is the ``recall`` tool's answer, bound to the conversation, and
   :meth:`Door.answer_recall` answers a model's raw arguments with it;
-- the actor's model and the recall flag always reach memory (images counted by the provider's
-  rules, a provider change noticed);
 - :meth:`Door.run_sync` is how sync framework code reaches memory's own loop.
 
 Each framework file keeps only what is its own: hook signatures, framework state, channels.
@@ -21,17 +29,21 @@ Each framework file keeps only what is its own: hook signatures, framework state
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping, Sequence
 from typing import Any, TypeVar
 
 from obsmem.events import Event, Listener
 from obsmem.memory import Memory, MemoryContext, RecallFunction, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
-from obsmem.models.overflow import ContextOverflow, fit_advice
+from obsmem.models.overflow import ContextOverflow, context_overflow, fit_advice
 from obsmem.recall import parse_request
+from obsmem.turn import step_start
 
 __all__ = ["Door", "concerns", "step_start"]
+
+P = TypeVar("P")
+R = TypeVar("R")
 
 T = TypeVar("T")
 
@@ -42,15 +54,6 @@ def concerns(event: object, thread: str) -> bool:
     """The event belongs in ``thread``'s stream: it names the thread, or it is a resource-scope
     cycle whose ``thread_ids`` cover it."""
     return getattr(event, "thread_id", None) == thread or thread in getattr(event, "thread_ids", ())
-
-
-def step_start(stored: Sequence[Message]) -> int | None:
-    """The first seq of the step a model answers among the messages a memory step stored: the
-    last user message on (a turn's input), or all of them (a step's tool traffic); as
-    ``prepare`` keeps them raw."""
-    users = [m for m in stored if m.role == "user"]
-    first = users[-1] if users else stored[0] if stored else None
-    return first.seq if first is not None else None
 
 
 class Door:
@@ -107,10 +110,10 @@ class Door:
             new,
             actor_model=self.actor_model,
             recall=self.recall,
-            keep_raw_from=step_from,
+            step_from=step_from,
         )
         self.stored += context.stored_input
-        self.step_from = step_start(context.stored_input) or step_from or self.step_from
+        self.step_from = step_start(context.stored_input, step_from) or self.step_from
         return context
 
     async def reply(
@@ -132,7 +135,51 @@ class Door:
             await self.memory.hold_calls(self.ref, waiting)
         return stored
 
-    # -- a request the model refused as too long --------------------------------------------------
+    # -- the exchange: begin, send, and on overflow compact once and send again -----------------
+
+    async def exchange(
+        self, begin: Callable[[], Awaitable[P]], send: Callable[[P], Awaitable[R]]
+    ) -> tuple[P, R]:
+        """Begin the step (``begin``: memory's input for the model, made with :meth:`step`),
+        send it, and when the model refuses it as too long, compact once and begin and send
+        again (:meth:`retry_after`). Returns what was sent last and the model's answer; any
+        other error, a second refusal, or a compaction that cannot shrink raises the model's
+        error. Finishing (:meth:`reply`) is the door's: some frameworks store the answer in a
+        later hook."""
+        prepared = await begin()
+        try:
+            return prepared, await send(prepared)
+        except Exception as error:
+            if not await self.retry_after(error):
+                raise
+        prepared = await begin()
+        return prepared, await send(prepared)
+
+    def exchange_sync(
+        self,
+        begin: Callable[[], P],
+        send: Callable[[P], R],
+        run: Callable[[Coroutine[Any, Any, bool]], bool] | None = None,
+    ) -> tuple[P, R]:
+        """:meth:`exchange` for sync framework code; ``run`` reaches memory's loop
+        (:meth:`run_sync` unless the framework has its own way)."""
+        prepared = begin()
+        try:
+            return prepared, send(prepared)
+        except Exception as error:
+            if not (run or self.run_sync)(self.retry_after(error)):
+                raise
+        prepared = begin()
+        return prepared, send(prepared)
+
+    async def retry_after(self, refusal: BaseException | ContextOverflow | None) -> bool:
+        """The overflow phase: whether to send the step again after ``refusal`` (a model's
+        error, or the overflow an HTTP answer showed). True only when it refused the request as
+        longer than the model's context and memory compacted the thread
+        (:meth:`compact_after`); the ``obsmem`` logger says what happened either way."""
+        if isinstance(refusal, BaseException):
+            refusal = context_overflow(refusal)
+        return refusal is not None and await self.compact_after(refusal)
 
     async def compact_after(self, overflow: ContextOverflow) -> bool:
         """Compact the thread once because the actor's model refused a request as longer than

@@ -55,7 +55,6 @@ from typing import Any, cast
 from obsmem.errors import MissingExtraError
 from obsmem.memory import Memory
 from obsmem.models import ModelSpec
-from obsmem.models.overflow import context_overflow
 
 from .langgraph import BoundCall, IdFrom, LangGraphMemory, ModelInput, joined_system
 from .langgraph.models import actor_model_of, with_cache_breakpoint
@@ -150,17 +149,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         it again with the smaller context (a second refusal, or a compaction that cannot shrink
         the context, raises the model's error)."""
         with self._request_bind(request) as call:
-            sent = call.run(self.langgraph.prepare(call.door, request.messages))
-            call.flush()
-            try:
-                response = handler(_with_memory(request, sent, call.door.actor_model))
-            except Exception as error:
-                overflow = context_overflow(error)
-                if overflow is None or not call.run(call.door.compact_after(overflow)):
-                    raise
-                sent = call.run(self.langgraph.prepare(call.door, request.messages))
-                call.flush()
-                response = handler(_with_memory(request, sent, call.door.actor_model))
+            sent, response = call.exchange(
+                lambda: self.langgraph.prepare(call.door, request.messages),
+                lambda sent: handler(_with_memory(request, sent, call.door.actor_model)),
+            )
         return _with_removals(response, sent)
 
     async def awrap_model_call(
@@ -170,17 +162,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> _Result:
         """:meth:`wrap_model_call` for ``ainvoke``/``astream``."""
         with self._request_bind(request) as call:
-            sent = await self.langgraph.prepare(call.door, request.messages)
-            call.flush()
-            try:
-                response = await handler(_with_memory(request, sent, call.door.actor_model))
-            except Exception as error:
-                overflow = context_overflow(error)
-                if overflow is None or not await call.door.compact_after(overflow):
-                    raise
-                sent = await self.langgraph.prepare(call.door, request.messages)
-                call.flush()
-                response = await handler(_with_memory(request, sent, call.door.actor_model))
+            sent, response = await call.aexchange(
+                lambda: self.langgraph.prepare(call.door, request.messages),
+                lambda sent: handler(_with_memory(request, sent, call.door.actor_model)),
+            )
         return _with_removals(response, sent)
 
     # -- after the model -------------------------------------------------------------------------

@@ -60,7 +60,7 @@ from obsmem.integrations.door import Door, concerns
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
-from obsmem.models.overflow import context_overflow
+from obsmem.models.overflow import is_context_overflow
 from obsmem.window import mark_deferred
 
 __all__ = [
@@ -388,11 +388,11 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
         from pydantic_ai import exceptions
 
         retry: object = getattr(exceptions, "RetryModelRequest", None)
-        overflow = context_overflow(error)
-        if overflow is None or not isinstance(retry, type) or self._compacted_at == ctx.run_step:
+        again = isinstance(retry, type) and self._compacted_at != ctx.run_step
+        if not again or not is_context_overflow(error):
             raise error
         self._compacted_at = ctx.run_step
-        if not await self._state.compact_after(overflow):
+        if not await self._state.retry_after(error):
             await self._emit_events(ctx)
             raise error
         self._resend = True

@@ -50,7 +50,7 @@ from starlette.routing import Route
 from ..background import abandoned
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
 from ..failures import failures_in
-from ..integrations.door import Door, step_start
+from ..integrations.door import Door
 from ..memory import Memory, ThreadRef
 from ..messages import Message
 from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
@@ -218,14 +218,12 @@ class Proxy:
             shown_context = [m for m in shown_context if m.id not in left_out]
         messages = for_strict_template([*instructions, *to_openai_chat(shown_context)])
         if self._breakpoints:
-            messages = with_cache_breakpoint(messages, prompt_cache_mark(aligned.actor))
+            messages = with_cache_breakpoint(messages, prompt_cache_mark(aligned.door.actor_model))
         step = Step(
-            ref=ref,
+            door=aligned.door,
             after=aligned.after,
             taken_back=frozenset(aligned.taken),
-            actor=aligned.actor,
             asked_again=aligned.tail if aligned.again else (),
-            step_from=aligned.step_from,
         )
         failing = failures_in(aligned.meta)
         if failing:
@@ -261,12 +259,10 @@ class Proxy:
         new, after = await off_loop(
             new_messages, conversation, alignment.known, ref, prints, after, taken
         )
-        actor = self.actor(model_name)
-        current = step_from(conversation, alignment)
-        context = await memory.context(ref, new, actor_model=actor, step_from=current)
+        door = Door(memory, ref, actor_model=self.actor(model_name))
+        context = await door.step(new, step_from=step_from(conversation, alignment))
         await self._saw(ref.thread, context.stored_input)
-        current = step_start(context.stored_input) or current
-        return LinedUp(context, after, taken, tail, again, actor, meta, current)
+        return LinedUp(context, after, taken, tail, again, door, meta)
 
     async def finish(self, step: Step, answer: Mapping[str, Any] | None) -> None:
         """Store the upstream's answer (an OpenAI chat assistant message)."""
@@ -289,7 +285,7 @@ class Proxy:
             [reply], thread_id=step.ref.thread, resource_id=step.ref.resource
         )
         message = replace(message, id=mid)
-        stored = await self._memory.save(step.ref, [message], actor_model=step.actor)
+        stored = await step.door.reply([message])
         await self._saw(step.ref.thread, stored)
 
     async def _saw(self, thread_id: str, stored: Sequence[Message]) -> None:
@@ -434,11 +430,7 @@ class Proxy:
         """Whether the upstream's answer refused the request as longer than the model's context
         and memory then compacted the thread (once: the door says so in the log)."""
         overflow = await self.upstream.overflow(answer)
-        if self._memory is None or overflow is None:
-            return False
-        door = Door(self._memory, step.ref, actor_model=step.actor)
-        door.step_from = step.step_from
-        return await door.compact_after(overflow)
+        return self._memory is not None and await step.door.retry_after(overflow)
 
     async def _complete(
         self,

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 
+from ..integrations.door import Door
 from ..memory import MemoryContext, ThreadRef
 from .history import StoredEntry
 
@@ -37,27 +38,30 @@ class LinedUp:
     """The stored messages after the point the client's history stops matching."""
     again: bool
     """The client's history stops before ``tail`` with nothing new (a retry, a regenerate)."""
-    actor: Any
+    door: Door
+    """The step's door: the actor, and the current step's first seq (it stays raw in a
+    compaction)."""
     meta: dict[str, Any]
     """The thread's metadata as read before."""
-    step_from: int | None = None
-    """The current step's first seq (it stays raw in a compaction)."""
 
 
 @dataclass(slots=True)
 class Step:
     """One request's memory work, from the memory step to the stored answer."""
 
-    ref: ThreadRef
+    door: Door
+    """The step's door: it stores the answer and compacts after a refusal as too long."""
     after: str | None
     """The id of the stored message the answer follows."""
     taken_back: frozenset[str]
-    actor: Any
     asked_again: tuple[StoredEntry, ...] = ()
     """The client sent a history that stops before these stored messages (it asks again, or
     retries): they are taken back when the new answer differs, and kept when it is the same."""
     status: str = "on"
-    step_from: int | None = None
+
+    @property
+    def ref(self) -> ThreadRef:
+        return self.door.ref
 
 
 Again = Callable[["Step", httpx.Response], Awaitable[tuple[bytes, "Step"] | None]]

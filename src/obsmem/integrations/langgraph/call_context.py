@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeAlias, TypeVar, cast
 
@@ -43,6 +43,8 @@ IdFrom: TypeAlias = Callable[[Any], str]
 StreamWriter: TypeAlias = Callable[[Any], None]
 
 T = TypeVar("T")
+P = TypeVar("P")
+R = TypeVar("R")
 
 
 def _value(source: Any, key: str) -> Any:
@@ -184,6 +186,31 @@ class BoundCall:
     def run(self, work: Coroutine[Any, Any, T]) -> T:
         """Run memory work from sync code, on the memory's own loop (:func:`run_sync`)."""
         return run_sync(self.door, work)
+
+    def exchange(
+        self, begin: Callable[[], Coroutine[Any, Any, P]], send: Callable[[P], R]
+    ) -> tuple[P, R]:
+        """The door's exchange (:meth:`Door.exchange_sync`) from a sync hook: ``begin()`` on
+        memory's loop, its events written, then ``send``; once more after a compaction."""
+
+        def began() -> P:
+            prepared = self.run(begin())
+            self.flush()
+            return prepared
+
+        return self.door.exchange_sync(began, send, self.run)
+
+    async def aexchange(
+        self, begin: Callable[[], Coroutine[Any, Any, P]], send: Callable[[P], Awaitable[R]]
+    ) -> tuple[P, R]:
+        """:meth:`exchange` for an async hook (:meth:`Door.exchange`)."""
+
+        async def began() -> P:
+            prepared = await begin()
+            self.flush()
+            return prepared
+
+        return await self.door.exchange(began, send)
 
     def __enter__(self) -> BoundCall:
         self._unsubscribe = self.door.subscribe(self._listen)

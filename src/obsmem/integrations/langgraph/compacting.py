@@ -32,7 +32,7 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from obsmem.errors import ConfigError
-from obsmem.models.overflow import ContextOverflow, context_overflow
+from obsmem.models.overflow import is_context_overflow
 
 from .call_context import BoundCall, current_config, runtime_context
 from .model_input import joined_system
@@ -97,9 +97,9 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             again = self._plan(input, error, config)
             if again is None:
                 raise
-            overflow, lead, kept = again
+            lead, kept = again
             with self.lg.bind(config, model=self.model) as call:
-                retry = call.run(self._smaller(call, overflow, kept))
+                retry = call.run(self._smaller(call, error, kept))
                 call.flush()
             if retry is None:
                 raise
@@ -120,9 +120,9 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             again = self._plan(input, error, config)
             if again is None:
                 raise
-            overflow, lead, kept = again
+            lead, kept = again
             with self.lg.bind(config, model=self.model) as call:
-                retry = await self._smaller(call, overflow, kept)
+                retry = await self._smaller(call, error, kept)
                 call.flush()
             if retry is None:
                 raise
@@ -149,23 +149,22 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
 
     def _plan(
         self, input: Any, error: Exception, config: RunnableConfig | None
-    ) -> tuple[ContextOverflow, list[Any], KeptInput] | None:
-        """For an overflow on the input the pre-model hook made: the overflow, what the
-        agent's prompt put in front of the hook's messages, and what the hook made it from;
-        None otherwise (the model's error is raised as it is)."""
-        overflow = context_overflow(error)
-        kept = self._kept(input, config) if overflow is not None else None
-        if overflow is None or kept is None:
+    ) -> tuple[list[Any], KeptInput] | None:
+        """For an overflow on the input the pre-model hook made: what the agent's prompt put
+        in front of the hook's messages, and what the hook made it from; None otherwise (the
+        model's error is raised as it is)."""
+        kept = self._kept(input, config) if is_context_overflow(error) else None
+        if kept is None:
             return None
         sent = _messages(input) or []
-        return overflow, sent[: len(sent) - len(kept.sent)], kept
+        return sent[: len(sent) - len(kept.sent)], kept
 
     async def _smaller(
-        self, call: BoundCall, overflow: ContextOverflow, kept: KeptInput
+        self, call: BoundCall, error: Exception, kept: KeptInput
     ) -> list[BaseMessage] | None:
         """Memory's context after compacting the thread (its current step kept raw), or None
         when nothing shrank."""
         call.door.step_from = kept.step_from
-        if not await call.door.compact_after(overflow):
+        if not await call.door.retry_after(error):
             return None
         return (await self.lg.prepare(call.door, kept.state)).messages

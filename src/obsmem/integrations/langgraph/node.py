@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 
-from obsmem.models.overflow import context_overflow
-
 from .model_input import ModelInput, state_messages
 
 if TYPE_CHECKING:
@@ -50,17 +48,10 @@ def model_node(
     def node(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = state_messages(state)
         with lg.bind(config, model=model, recall=recall) as call:
-            sent = call.run(lg.prepare(call.door, messages))
-            call.flush()
-            try:
-                reply = model.invoke(sent.messages, config)
-            except Exception as error:
-                overflow = context_overflow(error)
-                if overflow is None or not call.run(call.door.compact_after(overflow)):
-                    raise
-                sent = call.run(lg.prepare(call.door, messages))
-                call.flush()
-                reply = model.invoke(sent.messages, config)
+            sent, reply = call.exchange(
+                lambda: lg.prepare(call.door, messages),
+                lambda sent: model.invoke(sent.messages, config),
+            )
             reply = _with_id(reply)
             call.run(lg.store_new(call.door, [*messages, reply]))
         return _update(sent, reply)
@@ -68,17 +59,10 @@ def model_node(
     async def anode(state: Any, config: RunnableConfig) -> dict[str, Any]:
         messages = state_messages(state)
         with lg.bind(config, model=model, recall=recall) as call:
-            sent = await lg.prepare(call.door, messages)
-            call.flush()
-            try:
-                reply = await model.ainvoke(sent.messages, config)
-            except Exception as error:
-                overflow = context_overflow(error)
-                if overflow is None or not await call.door.compact_after(overflow):
-                    raise
-                sent = await lg.prepare(call.door, messages)
-                call.flush()
-                reply = await model.ainvoke(sent.messages, config)
+            sent, reply = await call.aexchange(
+                lambda: lg.prepare(call.door, messages),
+                lambda sent: model.ainvoke(sent.messages, config),
+            )
             reply = _with_id(reply)
             await lg.store_new(call.door, [*messages, reply])
         return _update(sent, reply)

@@ -41,7 +41,6 @@ from obsmem.integrations.openai_agents.models import (
 from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
-from obsmem.models.overflow import context_overflow
 from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
 
 if TYPE_CHECKING:
@@ -273,8 +272,7 @@ class ObservationalSession:
         """The current step's input again, after ``error`` refused it as too long and memory
         compacted the thread; None when ``error`` is something else or nothing could be
         compacted (the caller raises it)."""
-        overflow = context_overflow(error)
-        if overflow is None or not await self._on_memory(self._door.compact_after(overflow)):
+        if not await self._on_memory(self._door.retry_after(error)):
             return None
         items = await self._on_memory(
             self._context(recall=offers_recall(tools), keep_raw_from=self._door.step_from)
