@@ -14,6 +14,7 @@ from .arguments import MAX_WORKING_MEMORY_CHARS, BadArguments, kind, parse_messa
 from .ids import default_thread, legacy_ids, longest_client_id, namespaced
 
 if TYPE_CHECKING:
+    from ..integrations.door import Door
     from ..memory import Memory
     from ..records import Thread
 
@@ -113,6 +114,14 @@ class MemoryTools:
     def _ref(self, thread: str) -> dict[str, str]:
         return {"resource": self.resource, "thread": thread}
 
+    def _door(self, thread: str) -> Door:
+        """The conversation's door: MCP takes the begin phase of the step protocol (store what
+        the client gives, read the context) and recall; the client makes the model call."""
+        from ..integrations.door import Door
+        from ..memory import ThreadRef
+
+        return Door(self.memory, ThreadRef.of(self._ref(thread)), recall=True)
+
     # -- the tools ------------------------------------------------------------------------------
 
     async def recall(self, arguments: Mapping[str, Any]) -> ToolAnswer:
@@ -140,8 +149,7 @@ class MemoryTools:
         if not self.locked and checked.thread_id not in (None, "", "current"):
             stored, _ = await self._stored(checked.thread_id)
             checked = checked.model_copy(update={"thread_id": stored})
-        recall = self.memory.recall_function(self._ref(thread))
-        text = await recall(**checked.model_dump())
+        text = await self._door(thread).recall_function()(**checked.model_dump())
         return ToolAnswer(text=text, data={"thread_id": thread, "answer": text})
 
     async def remember(self, messages: object, thread_id: object = None) -> ToolAnswer:
@@ -150,11 +158,12 @@ class MemoryTools:
         parse_messages(messages)  # the messages' problems are told before the thread's
         thread, count = await self._conversation(thread_id)
         parsed = parse_messages(messages, thread=thread)
-        ref = self._ref(thread)
+        door = self._door(thread)
+        ref = door.ref
         # Stored as a turn's input (memory work that is due happens: activation, or past
         # block_after a synchronous observation), then as after a reply (background buffering
         # starts when an interval is due), so memory keeps up with a client that only stores.
-        context = await self.memory.context(ref, parsed, actor_model=None, recall=True)
+        context = await door.step(parsed)
         await self.memory.save(ref, [], actor_model=None)
         stored = context.stored_input
         status = await self.memory.status(ref)
@@ -193,7 +202,7 @@ class MemoryTools:
                 f"include_messages must be true or false, not {kind(include_messages)}"
             )
         thread = await self.conversation(thread_id)
-        context = await self.memory.context(self._ref(thread), [], actor_model=None, recall=True)
+        context = await self._door(thread).step([])
         status = await self.memory.status(self._ref(thread))
         memory = [m for m in context.messages if _synthetic(m) not in (None, "left_out")]
         raw = [m for m in context.messages if _synthetic(m) is None]
