@@ -503,8 +503,17 @@ class Memory(Transfers):
     async def threads(self, resource_id: str) -> list[Thread]:
         return await self.store.list_threads(resource_id)
 
-    async def messages(self, thread_id: str) -> list[Message]:
-        return await self.store.list_messages(thread_id)
+    async def messages(self, thread_id: str, *, after_seq: int = 0) -> list[Message]:
+        return await self.store.list_messages(thread_id, after_seq=after_seq)
+
+    async def messages_by_id(self, ids: Sequence[str], resource_id: str) -> list[Message]:
+        """The resource's stored messages with these ids (the ones it has)."""
+        return await self.store.get_messages(ids, resource_id=resource_id)
+
+    async def open_thread(self, thread_id: str, resource_id: str, **metadata: Any) -> Thread:
+        """The thread, created when missing, with ``metadata`` merged into its own."""
+        thread = await self.store.create_thread(thread_id, resource_id)
+        return await self.store.update_thread(thread_id, metadata=metadata) if metadata else thread
 
     def shown_tail(self, thread_id: str, *, page: int = 100) -> AsyncGenerator[Message]:
         """The thread's messages still shown (not taken back), newest first, read a page at a

@@ -171,14 +171,14 @@ class Proxy:
         self, memory: Memory, thread_id: str
     ) -> tuple[list[StoredEntry], dict[str, Any]]:
         """The thread's stored messages that are still shown, and its metadata."""
-        thread = await memory.store.get_thread(thread_id)
+        thread = await memory.thread(thread_id)
         if thread is None:
             return [], {}
         seen = self._seen.pop(thread_id, None) or Seen()
         if thread.message_count < seen.count:  # cleared and started again
             seen = Seen()
         if thread.message_count > seen.count:
-            fresh = await memory.store.list_messages(thread_id, after_seq=seen.count)
+            fresh = await memory.messages(thread_id, after_seq=seen.count)
             seen.entries.extend(await off_loop(stored_entries, fresh, heavy=len(fresh) > 1_000))
             seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
         self._seen[thread_id] = seen
@@ -369,7 +369,8 @@ class Proxy:
             return json.dumps(api.with_messages(body, sent)).encode(), fresh
 
         try:
-            continued = await self._thread_ref(ref, legacy)
+            memory = await self.memory(cast(str, model_name))
+            continued = await self._thread_ref(memory, ref, legacy)
             sent, step = await self.prepare(continued, api.messages_of(body), cast(str, model_name))
             payload = json.dumps(api.with_messages(body, sent)).encode()
             status = step.status
@@ -382,7 +383,9 @@ class Proxy:
             return await self._stream(request, payload, status, step, api, again)
         return await self._complete(request, payload, status, step, api, again)
 
-    async def _thread_ref(self, ref: ThreadRef, legacy: ThreadRef | None) -> ThreadRef:
+    async def _thread_ref(
+        self, memory: Memory, ref: ThreadRef, legacy: ThreadRef | None
+    ) -> ThreadRef:
         """The stored thread a request continues: its own, or, while that does not exist, the
         one the proxy stored for its end user when it took the ``user`` field as the thread
         (``legacy``, :mod:`.identity`)."""
@@ -390,10 +393,9 @@ class Proxy:
             return ref
         known = self._continued.get(ref.thread)
         if known is None:
-            store = self.config.store
             known = ref
-            if await store.get_thread(ref.thread) is None:
-                old = await store.get_thread(legacy.thread)
+            if await memory.thread(ref.thread) is None:
+                old = await memory.thread(legacy.thread)
                 if old is not None and old.resource_id == legacy.resource:
                     known = legacy
             self._continued[ref.thread] = known

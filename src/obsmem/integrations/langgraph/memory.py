@@ -179,7 +179,7 @@ class LangGraphMemory:
         if not unknown or (seen is not None and ids.index(unknown[0]) > last_known):
             return known
         wanted = {stored_id(ref.thread, i): i for i in unknown}
-        found = await self.memory.store.get_messages(list(wanted), resource_id=ref.resource)
+        found = await self.memory.messages_by_id(list(wanted), ref.resource)
         known.update({wanted[m.id]: m.seq for m in found if m.id in wanted})
         self._remember(ref, known)
         return known

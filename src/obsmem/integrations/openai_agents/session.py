@@ -542,14 +542,12 @@ class ObservationalSession:
         if choice == "forget":
             await self.memory.forget_thread(ref)
         else:
-            store = self.memory.store
-            first = await store.create_thread(self.session_id, ref.resource)
+            first = await self.memory.open_thread(self.session_id, ref.resource)
             _, clears = next_thread(first.metadata)
             thread = f"{self.session_id}~{clears + 1}"
-            await store.create_thread(thread, ref.resource)
-            await store.update_thread(
-                self.session_id, metadata={METADATA_KEY: {"thread": thread, "clears": clears + 1}}
-            )
+            await self.memory.open_thread(thread, ref.resource)
+            moved = {METADATA_KEY: {"thread": thread, "clears": clears + 1}}
+            await self.memory.open_thread(self.session_id, ref.resource, **moved)
             self._ref = ThreadRef(thread=thread, resource=ref.resource)
             self._door.ref = self._ref
             self._spans.runs[thread] = self._trace
