@@ -216,7 +216,7 @@ DOORS = [
 ]
 
 
-def _memory(store: Store, *, om: bool) -> Memory:
+def counted_memory(store: Store, *, om: bool) -> Memory:
     options: dict[str, Any] | bool = (
         {
             "observation": {"model": scripted_observer(), "messageTokens": 30_000},
@@ -231,7 +231,7 @@ def _memory(store: Store, *, om: bool) -> Memory:
 @pytest.mark.parametrize("om", [True, False], ids=["om", "no-om"])
 @pytest.mark.parametrize("door", DOORS, ids=[d.name for d in DOORS])
 async def test_a_plain_turn_costs_two_store_calls(store: Store, door: DoorCase, om: bool) -> None:
-    memory = _memory(store, om=om)
+    memory = counted_memory(store, om=om)
     counting: CountingStore = memory.store  # type: ignore[assignment]
     turn = door.make(memory, "t1")
     await turn("Hello, I live in Lisbon.")  # the first turn creates the thread
