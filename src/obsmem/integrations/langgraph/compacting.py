@@ -24,7 +24,7 @@ prompt first, memory's last, its prompt-cache breakpoint kept).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage, SystemMessage
@@ -32,7 +32,6 @@ from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from obsmem.errors import ConfigError
-from obsmem.models.overflow import is_context_overflow
 
 from .call_context import BoundCall, current_config, runtime_context
 from .model_input import joined_system
@@ -91,47 +90,29 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
     def invoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> BaseMessage:
-        try:
-            reply = self.model.invoke(_one_system(input), config, **kwargs)
-        except Exception as error:
-            again = self._plan(input, error, config)
-            if again is None:
-                raise
-            lead, kept = again
-            with self.lg.bind(config, model=self.model) as call:
-                retry = call.run(self._smaller(call, error, kept))
-                call.flush()
-            if retry is None:
-                raise
-            input = [*lead, *retry]
-            reply = self.model.invoke(_one_system(input), config, **kwargs)
         kept = self._kept(input, config)
-        if kept is not None:
-            with self.lg.bind(config, model=self.model) as call:
-                call.run(self.lg.store_new(call.door, [*kept.state, _with_id(reply)]))
+        if kept is None:  # not the hook's input: the post-model hook or the next run stores
+            return self.model.invoke(_one_system(input), config, **kwargs)
+        with self.lg.bind(config, model=self.model) as call:
+            _, reply = call.exchange(
+                self._attempts(call, input, kept),
+                lambda sent: self.model.invoke(_one_system(sent), config, **kwargs),
+            )
+            call.run(self.lg.store_new(call.door, [*kept.state, _with_id(reply)]))
         return reply
 
     async def ainvoke(
         self, input: Any, config: RunnableConfig | None = None, **kwargs: Any
     ) -> BaseMessage:
-        try:
-            reply = await self.model.ainvoke(_one_system(input), config, **kwargs)
-        except Exception as error:
-            again = self._plan(input, error, config)
-            if again is None:
-                raise
-            lead, kept = again
-            with self.lg.bind(config, model=self.model) as call:
-                retry = await self._smaller(call, error, kept)
-                call.flush()
-            if retry is None:
-                raise
-            input = [*lead, *retry]
-            reply = await self.model.ainvoke(_one_system(input), config, **kwargs)
         kept = self._kept(input, config)
-        if kept is not None:
-            with self.lg.bind(config, model=self.model) as call:
-                await self.lg.store_new(call.door, [*kept.state, _with_id(reply)])
+        if kept is None:
+            return await self.model.ainvoke(_one_system(input), config, **kwargs)
+        with self.lg.bind(config, model=self.model) as call:
+            _, reply = await call.aexchange(
+                self._attempts(call, input, kept),
+                lambda sent: self.model.ainvoke(_one_system(sent), config, **kwargs),
+            )
+            await self.lg.store_new(call.door, [*kept.state, _with_id(reply)])
         return reply
 
     def _kept(self, input: Any, config: RunnableConfig | None) -> KeptInput | None:
@@ -147,24 +128,21 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
             return None
         return self.lg.last_input(ref.thread, sent)
 
-    def _plan(
-        self, input: Any, error: Exception, config: RunnableConfig | None
-    ) -> tuple[list[Any], KeptInput] | None:
-        """For an overflow on the input the pre-model hook made: what the agent's prompt put
-        in front of the hook's messages, and what the hook made it from; None otherwise (the
-        model's error is raised as it is)."""
-        kept = self._kept(input, config) if is_context_overflow(error) else None
-        if kept is None:
-            return None
+    def _attempts(
+        self, call: BoundCall, input: Any, kept: KeptInput
+    ) -> Callable[[], Coroutine[Any, Any, Any]]:
+        """The begin phase of the exchange: the hook's input as it came, then (after a
+        compaction that keeps the current step raw) what the agent's prompt put in front of
+        the hook's messages, and memory's new context."""
         sent = _messages(input) or []
-        return sent[: len(sent) - len(kept.sent)], kept
-
-    async def _smaller(
-        self, call: BoundCall, error: Exception, kept: KeptInput
-    ) -> list[BaseMessage] | None:
-        """Memory's context after compacting the thread (its current step kept raw), or None
-        when nothing shrank."""
+        lead = sent[: len(sent) - len(kept.sent)]
         call.door.step_from = kept.step_from
-        if not await call.door.retry_after(error):
-            return None
-        return (await self.lg.prepare(call.door, kept.state)).messages
+        began = [False]
+
+        async def begin() -> Any:
+            if not began[0]:
+                began[0] = True
+                return input
+            return [*lead, *(await self.lg.prepare(call.door, kept.state)).messages]
+
+        return begin
