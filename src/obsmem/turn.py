@@ -31,7 +31,7 @@ __all__ = ["Turns", "step_start"]
 log = logging.getLogger("obsmem")
 
 
-def step_start(stored: Sequence[Message], step_from: int | None) -> int | None:
+def step_start(stored: Sequence[Message], step_from: int | None = None) -> int | None:
     """The current step's first seq: the step being answered runs from the last new user
     message on (a whole history passed in at once is mostly backlog), or over all the new
     messages (a step of tool traffic); ``step_from``, when the front door stored the step
