@@ -1,7 +1,8 @@
 """The store boundary: the front doors and servers (``integrations/``, ``proxy/``,
 ``mcp_server/``) reach storage only through ``Memory``. None imports a store module (an import
 under ``TYPE_CHECKING`` is only a type) or touches ``memory.store``; stores are opened in
-``cli/`` (``cli.common.open_store``)."""
+``cli/`` (``cli.common.open_store``). The inspector (``ui/``) reads through one read-only query
+module, ``ui/queries.py``: no other ui module imports a store module or calls a store."""
 
 from __future__ import annotations
 
@@ -56,10 +57,28 @@ def crossings(path: Path, module: str | None = None) -> list[str]:
     return found
 
 
+def store_calls(path: Path) -> list[str]:
+    """The calls in ``path`` of a method of a store (``store.get_thread(...)``,
+    ``self.store.list_threads(...)``), closing it aside."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = ast.unparse(node.func.value)
+            if owner.rsplit(".", 1)[-1] == "store" and node.func.attr != "aclose":
+                found.append(f"{path.name}:{node.lineno} calls {owner}.{node.func.attr}")
+    return found
+
+
 @pytest.mark.parametrize("package", DOORS)
 def test_doors_and_servers_reach_storage_only_through_memory(package: str) -> None:
     found = [c for p in sorted((SRC / package).rglob("*.py")) for c in crossings(p)]
     assert not found, "go through Memory (or cli.common.open_store) instead: " + "; ".join(found)
+
+
+def test_the_inspector_reads_through_its_query_module() -> None:
+    others = [p for p in sorted((SRC / "ui").rglob("*.py")) if p.name != "queries.py"]
+    found = [c for p in others for c in (*crossings(p), *store_calls(p))]
+    assert not found, "read through obsmem.ui.queries instead: " + "; ".join(found)
 
 
 def test_the_rule_sees_a_crossing(tmp_path: Path) -> None:
@@ -72,7 +91,9 @@ def test_the_rule_sees_a_crossing(tmp_path: Path) -> None:
         "if TYPE_CHECKING:\n"
         "    from obsmem.stores import InMemoryStore\n"
         "async def f(self):\n"
-        "    return await self.memory.store.get_thread('t')\n",
+        "    return await self.memory.store.get_thread('t')\n"
+        "async def g(self):\n"
+        "    await self.store.aclose()\n",
         encoding="utf-8",
     )
     assert crossings(sample, "obsmem.integrations._sample_crossing") == [
@@ -80,3 +101,4 @@ def test_the_rule_sees_a_crossing(tmp_path: Path) -> None:
         "_sample_crossing.py:3 imports obsmem.stores.sqlite",
         "_sample_crossing.py:7 reads self.memory.store",
     ]
+    assert store_calls(sample) == ["_sample_crossing.py:7 calls self.memory.store.get_thread"]

@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
@@ -28,11 +28,13 @@ from starlette.templating import Jinja2Templates
 
 from ..errors import StoreError
 from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, Thread
-from ..stores.base import Store
 from . import pages
 from .edits import Editor
-from .queries import CycleQuery, Thresholds, list_threads
+from .queries import CycleQuery, Thresholds, list_threads, thread_named
 from .security import LoopbackHost, TokenGate
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
 
 __all__ = ["Pages", "UIConfig", "create_app"]
 
@@ -99,7 +101,7 @@ class Pages:
 
     async def thread_or_problem(self, request: Request) -> Thread | Response:
         thread_id = request.query_params.get("id", "")
-        thread = await self.store.get_thread(thread_id) if thread_id else None
+        thread = await thread_named(self.store, thread_id)
         if thread is None:
             what = f"no thread {thread_id!r}" if thread_id else "no thread named (add ?id=...)"
             return self.problem(request, 404, f"{what} in {self.config.label}; see the list.")
@@ -179,7 +181,7 @@ class Pages:
 
     async def state(self, request: Request) -> Response:
         thread_id = request.query_params.get("id", "")
-        thread = await self.store.get_thread(thread_id) if thread_id else None
+        thread = await thread_named(self.store, thread_id)
         if thread is None:
             return JSONResponse({"error": f"no thread {thread_id!r}"}, status_code=404)
         return JSONResponse(await pages.live_state(self.store, thread))

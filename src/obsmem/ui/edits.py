@@ -27,11 +27,11 @@ from starlette.routing import Route
 from ..errors import ConfigError, StoreError
 from ..memory import Memory
 from ..records import OMRecord, Scope, Thread
-from ..stores.base import Store
 from .diff import diff_logs
-from .queries import head_of
+from .queries import head_of, thread_named, threads_of
 
 if TYPE_CHECKING:
+    from ..stores.base import Store
     from .app import Pages
 
 __all__ = ["BY", "CSRF_FIELD", "Editor"]
@@ -170,7 +170,7 @@ class Editor:
 
     async def delete_resource_page(self, request: Request) -> Response:
         resource = request.query_params.get("resource", "")
-        threads = await self.store.list_threads(resource) if resource else []
+        threads = await threads_of(self.store, resource)
         if not threads:
             return self.pages.problem(request, 404, f"no resource {resource!r} with threads")
         count = sum(t.message_count for t in threads)
@@ -286,7 +286,7 @@ class Editor:
         return RedirectResponse("/thread?" + urlencode({"id": thread.id}), status_code=303)
 
     async def _thread(self, thread_id: str) -> Thread:
-        thread = await self.store.get_thread(thread_id) if thread_id else None
+        thread = await thread_named(self.store, thread_id)
         if thread is None:
             raise StoreError(f"no thread {thread_id!r}: it may be erased already; see the list")
         return thread

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context import ContextInput, build_context
 from ..messages import Message, utcnow
@@ -21,8 +21,6 @@ from ..meta_keys import (
 )
 from ..observations import strip_recall_ranges
 from ..records import OMRecord, Thread
-from ..stores.base import Store
-from ..stores.reads import thread_cycle
 from ..working_memory import working_memory_message
 from .chart import chart_data, sawtooth_svg
 from .diff import generation_diffs
@@ -31,14 +29,22 @@ from .queries import (
     TAIL_CAP,
     CycleQuery,
     Thresholds,
-    groups_of_thread,
+    cycle_calls,
+    generations,
     head_of,
+    messages_of,
     pages_of,
+    resource_metadata,
+    thread_cycle,
     thread_cycles,
+    thread_groups,
     thread_state,
     unobserved_tail,
 )
 from .render import PER_PAGE, group_links, log_blocks, message_views, part_view
+
+if TYPE_CHECKING:
+    from ..stores.base import Store
 
 __all__ = [
     "CHART_MESSAGES",
@@ -91,15 +97,11 @@ async def thread_page(
     """The thread page: one page of raw messages, the log, chunks, the actor's context and the
     stored values (``page`` None: the newest page)."""
     key, record = await head_of(store, thread)
-    resource_meta = await store.get_resource(thread.resource_id)
+    resource_meta = await resource_metadata(store, thread.resource_id)
     pages = pages_of(thread.message_count, PER_PAGE)
     page = pages if page is None else min(max(page, 1), pages)
-    messages = await store.list_messages(
-        thread.id, after_seq=(page - 1) * PER_PAGE, through_seq=page * PER_PAGE
-    )
-    groups = groups_of_thread(
-        await store.list_observation_groups(thread.resource_id, thread_id=None), thread.id
-    )
+    messages = await messages_of(store, thread, (page - 1) * PER_PAGE, page * PER_PAGE)
+    groups = await thread_groups(store, thread)
     links = group_links(groups, thread.id)
     blocks = log_blocks(record.observations, links) if record else []
     in_log = {b.group.group.id for b in blocks if b.group is not None}
@@ -135,9 +137,7 @@ async def thread_page(
 async def generations_page(store: Store, thread: Thread) -> dict[str, Any]:
     """Every generation of the thread's log, and each reflection as a diff."""
     key, _ = await head_of(store, thread)
-    history = await store.history(key)
-    groups = await store.list_observation_groups(thread.resource_id, thread_id=None)
-    reflections = [g for g in groups if g.key == key and g.metadata.get("kind") == "reflection"]
+    history, reflections = await generations(store, thread, key)
     return {
         "thread": thread,
         "key": key,
@@ -158,17 +158,15 @@ async def cycle_page(store: Store, thread: Thread, cycle_id: str) -> dict[str, A
     cycle = await thread_cycle(store, thread, cycle_id)
     if cycle is None:
         return None
-    return {"thread": thread, "cycle": cycle, "calls": await store.cycle_detail(cycle_id)}
+    return {"thread": thread, "cycle": cycle, "calls": await cycle_calls(store, cycle)}
 
 
 async def chart_page(store: Store, thread: Thread, thresholds: Thresholds) -> dict[str, Any]:
     """The sawtooth of the newest ``CHART_MESSAGES`` messages."""
     after = max(0, thread.message_count - CHART_MESSAGES)
-    messages = await store.list_messages(thread.id, after_seq=after)
+    messages = await messages_of(store, thread, after)
     cycles = await thread_cycles(store, thread, CycleQuery(limit=1_000))
-    groups = groups_of_thread(
-        await store.list_observation_groups(thread.resource_id, thread_id=None), thread.id
-    )
+    groups = await thread_groups(store, thread)
     data = chart_data(
         messages,
         cycles,

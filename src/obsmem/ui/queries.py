@@ -4,7 +4,8 @@ Nothing here writes. The thread list reads the threads (their stored message cou
 their messages) and, for the rows on the page shown, each head record and unobserved tail
 (capped); a thread page reads one page of messages, the head, the groups and a capped
 unobserved tail. Every function takes the store and returns plain frozen data for the
-templates.
+templates. It is the ui's one way to read the store: the other modules call these (and write
+only through ``Memory``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any, Literal
 
 from ..failures import FailureState, failures_in
 from ..messages import Message
-from ..records import ObservationGroup, OMRecord, Thread, record_key
+from ..records import CycleRecord, ModelExchange, ObservationGroup, OMRecord, Thread, record_key
 from ..sent import sent_of
 from ..stores.base import Store
-from ..stores.reads import CycleQuery, thread_cycles
+from ..stores.reads import CycleQuery, thread_cycle, thread_cycles
 from ..tokens.estimator import HeuristicEstimator
 from ..window import is_retracted
 
@@ -34,6 +35,7 @@ __all__ = [
     "in_force",
     "list_threads",
     "pages_of",
+    "thread_cycle",
     "thread_cycles",
     "thread_state",
     "unobserved_tail",
@@ -225,3 +227,44 @@ async def list_threads(
 def groups_of_thread(groups: Sequence[ObservationGroup], thread_id: str) -> list[ObservationGroup]:
     """The groups that cover messages of ``thread_id`` (observations before reflections)."""
     return [g for g in groups if any(r.thread_id == thread_id for r in g.ranges)]
+
+
+async def thread_named(store: Store, thread_id: str) -> Thread | None:
+    """The thread ``thread_id`` names (None when it names none, or is empty)."""
+    return await store.get_thread(thread_id) if thread_id else None
+
+
+async def threads_of(store: Store, resource_id: str) -> list[Thread]:
+    """The resource's threads (none for an empty id)."""
+    return await store.list_threads(resource_id) if resource_id else []
+
+
+async def resource_metadata(store: Store, resource_id: str) -> Mapping[str, Any]:
+    return await store.get_resource(resource_id)
+
+
+async def messages_of(
+    store: Store, thread: Thread, after_seq: int, through_seq: int | None = None
+) -> list[Message]:
+    """The thread's messages with ``after_seq < seq <= through_seq``, in order."""
+    return await store.list_messages(thread.id, after_seq=after_seq, through_seq=through_seq)
+
+
+async def thread_groups(store: Store, thread: Thread) -> list[ObservationGroup]:
+    """The observation groups covering the thread's messages (see :func:`groups_of_thread`)."""
+    groups = await store.list_observation_groups(thread.resource_id, thread_id=None)
+    return groups_of_thread(groups, thread.id)
+
+
+async def generations(
+    store: Store, thread: Thread, key: str
+) -> tuple[list[OMRecord], list[ObservationGroup]]:
+    """Every generation of the log ``key`` and its reflections' groups."""
+    groups = await store.list_observation_groups(thread.resource_id, thread_id=None)
+    reflections = [g for g in groups if g.key == key and g.metadata.get("kind") == "reflection"]
+    return list(await store.history(key)), reflections
+
+
+async def cycle_calls(store: Store, cycle: CycleRecord) -> list[ModelExchange]:
+    """What the cycle's model calls were shown and answered (empty when not kept)."""
+    return await store.cycle_detail(cycle.cycle_id)
