@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import (
-    AsyncGenerator,
     Awaitable,
     Callable,
     Collection,
@@ -35,14 +34,15 @@ from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMO
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .recall import RECALL_DESCRIPTION
-from .records import CycleRecord, ModelExchange, OMRecord, Thread, record_key
+from .records import CycleRecord, ModelExchange, OMRecord, record_key
 from .snapshot import Subject
 from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
 from .stores.base import missing_methods, require
 from .stores.changes import LoadRequest, ThreadPatch
+from .thread_access import ThreadAccess
 from .tokens import TokenEstimator
 from .transfer.methods import Transfers
-from .window import is_retracted, shown_tail
+from .window import is_retracted
 
 if TYPE_CHECKING:
     from .queue.worker import Worker
@@ -97,7 +97,7 @@ class MemoryContext:
     door that keeps its own copy of the conversation can drop those."""
 
 
-class Memory(Transfers):
+class Memory(Transfers, ThreadAccess):
     """Threads, messages and observational memory on one store.
 
     A thin facade over the engine (``memory.om``): the store, clock, estimator and hooks pass
@@ -494,37 +494,6 @@ class Memory(Transfers):
         0 keeps none)."""
         ledger = require(self.store, LedgerStore, "memory.cycle_detail")
         return await ledger.cycle_detail(cycle_id)
-
-    # -- threads ---------------------------------------------------------------------------------
-
-    async def thread(self, thread_id: str) -> Thread | None:
-        return await self.store.get_thread(thread_id)
-
-    async def threads(self, resource_id: str) -> list[Thread]:
-        return await self.store.list_threads(resource_id)
-
-    async def messages(self, thread_id: str, *, after_seq: int = 0) -> list[Message]:
-        return await self.store.list_messages(thread_id, after_seq=after_seq)
-
-    async def messages_by_id(self, ids: Sequence[str], resource_id: str) -> list[Message]:
-        """The resource's stored messages with these ids (the ones it has)."""
-        return await self.store.get_messages(ids, resource_id=resource_id)
-
-    async def open_thread(self, thread_id: str, resource_id: str, **metadata: Any) -> Thread:
-        """The thread, created when missing, with ``metadata`` merged into its own."""
-        thread = await self.store.create_thread(thread_id, resource_id)
-        return await self.store.update_thread(thread_id, metadata=metadata) if metadata else thread
-
-    def shown_tail(self, thread_id: str, *, page: int = 100) -> AsyncGenerator[Message]:
-        """The thread's messages still shown (not taken back), newest first, read a page at a
-        time as the caller goes on (close it with ``contextlib.aclosing`` to stop early)."""
-        return shown_tail(self.store, thread_id, page=page)
-
-    async def set_thread_title(self, thread_id: str, title: str, *, pin: bool = True) -> Thread:
-        """Set a thread's title; a pinned title is never replaced by a suggested one."""
-        return await self.store.update_thread(
-            thread_id, title=title, metadata={"title_pinned": pin}
-        )
 
     # -- lifecycle -------------------------------------------------------------------------------
 
