@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 ONE_POSTGRES_TEST = (
-    "tests/conformance/test_store_conformance.py::"
+    "tests/conformance/test_store_conformance.py::TestEveryStore::"
     "test_threads_are_created_once_and_listed_by_resource[postgres]"
 )
 NO_BINARIES = """
