@@ -630,7 +630,7 @@ def test_cli_without_a_model_says_how_to_provide_one(tmp_path: Path) -> None:
         (("--data", "bad.json"), "bad.json: entry 0 (question_id 'x'): field 'question_type' is"),
         (("--types", "trivia"), "unknown question type 'trivia'"),
         (("--out", "corrupt.jsonl"), "corrupt.jsonl:2: not a result line"),
-        (("--concurrency", "0"), "0 is not at least 1"),
+        (("--concurrency", "0"), "give a number of at least 1"),
     ],
 )
 def test_cli_errors_exit_2_and_name_the_problem(

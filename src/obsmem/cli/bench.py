@@ -16,6 +16,7 @@ from ..longmemeval.report import (
     read_results,
     summarize,
 )
+from .arguments import at_least_one
 from .common import Progress, check_model, pick_model
 
 if TYPE_CHECKING:
@@ -52,37 +53,27 @@ def add(sub: Any) -> None:
     lme.add_argument(
         "--out", help="results file, JSONL (default: <data file stem>-results.jsonl here)"
     )
-    lme.add_argument("--limit", type=_positive, help="run only the first N selected questions")
+    lme.add_argument("--limit", type=at_least_one, help="run only the first N selected questions")
     lme.add_argument(
         "--types",
         help=f"comma-separated question types to run ({', '.join(QUESTION_TYPES)}, abstention)",
     )
     lme.add_argument(
-        "--concurrency", type=_positive, default=1, help="questions at once (default 1)"
+        "--concurrency", type=at_least_one, default=1, help="questions at once (default 1)"
     )
     lme.add_argument(
         "--message-tokens",
-        type=_positive,
+        type=at_least_one,
         default=30_000,
         help="observe when unobserved messages reach this (default 30,000)",
     )
     lme.add_argument(
         "--observation-tokens",
-        type=_positive,
+        type=at_least_one,
         default=40_000,
         help="reflect when the log reaches this (default 40,000)",
     )
     lme.set_defaults(run=_run_longmemeval)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not at least 1")
-    return value
 
 
 def _run_longmemeval(args: argparse.Namespace, out: TextIO) -> int:

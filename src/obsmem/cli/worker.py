@@ -15,6 +15,7 @@ import inspect
 from typing import Any, TextIO
 
 from ..memory import Memory
+from .arguments import at_least_one
 from .common import add_memory_options, memory_options, open_store, pick_model
 from .errors import CannotStart
 from .stores import db_label, is_postgres_dsn
@@ -38,10 +39,10 @@ def add(sub: Any) -> None:
         help="a function (module.path:name) that returns the application's Memory; the "
         "worker then uses its models, options, extractors and hooks instead of the flags",
     )
-    parser.add_argument("--concurrency", type=_at_least_one, default=4, help="jobs at once")
+    parser.add_argument("--concurrency", type=at_least_one, default=4, help="jobs at once")
     parser.add_argument(
         "--model-limit",
-        type=_at_least_one,
+        type=at_least_one,
         default=None,
         help="the most calls to one memory model at once, across every worker",
     )
@@ -67,16 +68,6 @@ def add(sub: Any) -> None:
         help="exit once the queue is empty (to drain it after switching the queue off)",
     )
     parser.set_defaults(run=_run)
-
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of at least 1")
-    return value
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
