@@ -11,13 +11,8 @@ from dataclasses import replace
 from .cycles import Deps
 from .failures import advice
 from .models import ModelSpec
-from .models.environment import (
-    LOCAL_PLACEHOLDER,
-    AutoModel,
-    credentials_problem,
-    resolve_auto,
-    served_choice,
-)
+from .models.environment import LOCAL_PLACEHOLDER, AutoModel, resolve_auto, served_choice
+from .models.providers import credentials_problem
 from .models.specs import AUTO
 from .outcomes import Outcomes
 

@@ -79,7 +79,7 @@ def _no_answer(model: str, exc: ModelError, timeout: float, *, in_doctor: bool) 
 def refuse_unusable_model(model: str | None) -> None:
     """CannotStart naming what stops ``--model`` from working, found without a network call (an
     unknown provider, a spec not understood, a missing key); nothing for no model or "auto"."""
-    from ..models.environment import credentials_problem
+    from ..models.providers import credentials_problem
 
     if model is None or model == "auto":
         return

@@ -12,14 +12,13 @@ line, without a network call:
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from obsmem.models.describe import model_id_of, provider_of
-from obsmem.models.specs import AUTO, DEFAULT_MODEL, split_spec
+from obsmem.models.specs import AUTO, DEFAULT_MODEL
 
 if TYPE_CHECKING:
     from obsmem.models.specs import ModelSpec
@@ -32,7 +31,6 @@ __all__ = [
     "LOCAL_PLACEHOLDER",
     "MODEL_ENV",
     "AutoModel",
-    "credentials_problem",
     "environment_choice",
     "model_from_environment",
     "resolve_auto",
@@ -225,29 +223,3 @@ def model_from_environment(
     fall back to its built-in default)."""
     choice = environment_choice(environ, ask_server=ask_server)
     return choice.model if choice.configured else None
-
-
-def credentials_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
-    """What stops ``spec`` from being called, found without a network call: a missing API key
-    (naming the variable), an unknown provider, or a provider SDK that is not installed (naming
-    the extra). None when nothing is known to be missing (model instances are not checked)."""
-    if not isinstance(spec, str):
-        return None
-    from obsmem.errors import MissingExtraError, ModelError
-    from obsmem.models.providers import check_credentials
-
-    env = os.environ if environ is None else environ
-    if split_spec(spec.strip()) is None and spec.strip() not in ("test", "default"):
-        return f"model {spec!r} is not understood; give it as 'provider/model'"
-    try:
-        check_credentials(spec, env, installed=lambda module: _installed(module))
-    except (ModelError, MissingExtraError) as exc:
-        return str(exc)
-    return None
-
-
-def _installed(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False

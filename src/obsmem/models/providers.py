@@ -6,7 +6,7 @@ once and keep the result. pydantic-ai and the provider SDKs are imported only wh
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from obsmem.errors import MissingExtraError, ModelError
+from obsmem.models.environment import resolve_auto
 from obsmem.models.specs import AUTO, DEFAULT_MODEL, ModelByInputTokens, is_model, split_spec
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
 
-__all__ = ["check_credentials", "resolve_model"]
+    from obsmem.models.specs import ModelSpec
+
+__all__ = ["check_credentials", "credentials_problem", "resolve_model"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,8 +122,6 @@ def resolve_model(spec: str | Model) -> Model:
     if text == "default":
         text = DEFAULT_MODEL
     if text == AUTO:
-        from obsmem.models.environment import resolve_auto
-
         text = resolve_auto().model
     if text == "test":
         from pydantic_ai.models.test import TestModel
@@ -201,8 +202,6 @@ def check_credentials(
     missing SDK (``installed(module)`` tells), without importing anything or resolving."""
     text = spec.strip()
     if text == AUTO:
-        from obsmem.models.environment import resolve_auto
-
         text = resolve_auto(None, env).model
     parts = split_spec(DEFAULT_MODEL if text == "default" else text)
     if parts is None or text == "test":
@@ -228,6 +227,29 @@ def check_credentials(
             )
         raise ModelError(f"the model {spec!r} needs the {info.module} package")
     _api_key(spec, info, env)
+
+
+def credentials_problem(spec: ModelSpec, environ: Mapping[str, str] | None = None) -> str | None:
+    """What stops ``spec`` from being called, found without a network call: a missing API key
+    (naming the variable), an unknown provider, or a provider SDK that is not installed (naming
+    the extra). None when nothing is known to be missing (model instances are not checked)."""
+    if not isinstance(spec, str):
+        return None
+    env = os.environ if environ is None else environ
+    if split_spec(spec.strip()) is None and spec.strip() not in ("test", "default"):
+        return f"model {spec!r} is not understood; give it as 'provider/model'"
+    try:
+        check_credentials(spec, env, installed=_installed)
+    except (ModelError, MissingExtraError) as exc:
+        return str(exc)
+    return None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _openai_base_url() -> str | None:
