@@ -61,10 +61,13 @@ A Memory used from sync code (``invoke``, ``stream``) does its work on its own l
 Every call takes its step through :class:`~obsmem.integrations.door.Door`. The package's parts:
 :mod:`.memory` (:class:`LangGraphMemory`), :mod:`.model_input` (what a model call is sent, the
 graph state read), :mod:`.call_context` (the conversation from the config and runtime context,
-the custom stream, the sync bridge), :mod:`.hooks` (``create_react_agent``'s hooks, waiting
-calls, ``recall``), :mod:`.compacting` (``create_react_agent``'s model, wrapped) and
-:mod:`.models` (the actor's model and its cache breakpoint). The message
-conversion is :mod:`obsmem.convert.langchain`.
+the custom stream, the sync bridge), :mod:`.runnables` (the hooks, the hold of waiting calls
+and the ``recall`` tool a :class:`LangGraphMemory` hands out), :mod:`.hooks` (the same as
+functions of a ``Memory``), :mod:`.node` (a whole model node), :mod:`.compacting`
+(``create_react_agent``'s model, wrapped) and :mod:`.models` (the actor's model and its cache
+breakpoint). Imports run one way: ``hooks`` -> ``memory`` -> ``runnables``, ``node``,
+``compacting`` -> ``model_input``, ``call_context``, ``models``. The message conversion is
+:mod:`obsmem.convert.langchain`.
 """
 
 from __future__ import annotations

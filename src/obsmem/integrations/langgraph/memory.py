@@ -19,7 +19,7 @@ from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
 
-from . import hooks
+from . import runnables
 from .call_context import (
     BoundCall,
     IdFrom,
@@ -107,10 +107,10 @@ class LangGraphMemory:
         """Per thread, what :meth:`prepare` made last (kept only for :meth:`compacting`)."""
         self._keep_inputs = False
         self._lock = threading.Lock()
-        self.pre_model_hook = hooks.pre_hook(self)
+        self.pre_model_hook = runnables.pre_hook(self)
         """``create_react_agent(pre_model_hook=...)``: stores what is new and returns
         ``{"llm_input_messages": [...]}`` (plus the removals, with ``trim_checkpoint``)."""
-        self.post_model_hook = hooks.post_hook(self)
+        self.post_model_hook = runnables.post_hook(self)
         """``create_react_agent(post_model_hook=...)``: stores the model's answer at once."""
 
     def __repr__(self) -> str:
@@ -342,7 +342,7 @@ class LangGraphMemory:
         results come, even if the thread goes on elsewhere meanwhile (memory never observes
         them as interrupted). Not needed for a plain pause and resume: the waiting calls are
         the latest step, which memory keeps waiting anyway. Returns the held call ids."""
-        return await hooks.hold(self, state, config)
+        return await runnables.hold(self, state, config)
 
     def hold(self, state: Any, config: RunnableConfig) -> list[str]:
         """:meth:`ahold` for sync code."""
@@ -357,4 +357,4 @@ class LangGraphMemory:
         saying what to send. Needs retrieval on."""
         self.memory.require_retrieval()
         self.recall = True
-        return hooks.recall_tool_of(self)
+        return runnables.recall_tool_of(self)
