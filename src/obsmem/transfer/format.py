@@ -64,6 +64,19 @@ def _without_failure(metadata: dict[str, Any]) -> dict[str, Any]:
 class _Row(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
+    @classmethod
+    def _copied(cls, source: object, **changed: Any) -> Any:
+        """The row of ``source``: each field read from its attribute of the same name, except
+        those ``changed`` gives."""
+        names = [n for n in cls.model_fields if n != "type" and n not in changed]
+        return cls(**{n: getattr(source, n) for n in names}, **changed)
+
+    def _fields(self, *, without: tuple[str, ...] = (), **changed: Any) -> dict[str, Any]:
+        """The row's fields by name (``type`` and ``without`` left out), ``changed`` applied:
+        the keyword arguments of the stored record it becomes."""
+        left = {"type", *without, *changed}
+        return {n: getattr(self, n) for n in type(self).model_fields if n not in left} | changed
+
 
 class Header(_Row):
     """The first line: what the file is and what it holds."""
@@ -105,27 +118,11 @@ class ThreadRow(_Row):
 
     @classmethod
     def of(cls, t: Thread) -> ThreadRow:
-        return cls(
-            id=t.id,
-            resource_id=t.resource_id,
-            title=t.title,
-            metadata=_without_failure(dict(t.metadata)),
-            message_count=t.message_count,
-            created_at=t.created_at,
-            updated_at=t.updated_at,
-        )
+        return cls._copied(t, metadata=_without_failure(dict(t.metadata)))
 
     def domain(self) -> Thread:
-        return Thread(
-            id=self.id,
-            resource_id=self.resource_id,
-            title=self.title,
-            metadata=self.metadata,
-            message_count=self.message_count,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
-            incarnation=uuid.uuid4().hex,  # created again here (see Thread.incarnation)
-        )
+        # created again here (see Thread.incarnation)
+        return Thread(**self._fields(incarnation=uuid.uuid4().hex))
 
 
 class MessageRow(_Row):
@@ -174,25 +171,14 @@ class LogRow(_Row):
 
     @classmethod
     def of(cls, r: OMRecord) -> LogRow:
-        return cls(
-            id=r.id,
-            key=r.key,
-            scope=r.scope,
-            thread_id=r.thread_id,
-            resource_id=r.resource_id,
-            generation=r.generation,
+        return cls._copied(
+            r,
             head=r.is_head,
-            origin=r.origin,
-            version=r.version,
-            observations=r.observations,
             observation_tokens=int(r.observation_tokens),
             cursor=dict(r.cursor),
             chunks=[chunk_to_dict(c) for c in r.chunks],
             buffered_reflection=loads(reflection_to_json(r.buffered_reflection)),
             total_tokens_observed=int(r.total_tokens_observed),
-            superseded_by=r.superseded_by,
-            created_at=r.created_at,
-            updated_at=r.updated_at,
         )
 
     def domain(self) -> OMRecord:
@@ -200,25 +186,13 @@ class LogRow(_Row):
             raise ValueError("head must be true exactly when superseded_by is null")
         reflection = self.buffered_reflection
         return OMRecord(
-            id=self.id,
-            key=self.key,
-            scope=self.scope,
-            thread_id=self.thread_id,
-            resource_id=self.resource_id,
-            generation=self.generation,
-            origin=self.origin,
-            version=self.version,
-            observations=self.observations,
-            observation_tokens=self.observation_tokens,
-            cursor=self.cursor,
-            chunks=tuple(chunk_from_dict(c) for c in self.chunks),
-            buffered_reflection=reflection_from_json(
-                None if reflection is None else dumps(reflection)
-            ),
-            total_tokens_observed=self.total_tokens_observed,
-            superseded_by=self.superseded_by,
-            created_at=self.created_at,
-            updated_at=self.updated_at,
+            **self._fields(
+                without=("head",),
+                chunks=tuple(chunk_from_dict(c) for c in self.chunks),
+                buffered_reflection=reflection_from_json(
+                    None if reflection is None else dumps(reflection)
+                ),
+            )
         )
 
 
@@ -240,34 +214,12 @@ class GroupRow(_Row):
 
     @classmethod
     def of(cls, g: ObservationGroup) -> GroupRow:
-        return cls(
-            id=g.id,
-            key=g.key,
-            resource_id=g.resource_id,
-            thread_id=g.thread_id,
-            cycle_id=g.cycle_id,
-            start_id=g.start_id,
-            end_id=g.end_id,
-            observations=g.observations,
-            ranges=[(t, a, b) for t, a, b in ranges_to_json(g.ranges)],
-            created_at=g.created_at,
-            metadata=dict(g.metadata),
-        )
+        ranges = [(t, a, b) for t, a, b in ranges_to_json(g.ranges)]
+        return cls._copied(g, ranges=ranges, metadata=dict(g.metadata))
 
     def domain(self) -> ObservationGroup:
-        return ObservationGroup(
-            id=self.id,
-            key=self.key,
-            resource_id=self.resource_id,
-            thread_id=self.thread_id,
-            cycle_id=self.cycle_id,
-            start_id=self.start_id,
-            end_id=self.end_id,
-            observations=self.observations,
-            ranges=group_ranges_from_json([list(r) for r in self.ranges]),
-            created_at=self.created_at,
-            metadata=self.metadata,
-        )
+        ranges = group_ranges_from_json([list(r) for r in self.ranges])
+        return ObservationGroup(**self._fields(ranges=ranges))
 
 
 class EmbeddingRow(_Row):
@@ -284,26 +236,10 @@ class EmbeddingRow(_Row):
 
     @classmethod
     def of(cls, e: GroupEmbedding) -> EmbeddingRow:
-        return cls(
-            group_id=e.group_id,
-            key=e.key,
-            resource_id=e.resource_id,
-            thread_id=e.thread_id,
-            observed_at=e.observed_at,
-            model=e.model,
-            vector=list(e.vector),
-        )
+        return cls._copied(e, vector=list(e.vector))
 
     def domain(self) -> GroupEmbedding:
-        return GroupEmbedding(
-            group_id=self.group_id,
-            key=self.key,
-            resource_id=self.resource_id,
-            thread_id=self.thread_id,
-            observed_at=self.observed_at,
-            model=self.model,
-            vector=tuple(self.vector),
-        )
+        return GroupEmbedding(**self._fields(vector=tuple(self.vector)))
 
 
 class ResourceRow(_Row):
