@@ -81,7 +81,7 @@ def base_url_of(model: Model) -> str:
 
 ROUTES = [
     # spec, model class, system, model name, base URL fragment
-    ("default", "GoogleModel", "google", "gemini-2.5-flash", "generativelanguage.googleapis.com"),
+    ("default", "GoogleModel", "google", "gemini-3.5-flash-lite", "generativelanguage.googleapis"),
     ("google/gemini-2.5-flash", "GoogleModel", "google", "gemini-2.5-flash", "googleapis.com"),
     ("openai/gpt-5-mini", "OpenAIResponsesModel", "openai", "gpt-5-mini", "api.openai.com"),
     ("anthropic/claude-haiku-4-5", "AnthropicModel", "anthropic", "claude-haiku-4-5", "anthropic"),
@@ -123,7 +123,7 @@ def test_strings_resolve_to_the_right_model(
 
 
 def test_default_constant() -> None:
-    assert DEFAULT_MODEL == "google/gemini-2.5-flash"
+    assert DEFAULT_MODEL == "google/gemini-3.5-flash-lite"
 
 
 def test_model_instances_pass_through(no_keys: pytest.MonkeyPatch) -> None:
@@ -280,7 +280,7 @@ def test_missing_package_is_reported_before_missing_key(no_keys: pytest.MonkeyPa
         ("openai:gpt-5-mini", "openai", "gpt-5-mini"),
         ("openai-responses:gpt-5", "openai", "gpt-5"),
         ("google-gla:gemini-2.5-flash", "google", "gemini-2.5-flash"),
-        ("default", "google", "gemini-2.5-flash"),
+        ("default", "google", "gemini-3.5-flash-lite"),
         ("openrouter/anthropic/claude-3.5", "openrouter", "anthropic/claude-3.5"),
         ("gateway/openai:gpt-5", "openai", "gpt-5"),
         ("gpt-4o", None, "gpt-4o"),

@@ -691,7 +691,7 @@ def test_model_objects_are_accepted_as_given() -> None:
     [
         ("google/gemini-2.5-flash", None, 2),
         ("google:gemini-2.5-flash-lite", None, 2),
-        ("default", None, 2),
+        ("default", None, 1),
         ("openai/gpt-5-mini", None, 1),
         ("google/gemini-2.5-pro", None, 1),
         (TestModel(), None, 1),
@@ -714,7 +714,6 @@ def test_compression_start_level_reads_model_names() -> None:
         model_name = "gemini-2.5-flash-preview"
 
     assert compression_start_level(Named()) == 2
-    assert compression_start_level("google/gemini-2.5-flash") == 2  # what "auto" falls back to
 
 
 # --- smaller options -----------------------------------------------------------------------------

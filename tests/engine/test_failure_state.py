@@ -180,11 +180,11 @@ async def test_no_credentials_warns_within_the_first_turn(
     ref = {"resource": "u1", "thread": "t1"}
     await memory.context(ref, [Conversation().user(20)], actor_model="openai/gpt-5-mini")
     [warning] = [w for w in _warnings(caplog) if "cannot work" in w]
-    assert "GOOGLE_API_KEY" in warning  # "auto" fell back to google/gemini-2.5-flash
+    assert "GOOGLE_API_KEY" in warning  # "auto" fell back to google/gemini-3.5-flash-lite
     assert "OBSMEM_MODEL" in warning
     status = await memory.status(ref)
     assert status.state == "failing"
-    assert status.observer_model == "google/gemini-2.5-flash"
+    assert status.observer_model == "google/gemini-3.5-flash-lite"
     assert status.model_choice is not None
     assert "default" in status.model_choice
     # Once the key is there, it heals without a restart.
@@ -225,7 +225,7 @@ async def test_no_credentials_with_raise_fails_the_turn_before_writing(
             "openai/qwen2.5-7b",
         ),
         ({"GEMINI_API_KEY": "k"}, "anthropic/claude-sonnet-4-5", "google/gemini-3.5-flash-lite"),
-        ({}, None, "google/gemini-2.5-flash"),
+        ({}, None, "google/gemini-3.5-flash-lite"),
     ],
 )
 async def test_auto_resolves_in_the_documented_order(

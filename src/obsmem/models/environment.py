@@ -7,7 +7,7 @@ line, without a network call:
 2. a fast model of the actor's own provider (``FAST_MODELS``), when that provider's key is set;
    with ``OPENAI_BASE_URL`` pointing at a local server, the actor's own model on that server;
 3. the fast model of the first provider whose key is set;
-4. ``google/gemini-2.5-flash``.
+4. ``google/gemini-3.5-flash-lite`` (Google's current fast model).
 """
 
 from __future__ import annotations

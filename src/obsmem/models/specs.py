@@ -26,7 +26,9 @@ __all__ = [
     "split_spec",
 ]
 
-DEFAULT_MODEL = "google/gemini-2.5-flash"
+DEFAULT_MODEL = "google/gemini-3.5-flash-lite"
+"""The last step of ``"auto"``: Google's current fast model (the seed's ``gemini-2.5-flash``
+was retired on 2026-12-01)."""
 AUTO = "auto"
 """The model ``model`` defaults to: picked from the actor and the environment
 (:func:`obsmem.models.environment.resolve_auto`)."""

@@ -7,7 +7,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
 from obsmem.errors import ConfigError
-from obsmem.models.specs import is_model
+from obsmem.models.specs import DEFAULT_MODEL, is_model
 from obsmem.options.checks import is_number
 
 if TYPE_CHECKING:
@@ -23,7 +23,6 @@ __all__ = [
     "resolve_model_spec",
 ]
 
-DEFAULT_MODEL = "google/gemini-2.5-flash"
 OBSERVER_MODEL_SETTINGS: Mapping[str, Any] = MappingProxyType({"temperature": 0.3})
 REFLECTOR_MODEL_SETTINGS: Mapping[str, Any] = MappingProxyType({"temperature": 0.0})
 
