@@ -73,110 +73,91 @@ class StatusEvent(_EventBase):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ObservationStartEvent(_EventBase):
-    type: ClassVar[str] = "data-om-observation-start"
+class _CycleEvent(_EventBase):
+    """What every event of a cycle says: which cycle, what it does, and whose log."""
+
     cycle_id: str
     operation_type: OperationType
-    started_at: datetime
-    tokens_to_observe: int
     record_id: str | None
     thread_id: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ThreadsEvent(_CycleEvent):
     thread_ids: tuple[str, ...] = ()
+    """Every thread whose messages (or log) the cycle worked on, as at its start."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StartEvent(_ThreadsEvent):
+    started_at: datetime
     config: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _EndEvent(_ThreadsEvent):
+    completed_at: datetime
+    duration_ms: float
+    observations: str | None = None
+    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    extraction_failures: tuple[Mapping[str, Any], ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _FailedEvent(_ThreadsEvent):
+    failed_at: datetime
+    duration_ms: float
+    tokens_attempted: int
+    error: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObservationStartEvent(_StartEvent):
+    type: ClassVar[str] = "data-om-observation-start"
+    tokens_to_observe: int
     trigger: Trigger | None = None
     """Why it runs now: ``turn-sync`` (past ``block_after``), ``manual``, ``catch-up``, or
     ``overflow`` (the actor's model refused a request as longer than its context)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ObservationEndEvent(_EventBase):
+class ObservationEndEvent(_EndEvent):
     type: ClassVar[str] = "data-om-observation-end"
-    cycle_id: str
-    operation_type: OperationType
-    completed_at: datetime
-    duration_ms: float
     tokens_observed: int
     observation_tokens: int
     """Tokens of this cycle's output."""
-    record_id: str | None
-    thread_id: str
-    thread_ids: tuple[str, ...] = ()
-    """Every thread whose messages (or log) the cycle worked on, as at its start."""
-    observations: str | None = None
     current_task: str | None = None
     suggested_response: str | None = None
-    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
-    extraction_failures: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ObservationFailedEvent(_EventBase):
+class ObservationFailedEvent(_FailedEvent):
     type: ClassVar[str] = "data-om-observation-failed"
-    cycle_id: str
-    operation_type: OperationType
-    failed_at: datetime
-    duration_ms: float
-    tokens_attempted: int
-    error: str
-    record_id: str | None
-    thread_id: str
-    thread_ids: tuple[str, ...] = ()
-    """Every thread whose messages (or log) the cycle worked on, as at its start."""
     retrying: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BufferingStartEvent(_EventBase):
+class BufferingStartEvent(_StartEvent):
     type: ClassVar[str] = "data-om-buffering-start"
-    cycle_id: str
-    operation_type: OperationType
-    started_at: datetime
     tokens_to_buffer: int
-    record_id: str | None
-    thread_id: str
-    thread_ids: tuple[str, ...] = ()
-    config: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BufferingEndEvent(_EventBase):
+class BufferingEndEvent(_EndEvent):
     type: ClassVar[str] = "data-om-buffering-end"
-    cycle_id: str
-    operation_type: OperationType
-    completed_at: datetime
-    duration_ms: float
     tokens_buffered: int
     buffered_tokens: int
     """Total observation tokens now waiting in buffered chunks (or the buffered reflection)."""
-    record_id: str | None
-    thread_id: str
-    thread_ids: tuple[str, ...] = ()
-    """Every thread whose messages (or log) the cycle worked on, as at its start."""
-    observations: str | None = None
-    extracted_values: Mapping[str, Any] = field(default_factory=dict[str, Any])
-    extraction_failures: tuple[Mapping[str, Any], ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class BufferingFailedEvent(_EventBase):
+class BufferingFailedEvent(_FailedEvent):
     type: ClassVar[str] = "data-om-buffering-failed"
-    cycle_id: str
-    operation_type: OperationType
-    failed_at: datetime
-    duration_ms: float
-    tokens_attempted: int
-    error: str
-    record_id: str | None
-    thread_id: str
-    thread_ids: tuple[str, ...] = ()
-    """Every thread whose messages (or log) the cycle worked on, as at its start."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ActivationEvent(_EventBase):
+class ActivationEvent(_CycleEvent):
     type: ClassVar[str] = "data-om-activation"
-    cycle_id: str
-    operation_type: OperationType
     activated_at: datetime
     chunks_activated: int
     tokens_activated: int
@@ -184,8 +165,6 @@ class ActivationEvent(_EventBase):
     observation_tokens: int
     """The log's size after activation."""
     messages_activated: int
-    record_id: str | None
-    thread_id: str
     generation: int
     triggered_by: Literal["threshold", "ttl", "provider_change"] | None = None
     observations: str | None = None
