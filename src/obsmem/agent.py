@@ -85,18 +85,26 @@ class TextDelta:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCall:
-    type: ClassVar[str] = "tool-call"
+class _ToolPart:
+    """Which tool call a stream part is about."""
+
     tool_call_id: str
     tool_name: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall(_ToolPart):
+    """The model asked for a tool call (``args`` as the model gave them)."""
+
+    type: ClassVar[str] = "tool-call"
     args: Any
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResult:
+class ToolResult(_ToolPart):
+    """A tool call's result, as the model will see it."""
+
     type: ClassVar[str] = "tool-result"
-    tool_call_id: str
-    tool_name: str
     content: Any
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from datetime import datetime
-from typing import Any, ClassVar, Literal, TypeAlias
+from typing import Any, ClassVar, Generic, Literal, TypeAlias, TypeVar
 
 from .messages import Message
 
@@ -25,6 +25,7 @@ __all__ = [
     "EventBus",
     "HookContext",
     "Hooks",
+    "Listeners",
     "ObservationEndEvent",
     "ObservationFailedEvent",
     "ObservationStartEvent",
@@ -198,24 +199,44 @@ Event: TypeAlias = (
 Listener: TypeAlias = Callable[[Event], object]
 
 
+_L = TypeVar("_L", bound=Callable[..., object])
+
+
+class Listeners(Generic[_L]):
+    """Callables to be told of something, in the order they were added."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self) -> None:
+        self._items: list[_L] = []
+
+    def add(self, listener: _L) -> Callable[[], None]:
+        """Add ``listener``; returns the function that removes it."""
+        self._items.append(listener)
+
+        def remove() -> None:
+            if listener in self._items:
+                self._items.remove(listener)
+
+        return remove
+
+    def __iter__(self) -> Iterator[_L]:
+        """The listeners as they are now (one told may remove itself, or add another)."""
+        return iter(tuple(self._items))
+
+
 class EventBus:
     """Delivers events to listeners, in order, synchronously. Listener errors are logged."""
 
     def __init__(self) -> None:
-        self._listeners: list[Listener] = []
+        self._listeners: Listeners[Listener] = Listeners()
 
     def subscribe(self, listener: Listener) -> Callable[[], None]:
         """Add a listener; returns a function that removes it."""
-        self._listeners.append(listener)
-
-        def unsubscribe() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return unsubscribe
+        return self._listeners.add(listener)
 
     def emit(self, event: Event) -> None:
-        for listener in list(self._listeners):
+        for listener in self._listeners:
             try:
                 listener(event)
             except Exception:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 from obsmem.errors import ModelError, ObsmemError
+from obsmem.events import Listeners
 from obsmem.messages import FilePart, ImagePart, display_text
 from obsmem.models.describe import provider_of
 from obsmem.models.environment import LOCAL_PLACEHOLDER, served_model_async
@@ -189,8 +190,8 @@ class ModelCaller:
 
     def __init__(self, *, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         self._sleep = sleep
-        self._listeners: list[CallListener] = []
-        self._activity: list[ActivityListener] = []
+        self._listeners: Listeners[CallListener] = Listeners()
+        self._activity: Listeners[ActivityListener] = Listeners()
         self._calls = 0
         """Calls started, numbering each call's activity (``CallActivity.call_id``)."""
         self._resolved: dict[str, Model] = {}
@@ -278,7 +279,7 @@ class ModelCaller:
             raise
         tell("end")
         result = _result_of(response, model, provider, cut_off, started=started, span=span)
-        for listener in list(self._listeners):
+        for listener in self._listeners:
             listener(request, result)
         return result
 
@@ -300,13 +301,7 @@ class ModelCaller:
     def add_listener(self, listener: CallListener) -> Callable[[], None]:
         """Be told about every successful call made through this caller (the CLI's reports use
         it); returns the function that removes the listener."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return remove
+        return self._listeners.add(listener)
 
     def add_activity_listener(self, listener: ActivityListener) -> Callable[[], None]:
         """Be told, as it happens, when each call made through this caller starts, when it
@@ -315,16 +310,10 @@ class ModelCaller:
 
         Listeners run on the caller's event loop and must not block; an exception one raises is
         logged and does not affect the call."""
-        self._activity.append(listener)
-
-        def remove() -> None:
-            if listener in self._activity:
-                self._activity.remove(listener)
-
-        return remove
+        return self._activity.add(listener)
 
     def _tell(self, activity: CallActivity) -> None:
-        for listener in list(self._activity):
+        for listener in self._activity:
             try:
                 listener(activity)
             except Exception:  # a display's bug must not fail memory's call
