@@ -20,7 +20,7 @@ from .extraction import ExtractionPlan, extract, observation_plan, value_patches
 from .lifecycle import Cycle, Failure, Outcome, run_cycle
 from .observer_run import ObserverRun, previous_for_observer, run_observer
 from .retrieval import group_for, index_groups, label, retrieval_on
-from .writes import Write, commit
+from .writes import Write, commit, commit_activation
 
 __all__ = ["Activation", "activate_chunks", "buffer_chunk"]
 
@@ -45,15 +45,6 @@ async def activate_chunks(
     """Activate the first ``count`` chunks (all when None) and return the snapshot after it;
     None when there was nothing left to activate."""
     activated: list[BufferedChunk] = []
-    cycle_id = new_cycle_id("activate")
-    deps.ledger.start(
-        cycle_id,
-        subject=snapshot.subject,
-        kind="activation",
-        operation="chunk-activation",
-        now=deps.now(),
-        thread_ids=[r.thread_id for c in snapshot.record.chunks for r in c.ranges],
-    )
 
     def decide(head: OMRecord) -> Write | None:
         n = len(head.chunks) if count is None else min(count, len(head.chunks))
@@ -71,12 +62,14 @@ async def activate_chunks(
             ranges=tuple(r for c in chunks for r in c.ranges),
         )
 
-    try:
-        result = await commit(
-            deps, snapshot.subject, snapshot.record, decide, seen=snapshot, cycle_id=cycle_id
-        )
-    finally:
-        deps.ledger.close(cycle_id)
+    result = await commit_activation(
+        deps,
+        snapshot,
+        decide,
+        id_prefix="activate",
+        operation="chunk-activation",
+        thread_ids=[r.thread_id for c in snapshot.record.chunks for r in c.ranges],
+    )
     if result is None or result.snapshot is None:
         return None
     _report(deps, result.record, activated, why, thread_id=snapshot.subject.thread_id)

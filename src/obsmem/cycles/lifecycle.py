@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,13 +30,14 @@ from ..events import (
     notify,
 )
 from ..extractors import ExtractionResult
-from ..records import MessageRange
+from ..records import MessageRange, ObservationGroup
 from ..snapshot import Snapshot, Subject
 from ..stores import CommitResult
-from .common import Deps, describe_error, ms_since
+from .common import Deps, describe_error, ms_since, report_titles
 from .ledger import model_name
+from .retrieval import index_groups
 
-__all__ = ["Cycle", "Failure", "Outcome", "run_cycle"]
+__all__ = ["Cycle", "Failure", "Outcome", "run_cycle", "synchronous_outcome"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +105,28 @@ class Failure:
     store: bool = False
     """The store failed (a :class:`~obsmem.errors.StoreError`: an outage, a vanished file),
     not the model: nothing for the role to back off from."""
+
+
+async def synchronous_outcome(
+    deps: Deps,
+    cycle: Cycle,
+    result: CommitResult | None,
+    groups: Sequence[ObservationGroup],
+    *,
+    observations: str,
+    extracted: ExtractionResult,
+) -> Outcome:
+    """What a synchronous cycle did, from its commit (None when its work was dropped). The log
+    changed now, so a commit's groups are indexed for search and its new titles reported."""
+    if result is not None:
+        await index_groups(deps, groups)
+        report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
+    return Outcome.after(
+        result,
+        observations=observations,
+        output_tokens=deps.estimator.count_text(observations),
+        extracted=extracted,
+    )
 
 
 async def run_cycle(

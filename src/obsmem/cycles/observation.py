@@ -28,11 +28,18 @@ from ..snapshot import Snapshot
 from ..stores import CommitObservation, ResourcePatch, ThreadPatch
 from ..window import windows_of
 from .buffering import Activation, activate_chunks
-from .common import Deps, join_log, new_cycle_id, report_titles, window_estimator
+from .common import Deps, join_log, new_cycle_id, window_estimator
 from .extraction import ExtractionPlan, extract, observation_plan, value_patches
-from .lifecycle import Cycle, Failure, Outcome, emit_thread_failure, run_cycle
+from .lifecycle import (
+    Cycle,
+    Failure,
+    Outcome,
+    emit_thread_failure,
+    run_cycle,
+    synchronous_outcome,
+)
 from .observer_run import ObserverRun, run_observer
-from .retrieval import group_for, index_groups, label, retrieval_on
+from .retrieval import group_for, label, retrieval_on
 from .writes import Write, commit, reload
 
 __all__ = ["SyncObservation", "catch_up", "observe_sync"]
@@ -251,14 +258,8 @@ async def _observe(
         cycle_id=cycle.cycle_id,
         ranges=tuple(_range_of(b) for b in found),
     )
-    if committed is not None:
-        await index_groups(deps, groups)
-        report_titles(deps, committed.threads, cycle_id=cycle.cycle_id)
-    return Outcome.after(
-        committed,
-        observations=text,
-        output_tokens=deps.estimator.count_text(text),
-        extracted=main,
+    return await synchronous_outcome(
+        deps, cycle, committed, groups, observations=text, extracted=main
     )
 
 

@@ -20,12 +20,12 @@ from ..records import BufferedReflection, ObservationGroup, OMRecord
 from ..reflector import ReflectorInput, reflect, reflector_user_message
 from ..snapshot import Snapshot
 from ..stores import ResourcePatch, SetBufferedReflection, StartGeneration, ThreadPatch
-from .common import Deps, new_cycle_id, report_titles
+from .common import Deps, new_cycle_id
 from .extraction import extract, reflection_plan, value_patches
-from .lifecycle import Cycle, Failure, Outcome, run_cycle
+from .lifecycle import Cycle, Failure, Outcome, run_cycle, synchronous_outcome
 from .observer_run import call_transform
 from .retrieval import index_groups, label, reflection_group, retrieval_on
-from .writes import Write, commit
+from .writes import Write, commit, commit_activation
 
 __all__ = ["activate_reflection", "buffer_reflection", "reflect_now"]
 
@@ -55,6 +55,21 @@ def _generation(
         )
 
     return decide
+
+
+def _reflection_cycle(deps: Deps, snapshot: Snapshot, source: str, *, trigger: Trigger) -> Cycle:
+    """The cycle reflecting ``source`` (the head's log, or its oldest part): in the background
+    (buffered) when the trigger is ``async-buffer``."""
+    background = trigger == "async-buffer"
+    return Cycle(
+        cycle_id=new_cycle_id("reflect-buf" if background else "reflect"),
+        background=background,
+        operation="reflection",
+        trigger=trigger,
+        subject=snapshot.subject,
+        record_id=snapshot.record.id,
+        tokens=deps.estimator.count_text(source),
+    )
 
 
 async def _reflection_groups(
@@ -94,17 +109,8 @@ async def reflect_now(
     source = head.observations
     if not source.strip():
         return None
-    level = compression_start_level(ref.model) if start_level is None else start_level
     budget = budget if budget is not None else deps.sync_timeout
-    cycle = Cycle(
-        cycle_id=new_cycle_id("reflect"),
-        background=False,
-        operation="reflection",
-        trigger=trigger,
-        subject=snapshot.subject,
-        record_id=head.id,
-        tokens=deps.estimator.count_text(source),
-    )
+    cycle = _reflection_cycle(deps, snapshot, source, trigger=trigger)
 
     async def work() -> Outcome:
         text, extracted, threads, resource = await _run_reflector(
@@ -113,24 +119,17 @@ async def reflect_now(
             cycle,
             source=source,
             target=ref.observation_tokens,
-            level=level,
-            guidance=guidance,
             budget=budget,
-            hints=True,
+            start_level=start_level,
+            guidance=guidance,
         )
         text, groups = await _reflection_groups(deps, snapshot, text)
         decide = _generation(deps, source, text, groups, threads=threads, resource=resource)
         result = await commit(
             deps, snapshot.subject, head, decide, seen=snapshot, cycle_id=cycle.cycle_id
         )
-        if result is not None:
-            await index_groups(deps, groups)
-            report_titles(deps, result.threads, cycle_id=cycle.cycle_id)
-        return Outcome.after(
-            result,
-            observations=text,
-            output_tokens=deps.estimator.count_text(text),
-            extracted=extracted,
+        return await synchronous_outcome(
+            deps, cycle, result, groups, observations=text, extracted=extracted
         )
 
     return await run_cycle(deps, cycle, work)
@@ -153,27 +152,11 @@ async def buffer_reflection(deps: Deps, snapshot: Snapshot) -> Outcome | Failure
     if count == 0:
         return None
     source = "\n".join(lines[:count])
-    cycle = Cycle(
-        cycle_id=new_cycle_id("reflect-buf"),
-        background=True,
-        operation="reflection",
-        trigger="async-buffer",
-        subject=snapshot.subject,
-        record_id=head.id,
-        tokens=deps.estimator.count_text(source),
-    )
+    cycle = _reflection_cycle(deps, snapshot, source, trigger="async-buffer")
 
     async def work() -> Outcome:
         text, extracted, threads, resource = await _run_reflector(
-            deps,
-            snapshot,
-            cycle,
-            source=source,
-            target=target,
-            level=compression_start_level(ref.model),
-            guidance=None,
-            budget=deps.background_timeout,
-            hints=False,
+            deps, snapshot, cycle, source=source, target=target, budget=deps.background_timeout
         )
         tokens = deps.estimator.count_text(text)
         buffered = BufferedReflection(
@@ -221,15 +204,6 @@ async def activate_reflection(
     if br is None:
         return None
     text, groups = await _reflection_groups(deps, snapshot, br.text)
-    cycle_id = new_cycle_id("activate-refl")
-    deps.ledger.start(
-        cycle_id,
-        subject=snapshot.subject,
-        kind="activation",
-        operation="reflection-activation",
-        now=deps.now(),
-        thread_ids=snapshot.subject.threads,
-    )
 
     def decide(current: OMRecord) -> Write | None:
         if current.buffered_reflection != br:
@@ -245,12 +219,14 @@ async def activate_reflection(
             groups=groups,
         )
 
-    try:
-        result = await commit(
-            deps, snapshot.subject, head, decide, seen=snapshot, cycle_id=cycle_id
-        )
-    finally:
-        deps.ledger.close(cycle_id)
+    result = await commit_activation(
+        deps,
+        snapshot,
+        decide,
+        id_prefix="activate-refl",
+        operation="reflection-activation",
+        thread_ids=snapshot.subject.threads,
+    )
     if result is None:
         return None
     await index_groups(deps, groups)
@@ -280,15 +256,16 @@ async def _run_reflector(
     *,
     source: str,
     target: int,
-    level: int,
-    guidance: str | None,
     budget: float,
-    hints: bool,
+    start_level: int | None = None,
+    guidance: str | None = None,
 ) -> tuple[str, ExtractionResult, list[ThreadPatch], ResourcePatch | None]:
     """The Reflector's text for ``source`` (after the transform hooks), its extracted values and
     the metadata they write. A synchronous reflection stores its hints now; a buffered one only
-    its extracted values (stored hints are never blanked either way)."""
+    its extracted values (stored hints are never blanked either way). ``start_level``: the
+    compression level to start from (None: the one for the Reflector's model)."""
     ref = deps.options.reflection
+    level = compression_start_level(ref.model) if start_level is None else start_level
     thread_id = snapshot.subject.thread_id
     deadline = time.monotonic() + budget
     plan = reflection_plan(deps, snapshot, thread_id)
@@ -332,6 +309,6 @@ async def _run_reflector(
         deadline=deadline,
     )
     thread_patch, resource_patch = value_patches(
-        deps, snapshot, thread_id, plan, extracted, hints=hints, title=False
+        deps, snapshot, thread_id, plan, extracted, hints=not cycle.background, title=False
     )
     return text, extracted, [thread_patch], resource_patch

@@ -19,7 +19,7 @@ from ..stores import (
     StartGeneration,
     ThreadPatch,
 )
-from .common import Deps
+from .common import Deps, new_cycle_id
 
 log = logging.getLogger("obsmem")
 
@@ -111,6 +111,34 @@ async def commit(
             deps.cached.remember(result.snapshot)
         return result
     raise StoreError(f"memory work on {subject.key} kept losing races; giving up for this step")
+
+
+async def commit_activation(
+    deps: Deps,
+    snapshot: Snapshot,
+    decide: Callable[[OMRecord], Write | None],
+    *,
+    id_prefix: str,
+    operation: str,
+    thread_ids: Sequence[str],
+) -> CommitResult | None:
+    """Commit an activation (buffered work swapped into the log) as a cycle of its own: its
+    ledger row, naming ``operation`` and the threads it touches, rides on the commit."""
+    cycle_id = new_cycle_id(id_prefix)
+    deps.ledger.start(
+        cycle_id,
+        subject=snapshot.subject,
+        kind="activation",
+        operation=operation,
+        now=deps.now(),
+        thread_ids=thread_ids,
+    )
+    try:
+        return await commit(
+            deps, snapshot.subject, snapshot.record, decide, seen=snapshot, cycle_id=cycle_id
+        )
+    finally:
+        deps.ledger.close(cycle_id)
 
 
 def _queue_again(deps: Deps, rows: Sequence[CycleRecord], own: CycleRecord | None) -> None:
