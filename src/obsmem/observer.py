@@ -14,7 +14,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta, tzinfo
-from typing import Any, cast
+from typing import Any, Required, TypedDict, Unpack, cast
 
 from obsmem.answers import ParsedOutput, parse_output
 from obsmem.errors import ObserverOutputError
@@ -375,34 +375,28 @@ class ObserverExchange:
         return "\n\n".join(item for item in self.request.user if isinstance(item, str))
 
 
+class _ExchangeOptions(TypedDict, total=False):
+    """How :func:`observe` calls the Observer: the keyword arguments of :func:`observe_exchange`."""
+
+    caller: Required[ModelCaller]
+    model: Required[ModelSpec]
+    model_settings: Mapping[str, Any] | None
+    estimator: Required[TokenEstimator]
+    timeout: float | None
+    attachment_filter: AttachmentFilter
+    cycle_id: str
+    operation: str
+
+
 async def observe(
-    inp: ObserverInput,
-    *,
-    caller: ModelCaller,
-    model: ModelSpec,
-    model_settings: Mapping[str, Any] | None = None,
-    estimator: TokenEstimator,
-    timeout: float | None = None,  # noqa: ASYNC109 (passed on to LLMRequest)
-    attachment_filter: AttachmentFilter = _allow_all,
-    cycle_id: str = "",
-    operation: str = "observation",
+    inp: ObserverInput, **options: Unpack[_ExchangeOptions]
 ) -> tuple[ParsedOutput, LLMResult]:
     """Run the Observer over ``inp`` through ``caller`` and parse its answer.
 
     Empty or degenerate output is retried once, then raises ``ObserverOutputError``. Errors of
     the model call itself (``ModelError``) propagate unchanged.
     """
-    exchange = await observe_exchange(
-        inp,
-        caller=caller,
-        model=model,
-        model_settings=model_settings,
-        estimator=estimator,
-        timeout=timeout,
-        attachment_filter=attachment_filter,
-        cycle_id=cycle_id,
-        operation=operation,
-    )
+    exchange = await observe_exchange(inp, **options)
     return exchange.parsed, exchange.result
 
 
