@@ -117,6 +117,15 @@ class MiniLMEmbedder:
             def proj(name: str, inp: Any, p: str = p) -> Any:
                 return inp @ w[p + name + ".weight"].T + w[p + name + ".bias"]
 
+            def add_and_norm(out: Any, residual: Any, name: str, p: str = p) -> Any:
+                """The block's output added to its input, then the LayerNorm named ``name``."""
+                return _layer_norm(
+                    out.reshape(b, t, hidden) + residual,
+                    w[p + name + ".LayerNorm.weight"],
+                    w[p + name + ".LayerNorm.bias"],
+                    self._w.eps,
+                )
+
             def split(a: Any) -> Any:
                 return a.reshape(b, t, heads, head_dim).transpose(0, 2, 1, 3)
 
@@ -129,21 +138,11 @@ class MiniLMEmbedder:
             probs /= probs.sum(axis=-1, keepdims=True)
             ctx = (probs @ v).transpose(0, 2, 1, 3).reshape(b * t, hidden)
             attn = proj("attention.output.dense", ctx)
-            x = _layer_norm(
-                attn.reshape(b, t, hidden) + x,
-                w[p + "attention.output.LayerNorm.weight"],
-                w[p + "attention.output.LayerNorm.bias"],
-                self._w.eps,
-            )
+            x = add_and_norm(attn, x, "attention.output")
             flat = x.reshape(b * t, hidden)
             inter = _gelu(proj("intermediate.dense", flat))
             ffn = proj("output.dense", inter)
-            x = _layer_norm(
-                ffn.reshape(b, t, hidden) + x,
-                w[p + "output.LayerNorm.weight"],
-                w[p + "output.LayerNorm.bias"],
-                self._w.eps,
-            )
+            x = add_and_norm(ffn, x, "output")
         pooled = (x * mask[:, :, None]).sum(axis=1) / np.maximum(
             mask.sum(axis=1, keepdims=True), 1e-9
         )

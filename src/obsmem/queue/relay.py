@@ -17,21 +17,9 @@ import logging
 import os
 from dataclasses import fields
 from datetime import datetime
-from typing import Any
+from typing import Any, get_args
 
-from ..events import (
-    ActivationEvent,
-    BufferingEndEvent,
-    BufferingFailedEvent,
-    BufferingStartEvent,
-    Event,
-    EventBus,
-    ObservationEndEvent,
-    ObservationFailedEvent,
-    ObservationStartEvent,
-    StatusEvent,
-    ThreadUpdateEvent,
-)
+from ..events import Event, EventBus
 
 __all__ = ["CHANNEL", "EventListener", "EventPublisher", "event_from_dict", "payload"]
 
@@ -41,20 +29,8 @@ CHANNEL = "obsmem_events"
 MAX_PAYLOAD = 7_900
 """Bytes of JSON a notification may carry (PostgreSQL refuses 8,000 and more)."""
 
-_TYPES: dict[str, type[Any]] = {
-    cls.type: cls
-    for cls in (
-        ActivationEvent,
-        BufferingEndEvent,
-        BufferingFailedEvent,
-        BufferingStartEvent,
-        ObservationEndEvent,
-        ObservationFailedEvent,
-        ObservationStartEvent,
-        StatusEvent,
-        ThreadUpdateEvent,
-    )
-}
+_TYPES: dict[str, type[Any]] = {cls.type: cls for cls in get_args(Event)}
+"""Each event class by its ``type`` (every member of the ``Event`` union)."""
 
 
 _LONG_FIELDS = ("observations", "extracted_values", "extraction_failures", "config")
