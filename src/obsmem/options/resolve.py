@@ -148,11 +148,8 @@ class _Resolver:
             temporal_markers=self.top.temporal_markers,
             retrieval=retrieval(self.top.retrieval),
             observation=ResolvedObservation(
-                model=observer_model,
+                **self._role("observation", self.obs, observer_model, OBSERVER_MODEL_SETTINGS),
                 message_tokens=message_tokens,
-                model_settings=resolve_model_settings(
-                    "observation.model_settings", OBSERVER_MODEL_SETTINGS, self.obs.model_settings
-                ),
                 buffer_tokens=buffer_tokens,
                 buffer_activation=activation,
                 buffer_activation_kind=kind,
@@ -170,16 +167,10 @@ class _Resolver:
                 max_part_tokens=positive_tokens(
                     "observation.max_part_tokens", self.obs.max_part_tokens
                 ),
-                instruction=self.obs.instruction,
-                continuation_hints=continuation_hints(self.obs.continuation_hints),
                 thread_title=self.obs.thread_title,
                 observe_attachments=attachment_filter(self.obs.observe_attachments),
-                extract=extractors("observation.extract", self.obs.extract),
                 manage_working_memory=self.obs.manage_working_memory,
                 activate_after_idle=self._observation_idle(),
-                activate_on_provider_change=self.top.activate_on_provider_change
-                if self.obs.activate_on_provider_change is None
-                else self.obs.activate_on_provider_change,
             ),
             reflection=self._reflection(reflector_model, observation_tokens, async_on),
             failure_policy=self.top.failure_policy,
@@ -188,6 +179,29 @@ class _Resolver:
             cycle_detail=cycle_detail(self.top.cycle_detail),
             auto_model=AUTO in (observer_model, reflector_model),
         )
+
+    def _role(
+        self,
+        role: Literal["observation", "reflection"],
+        options: ObservationOptions | ReflectionOptions,
+        model: ModelSpec,
+        default_settings: Mapping[str, Any],
+    ) -> dict[str, Any]:
+        """The settings the Observer and the Reflector resolve alike (``_ResolvedRole``'s)."""
+        on_provider_change = options.activate_on_provider_change
+        return {
+            "model": model,
+            "model_settings": resolve_model_settings(
+                f"{role}.model_settings", default_settings, options.model_settings
+            ),
+            "instruction": options.instruction,
+            "continuation_hints": continuation_hints(options.continuation_hints),
+            "extract": extractors(f"{role}.extract", options.extract),
+            # The Reflector's is its own; the Observer's inherits the top level's unless set.
+            "activate_on_provider_change": self.top.activate_on_provider_change
+            if on_provider_change is None
+            else on_provider_change,
+        }
 
     # -- models ------------------------------------------------------------------------------
 
@@ -356,23 +370,16 @@ class _Resolver:
                 )
             activation, start = value, round_half_up(observation_tokens * value)
         return ResolvedReflection(
-            model=model,
+            **self._role("reflection", self.ref, model, REFLECTOR_MODEL_SETTINGS),
             observation_tokens=observation_tokens,
-            model_settings=resolve_model_settings(
-                "reflection.model_settings", REFLECTOR_MODEL_SETTINGS, self.ref.model_settings
-            ),
             buffer_activation=activation,
             buffer_start_tokens=start,
             block_after=self._block_after(
                 "reflection", self.ref, observation_tokens, "observation_tokens", async_on
             ),
-            instruction=self.ref.instruction,
-            continuation_hints=continuation_hints(self.ref.continuation_hints),
-            extract=extractors("reflection.extract", self.ref.extract),
             activate_after_idle=parse_idle(
                 "reflection.activate_after_idle", self.ref.activate_after_idle
             ),
-            activate_on_provider_change=self.ref.activate_on_provider_change,
         )
 
     def _observation_idle(self) -> IdleSetting:

@@ -53,14 +53,24 @@ class ContinuationHints:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvedObservation:
-    """The Observer's settings, with absolute token numbers."""
+class _ResolvedRole:
+    """What the Observer's and the Reflector's settings have alike."""
 
     model: ModelSpec
-    message_tokens: int
-    """Unobserved-message tokens that make observation due (the threshold)."""
     model_settings: Mapping[str, Any]
     """pydantic-ai ``ModelSettings`` keys (read-only mapping)."""
+    instruction: str | None
+    continuation_hints: ContinuationHints
+    extract: tuple[Extractor, ...]
+    activate_on_provider_change: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ResolvedObservation(_ResolvedRole):
+    """The Observer's settings, with absolute token numbers."""
+
+    message_tokens: int
+    """Unobserved-message tokens that make observation due (the threshold)."""
     buffer_tokens: int | None
     """Background buffering interval in tokens; ``None`` when async buffering is off."""
     buffer_activation: float | None
@@ -78,15 +88,11 @@ class ResolvedObservation:
     max_part_tokens: int
     """The most tokens the Observer sees of any single part (text, tool arguments, tool result,
     reasoning): longer ones show their head and tail, and where recall finds the rest."""
-    instruction: str | None
-    continuation_hints: ContinuationHints
     thread_title: bool
     observe_attachments: AttachmentFilter
-    extract: tuple[Extractor, ...]
     manage_working_memory: bool
     activate_after_idle: IdleSetting
     """Milliseconds, ``"auto"`` or ``None`` (inherits the top-level value unless set here)."""
-    activate_on_provider_change: bool
 
     def retention_floor_for(self, message_tokens: int) -> int | None:
         """The retention floor for another threshold (a per-record override), same rules."""
@@ -98,25 +104,19 @@ class ResolvedObservation:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ResolvedReflection:
+class ResolvedReflection(_ResolvedRole):
     """The Reflector's settings, with absolute token numbers."""
 
-    model: ModelSpec
     observation_tokens: int
     """Observation-log tokens that make reflection due (the threshold)."""
-    model_settings: Mapping[str, Any]
     buffer_activation: float | None
     """Ratio of the threshold at which a background reflection starts; ``None`` when async off."""
     buffer_start_tokens: int | None
     """``observation_tokens * buffer_activation`` (20,000 at defaults); ``None`` when async off."""
     block_after: int | None
     """Past this many log tokens reflection runs synchronously (48,000 at defaults)."""
-    instruction: str | None
-    continuation_hints: ContinuationHints
-    extract: tuple[Extractor, ...]
     activate_after_idle: IdleSetting
     """Not inherited from the top level: only a value set under ``reflection`` counts."""
-    activate_on_provider_change: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
