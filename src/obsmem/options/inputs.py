@@ -89,48 +89,46 @@ class RetrievalOptions(_Options):
     """Embedding model for ``vector=True``, e.g. ``"openai/text-embedding-3-small"``."""
 
 
-class ObservationOptions(_Options):
+class _RoleOptions(_Options):
+    """What the Observer's and the Reflector's options have alike."""
+
+    model: ModelField = None
+    model_settings: dict[str, Any] | None = None
+    block_after: float | None = None
+    instruction: str | None = None
+    continuation_hints: bool | ContinuationHintsOptions = True
+    extract: Sequence[Any] = ()
+    activate_after_idle: Duration = None
+
+
+class ObservationOptions(_RoleOptions):
     """Options of the Observer (``observation=``). Unset values take the documented defaults."""
 
     _option_prefix: ClassVar[str] = "observation"
 
-    model: ModelField = None
     message_tokens: int | float = 30_000
-    model_settings: dict[str, Any] | None = None
     # left_to_right: try the number first, or ``Literal[False]`` would also take a 0.
     buffer_tokens: float | Literal[False] = Field(default=0.2, union_mode="left_to_right")
     buffer_activation: float = 0.8
-    block_after: float | None = None
     buffer_on_idle: bool = False
     previous_observer_tokens: float | Literal[False] = Field(
         default=2_000, union_mode="left_to_right"
     )
     max_tokens_per_batch: int | float = 10_000
     max_part_tokens: int | float = 5_000
-    instruction: str | None = None
-    continuation_hints: bool | ContinuationHintsOptions = True
     thread_title: bool = False
     observe_attachments: bool | Literal["auto"] | Sequence[str] = ("image/*", "application/pdf")
-    extract: Sequence[Any] = ()
     manage_working_memory: bool = False
-    activate_after_idle: Duration = None
     activate_on_provider_change: bool | None = None
 
 
-class ReflectionOptions(_Options):
+class ReflectionOptions(_RoleOptions):
     """Options of the Reflector (``reflection=``). Unset values take the documented defaults."""
 
     _option_prefix: ClassVar[str] = "reflection"
 
-    model: ModelField = None
     observation_tokens: int | float = 40_000
-    model_settings: dict[str, Any] | None = None
     buffer_activation: float = 0.5
-    block_after: float | None = None
-    instruction: str | None = None
-    continuation_hints: bool | ContinuationHintsOptions = True
-    extract: Sequence[Any] = ()
-    activate_after_idle: Duration = None
     activate_on_provider_change: bool = False
 
 
