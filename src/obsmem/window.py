@@ -8,7 +8,7 @@ covered by buffered chunks and the unbuffered rest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -346,17 +346,24 @@ def safe_prefix(messages: Sequence[Message], binding: frozenset[str] | None = No
     ``messages[:n]``. A pending call ends the safe prefix before it; an interrupted one does not.
     """
     binding = binding_calls(messages) if binding is None else binding
-    open_calls: set[str] = set()
     safe = 0
-    for i, message in enumerate(messages, start=1):
+    for i, still_open in enumerate(_open_after(messages, binding), start=1):
+        if not still_open:
+            safe = i
+    return safe
+
+
+def _open_after(messages: Sequence[Message], binding: frozenset[str]) -> Iterator[bool]:
+    """Per message: whether a binding call is still waiting for its result after it (a cut
+    there would split them)."""
+    open_calls: set[str] = set()
+    for message in messages:
         for part in message.parts:
             if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
                 open_calls.add(part.tool_call_id)
             elif isinstance(part, ToolResultPart):
                 open_calls.discard(part.tool_call_id)
-        if not open_calls:
-            safe = i
-    return safe
+        yield bool(open_calls)
 
 
 def take_prefix(
@@ -375,17 +382,12 @@ def take_prefix(
     best = 0
     total = 0
     limit = safe_prefix(messages, binding)
-    open_calls: set[str] = set()
-    for i, (message, count) in enumerate(zip(messages[:limit], tokens[:limit], strict=True), 1):
+    open_after = _open_after(messages[:limit], binding)
+    for i, (count, still_open) in enumerate(zip(tokens[:limit], open_after, strict=True), 1):
         if at_most is not None and best and total + count > at_most:
             break
         total += count
-        for part in message.parts:
-            if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
-                open_calls.add(part.tool_call_id)
-            elif isinstance(part, ToolResultPart):
-                open_calls.discard(part.tool_call_id)
-        if not open_calls:
+        if not still_open:
             best = i
             if total >= at_least:
                 break
