@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypedDict, Unpack, cast
 
 from pydantic import ValidationError
 
@@ -175,34 +175,30 @@ def reflection_plan(deps: Deps, snapshot: Snapshot, thread_id: str) -> Extractio
     return ExtractionPlan(slots=tuple(slots), previous=_stored(deps, snapshot, thread_id, slots))
 
 
+class AnswerSeen(TypedDict):
+    """The answer a cycle extracts from and whose it is: :func:`run_extractors`'s arguments
+    that :func:`extract` passes on as they are."""
+
+    parsed: ParsedOutput
+    exchange: Exchange | None
+    thread_id: str
+    resource_id: str | None
+    operation_type: OperationType
+    cycle_id: str
+
+
 async def extract(
-    deps: Deps,
-    plan: ExtractionPlan,
-    *,
-    parsed: ParsedOutput,
-    exchange: Exchange | None,
-    thread_id: str,
-    resource_id: str | None,
-    operation_type: OperationType,
-    cycle_id: str,
-    deadline: float | None = None,
+    deps: Deps, plan: ExtractionPlan, *, deadline: float | None = None, **answer: Unpack[AnswerSeen]
 ) -> ExtractionResult:
-    """Run the plan's slots on one answer; follow-up requests end by ``deadline`` (monotonic)."""
-    slots = plan.slots if exchange is not None else tuple(s for s in plan.slots if s.inline)
+    """Run the plan's slots on one answer; follow-up requests end by ``deadline`` (monotonic).
+    Without the exchange that produced the answer only the inline slots can run."""
+    inline_only = answer["exchange"] is None
+    slots = tuple(s for s in plan.slots if s.inline) if inline_only else plan.slots
     if not slots:
         return ExtractionResult()
     timeout = None if deadline is None else max(0.0, deadline - time.monotonic())
     return await run_extractors(
-        slots,
-        caller=deps.caller,
-        parsed=parsed,
-        previous=plan.previous,
-        exchange=exchange,
-        thread_id=thread_id,
-        resource_id=resource_id,
-        operation_type=operation_type,
-        cycle_id=cycle_id,
-        timeout=timeout,
+        slots, caller=deps.caller, previous=plan.previous, timeout=timeout, **answer
     )
 
 
