@@ -61,67 +61,68 @@ class TextPart:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ImagePart:
+class _Attachment:
+    """What images and files have alike: the bytes inline (``data``) or a ``url``."""
+
+    data: bytes | None = None
+    url: str | None = None
+    filename: str | None = None
+    token_estimate: int | None = None
+    """Set by the caller, it wins over every estimate obsmem would make."""
+    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
+
+    def __post_init__(self) -> None:
+        if self.data is None and self.url is None:
+            raise ValueError(f"{type(self).__name__} needs data= (bytes) or url=")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ImagePart(_Attachment):
     """An image, inline (``data``) or by ``url``.
 
     ``token_estimate`` set by the caller wins over every estimate obsmem would make.
     """
 
     media_type: str = "image/png"
-    data: bytes | None = None
-    url: str | None = None
-    filename: str | None = None
     width: int | None = None
     height: int | None = None
     detail: ImageDetail | None = None
-    token_estimate: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     kind: Literal["image"] = "image"
-
-    def __post_init__(self) -> None:
-        if self.data is None and self.url is None:
-            raise ValueError("ImagePart needs data= (bytes) or url=")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FilePart:
+class FilePart(_Attachment):
     """A non-image attachment (PDF, text, audio, ...), inline (``data``) or by ``url``."""
 
     media_type: str
-    data: bytes | None = None
-    url: str | None = None
-    filename: str | None = None
-    token_estimate: int | None = None
-    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     kind: Literal["file"] = "file"
-
-    def __post_init__(self) -> None:
-        if self.data is None and self.url is None:
-            raise ValueError("FilePart needs data= (bytes) or url=")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolCallPart:
-    """The model asked for a tool. ``args`` is a JSON object, or the raw JSON string as sent."""
+class _ToolPart:
+    """Which tool call a part belongs to."""
 
     tool_call_id: str
     tool_name: str
-    args: dict[str, Any] | str = field(default_factory=dict[str, Any])
     metadata: dict[str, Any] = field(default_factory=dict[str, Any])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallPart(_ToolPart):
+    """The model asked for a tool. ``args`` is a JSON object, or the raw JSON string as sent."""
+
+    args: dict[str, Any] | str = field(default_factory=dict[str, Any])
     kind: Literal["tool-call"] = "tool-call"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ToolResultPart:
+class ToolResultPart(_ToolPart):
     """A tool's answer. ``content`` is any JSON value; ``attachments`` holds images or files the
     tool returned (a screenshot, a downloaded PDF). ``is_error`` marks a failed call."""
 
-    tool_call_id: str
-    tool_name: str
     content: Any = None
     is_error: bool = False
     attachments: tuple[ImagePart | FilePart, ...] = ()
-    metadata: dict[str, Any] = field(default_factory=dict[str, Any])
     kind: Literal["tool-result"] = "tool-result"
 
 
@@ -398,6 +399,16 @@ def part_to_dict(part: Part) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _attachment_from_dict(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields images and files have alike, from :func:`part_to_dict`'s form."""
+    return {
+        "data": _unb64(raw.get("data")),
+        "url": raw.get("url"),
+        "filename": raw.get("filename"),
+        "token_estimate": raw.get("token_estimate"),
+    }
+
+
 def part_from_dict(raw: Mapping[str, Any]) -> Part:
     """The inverse of :func:`part_to_dict`."""
     kind = raw.get("kind")
@@ -407,24 +418,16 @@ def part_from_dict(raw: Mapping[str, Any]) -> Part:
             return TextPart(text=raw["text"], metadata=meta)
         case "image":
             return ImagePart(
+                **_attachment_from_dict(raw),
                 media_type=raw.get("media_type", "image/png"),
-                data=_unb64(raw.get("data")),
-                url=raw.get("url"),
-                filename=raw.get("filename"),
                 width=raw.get("width"),
                 height=raw.get("height"),
                 detail=raw.get("detail"),
-                token_estimate=raw.get("token_estimate"),
                 metadata=meta,
             )
         case "file":
             return FilePart(
-                media_type=raw["media_type"],
-                data=_unb64(raw.get("data")),
-                url=raw.get("url"),
-                filename=raw.get("filename"),
-                token_estimate=raw.get("token_estimate"),
-                metadata=meta,
+                **_attachment_from_dict(raw), media_type=raw["media_type"], metadata=meta
             )
         case "tool-call":
             return ToolCallPart(
