@@ -24,6 +24,7 @@ from .events import BufferingEndEvent, Event, ObservationEndEvent
 from .llm import ActivityListener, LLMRequest, LLMResult
 from .messages import Message, TextPart, message_from_dict
 from .records import OMRecord
+from .textfiles import read_text
 from .tokens import HeuristicEstimator
 
 __all__ = ["ReplayError", "ReplayReport", "TurnPoint", "load_conversation", "replay", "turns_of"]
@@ -41,14 +42,7 @@ class ReplayError(ObsmemError):
 def load_conversation(path: str | Path, *, question: str | None = None) -> list[Message]:
     """The messages of a conversation file, in order, with timestamps."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ReplayError(f"cannot read {file}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise ReplayError(
-            f"{file} is not UTF-8 text (byte {exc.start}): give a JSONL or JSON conversation"
-        ) from exc
+    text = read_text(file, ReplayError, expected="give a JSONL or JSON conversation")
     stripped = text.lstrip()
     if not stripped:
         raise ReplayError(f"{file} is empty")

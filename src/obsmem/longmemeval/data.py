@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeAlias, cast, get_args
 
 from ..errors import ObsmemError
+from ..textfiles import read_text
 
 __all__ = [
     "ABSTENTION",
@@ -104,12 +105,7 @@ def parse_date(text: str) -> datetime:
 def load_questions(path: str | Path) -> list[Question]:
     """Every question of a LongMemEval data file, checked."""
     file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read {file}: {exc.strerror or exc}") from exc
-    except UnicodeDecodeError as exc:
-        raise DataError(f"{file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    text = read_text(file, DataError, expected="give a LongMemEval JSON file")
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
