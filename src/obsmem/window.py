@@ -8,7 +8,7 @@ covered by buffered chunks and the unbuffered rest.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Collection, Iterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -346,24 +346,24 @@ def safe_prefix(messages: Sequence[Message], binding: frozenset[str] | None = No
     ``messages[:n]``. A pending call ends the safe prefix before it; an interrupted one does not.
     """
     binding = binding_calls(messages) if binding is None else binding
-    safe = 0
-    for i, still_open in enumerate(_open_after(messages, binding), start=1):
-        if not still_open:
-            safe = i
-    return safe
+    cuts = _safe_cuts(messages, binding)
+    return cuts[-1] if cuts else 0
 
 
-def _open_after(messages: Sequence[Message], binding: frozenset[str]) -> Iterator[bool]:
-    """Per message: whether a binding call is still waiting for its result after it (a cut
-    there would split them)."""
+def _safe_cuts(messages: Sequence[Message], binding: frozenset[str]) -> list[int]:
+    """Every n (ascending) for which no binding call in ``messages[:n]`` waits for its result:
+    where a cut splits no call from its result."""
     open_calls: set[str] = set()
-    for message in messages:
+    cuts: list[int] = []
+    for i, message in enumerate(messages, start=1):
         for part in message.parts:
             if isinstance(part, ToolCallPart) and part.tool_call_id in binding:
                 open_calls.add(part.tool_call_id)
             elif isinstance(part, ToolResultPart):
                 open_calls.discard(part.tool_call_id)
-        yield bool(open_calls)
+        if not open_calls:
+            cuts.append(i)
+    return cuts
 
 
 def take_prefix(
@@ -381,14 +381,15 @@ def take_prefix(
     binding = binding_calls(messages) if binding is None else binding
     best = 0
     total = 0
-    limit = safe_prefix(messages, binding)
-    open_after = _open_after(messages[:limit], binding)
-    for i, (count, still_open) in enumerate(zip(tokens[:limit], open_after, strict=True), 1):
-        if at_most is not None and best and total + count > at_most:
+    cuts = _safe_cuts(messages, binding)
+    if cuts and len(tokens) < cuts[-1]:
+        raise ValueError("take_prefix needs a token count for every message")
+    for cut in cuts:
+        taken = sum(tokens[best:cut])  # the messages from the last cut taken to this one
+        if at_most is not None and best and total + taken > at_most:
             break
-        total += count
-        if not still_open:
-            best = i
-            if total >= at_least:
-                break
+        total += taken
+        best = cut
+        if total >= at_least:
+            break
     return best
