@@ -1,9 +1,10 @@
 """The ``obsmem`` command line: the subcommands of :data:`COMMANDS`.
 
 A command's module is imported only when that command runs: ``obsmem --help`` lists every
-command from the table alone, and ``obsmem CMD ...`` builds the full parser of CMD only (its
-module's ``add(sub)``), so starting one command never loads the stores, servers and model
-libraries of the others.
+command from the table alone, and ``obsmem CMD ...`` builds the full parser of CMD only, so
+starting one command never loads the stores, servers and model libraries of the others. The
+module's ``add(parser)`` (in the table) gives the parser its arguments and returns the function
+that runs the command; its docstring is the command's description in ``obsmem CMD --help``.
 
 Exit codes: 0 done; 1 the work failed (a model, server or storage error, reported); 2 the
 command could not start (bad arguments, a missing file, thread, model or optional dependency, a
@@ -25,8 +26,8 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMANDS", "main"]
 
-# name -> ("module:function" that registers the command's full parser on the subparsers
-# object, the line ``obsmem --help`` shows). Adding a command is one line here.
+# name -> ("module:function" that adds the command's arguments to its parser and returns its
+# run function, the line ``obsmem --help`` shows). Adding a command is one line here.
 COMMANDS: dict[str, tuple[str, str]] = {
     "demo": (
         "obsmem.cli.replaycmd:add_demo",
@@ -134,7 +135,9 @@ def _parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=line, add_help=False)  # a name in the list, never parsed
             continue
         module, _, function = target.partition(":")
-        getattr(importlib.import_module(module), function)(sub)
+        add = getattr(importlib.import_module(module), function)
+        command = sub.add_parser(name, help=line, description=add.__doc__)
+        command.set_defaults(run=add(command))
     return parser
 
 

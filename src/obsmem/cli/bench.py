@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..longmemeval.data import QUESTION_TYPES, DataError, Question, load_questions, select_questions
 from ..longmemeval.report import (
@@ -16,7 +16,7 @@ from ..longmemeval.report import (
     read_results,
     summarize,
 )
-from .arguments import at_least_one
+from .arguments import Run, add_model, add_thresholds, at_least_one
 from .common import Progress, check_model, pick_model
 
 if TYPE_CHECKING:
@@ -25,11 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["add"]
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "bench",
-        description="Benchmarks of observational memory.",
-    )
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Benchmarks of observational memory."""
     benches = parser.add_subparsers(dest="bench", required=True)
     lme = benches.add_parser(
         "longmemeval",
@@ -43,11 +40,7 @@ def add(sub: Any) -> None:
         "one JSON line per question; running again skips the questions already there.",
     )
     lme.add_argument("--data", required=True, help="LongMemEval JSON file")
-    lme.add_argument(
-        "--reader",
-        help="model that answers, e.g. openai/gpt-6.1-terra (default: from OBSMEM_MODEL or a "
-        "provider key in the environment)",
-    )
+    add_model(lme, "model that answers", flag="--reader")
     lme.add_argument("--judge", help="model that grades, e.g. openai/gpt-4o (default: as --reader)")
     lme.add_argument("--observer", help="Observer and Reflector model (default: the reader)")
     lme.add_argument(
@@ -61,19 +54,8 @@ def add(sub: Any) -> None:
     lme.add_argument(
         "--concurrency", type=at_least_one, default=1, help="questions at once (default 1)"
     )
-    lme.add_argument(
-        "--message-tokens",
-        type=at_least_one,
-        default=30_000,
-        help="observe when unobserved messages reach this (default 30,000)",
-    )
-    lme.add_argument(
-        "--observation-tokens",
-        type=at_least_one,
-        default=40_000,
-        help="reflect when the log reaches this (default 40,000)",
-    )
-    lme.set_defaults(run=_run_longmemeval)
+    add_thresholds(lme, 30_000, 40_000)
+    return _run_longmemeval  # the one bench there is (a second would set its own run)
 
 
 def _run_longmemeval(args: argparse.Namespace, out: TextIO) -> int:

@@ -33,15 +33,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+from .arguments import Run, add_memory_options, positive_tokens
 from .common import (
-    add_memory_options,
     check_model,
     db_label,
     describe_error,
     memory_options,
     open_store,
     pick_model,
-    positive_tokens,
 )
 from .stopping import Terminated, close_memory, end_by_signal, signals_reach_the_main_thread
 
@@ -71,14 +70,11 @@ MAX_REPLY_TOKENS = 4_096
 """``--max-tokens`` by default: a long answer fits; a model that rambles stops there."""
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "chat",
-        description="Chat with an agent whose memory lives in the store; a status line shows "
-        "the message and observation windows against their thresholds. A failed turn is "
-        "reported and the chat goes on; Ctrl-C cancels a reply, or leaves at the prompt.",
-    )
-    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Chat with an agent whose memory lives in the store; a status line shows the message and
+    observation windows against their thresholds. A failed turn is reported and the chat goes
+    on; Ctrl-C cancels a reply, or leaves at the prompt."""
+    add_memory_options(parser)
     parser.add_argument("--thread", default="chat", help="conversation id (default: chat)")
     parser.add_argument("--resource", default="me", help="user id (default: me)")
     parser.add_argument("--instructions", default="You are a helpful assistant.")
@@ -91,7 +87,7 @@ def add(sub: Any) -> None:
         "tokens) when the server goes on, which closes the request; a cut reply says so, and "
         "the thread keeps it as shown",
     )
-    parser.set_defaults(run=_run)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

@@ -28,11 +28,8 @@ from .errors import CannotStart, check_model, describe_error, describe_failure
 from .stores import db_label, is_postgres_dsn, open_store
 
 __all__ = [
-    "DB_HELP",
-    "DEFAULT_DB",
     "CannotStart",
     "Progress",
-    "add_memory_options",
     "check_model",
     "check_output_path",
     "db_label",
@@ -42,69 +39,7 @@ __all__ = [
     "memory_options",
     "open_store",
     "pick_model",
-    "positive_tokens",
 ]
-
-DEFAULT_DB = "obsmem.db"
-DB_HELP = (
-    f"SQLite file, or a PostgreSQL DSN (postgresql://user@host/db; needs obsmem[postgres]) "
-    f"(default: {DEFAULT_DB})"
-)
-
-
-def add_memory_options(
-    parser: argparse.ArgumentParser, *, message_tokens: int, observation_tokens: int
-) -> None:
-    parser.add_argument(
-        "--model",
-        help="Observer and Reflector model, e.g. openai/gpt-6.1-terra "
-        "(default: from OBSMEM_MODEL or a provider key in the environment)",
-    )
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
-    parser.add_argument(
-        "--message-tokens",
-        type=positive_tokens,
-        default=message_tokens,
-        help=f"observe when unobserved messages reach this (default {message_tokens:,})",
-    )
-    parser.add_argument(
-        "--observation-tokens",
-        type=positive_tokens,
-        default=observation_tokens,
-        help=f"reflect when the log reaches this (default {observation_tokens:,})",
-    )
-    parser.add_argument(
-        "--buffer-tokens",
-        type=_buffer_tokens,
-        default="0.2",
-        help="background buffering interval: a ratio, tokens, or 'off'",
-    )
-
-
-def positive_tokens(text: str) -> int:
-    """An option's number of tokens (``30000``, ``30,000``, ``30_000``), above 0."""
-    try:
-        value = int(text.replace(",", "").replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of tokens") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: give a number of tokens above 0")
-    return value
-
-
-def _buffer_tokens(text: str) -> str:
-    """A ratio of the threshold (0.2), a token count (6000) or 'off'."""
-    if text.lower() in ("off", "false", "0"):
-        return text
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: give a ratio of the threshold (0.2), a token count (6000) or 'off'"
-        ) from None
-    if not value > 0 or value != value or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r}: give a ratio or a token count above 0")
-    return text
 
 
 def check_output_path(path: str | None, what: str) -> str | None:
@@ -122,19 +57,18 @@ def check_output_path(path: str | None, what: str) -> str | None:
     return None
 
 
-def memory_options(args: argparse.Namespace, model: str) -> dict[str, Any]:
+def memory_options(args: argparse.Namespace, model: str | None) -> dict[str, Any]:
+    """The observational-memory options the flags of ``add_memory_options`` give; ``model``
+    observes and reflects (None: the caller chooses it later)."""
     buffer: float | bool = (
         False
         if str(args.buffer_tokens).lower() in ("off", "false", "0")
         else float(args.buffer_tokens)
     )
+    named = {"model": model} if model is not None else {}
     return {
-        "observation": {
-            "model": model,
-            "messageTokens": args.message_tokens,
-            "bufferTokens": buffer,
-        },
-        "reflection": {"model": model, "observationTokens": args.observation_tokens},
+        "observation": {**named, "messageTokens": args.message_tokens, "bufferTokens": buffer},
+        "reflection": {**named, "observationTokens": args.observation_tokens},
     }
 
 

@@ -5,31 +5,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..errors import StoreError
 from ..memory import Memory
 from ..stores.sqlstore import SQLStore
-from .common import DB_HELP, DEFAULT_DB, db_label, open_store
+from .arguments import Run, add_db, one_of
+from .common import db_label, open_store
 from .errors import CannotStart
 
 __all__ = ["add"]
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "delete",
-        description="Erase a thread, or a resource with all its threads, in one transaction: "
-        "messages, observation logs (every generation), buffered work, observation groups and "
-        "embeddings, extracted values, working memory, the cycle ledger and the failure state. "
-        "Asks first unless --yes. Backups and copies made elsewhere are not touched.",
-    )
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--thread", help="erase this thread")
-    target.add_argument("--resource", help="erase this resource and all its threads")
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Erase a thread, or a resource with all its threads, in one transaction: messages,
+    observation logs (every generation), buffered work, observation groups and embeddings,
+    extracted values, working memory, the cycle ledger and the failure state. Asks first unless
+    --yes. Backups and copies made elsewhere are not touched."""
+    one_of(parser, thread="erase this thread", resource="erase this resource and all its threads")
     parser.add_argument("--yes", action="store_true", help="erase without asking")
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
-    parser.set_defaults(run=_run)
+    add_db(parser)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

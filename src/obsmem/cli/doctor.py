@@ -16,6 +16,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TextIO
 
+from .arguments import Run, add_model
 from .common import check_model, describe_failure, pick_model
 
 if TYPE_CHECKING:
@@ -35,22 +36,14 @@ SAMPLE = [
 """A small conversation with facts to keep, a change of plan, and the assistant's own advice."""
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "doctor",
-        description="Calls the model three ways (a ping, the request shapes memory sends, and a "
-        "small built-in conversation to observe), reports latency and tokens, and says what to "
-        "change.",
-    )
-    parser.add_argument(
-        "--model",
-        help="the model to check, e.g. openai/gpt-6.1-terra (default: from OBSMEM_MODEL or a "
-        "provider key in the environment)",
-    )
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Calls the model three ways (a ping, the request shapes memory sends, and a small built-in
+    conversation to observe), reports latency and tokens, and says what to change."""
+    add_model(parser, "the model to check")
     parser.add_argument(
         "--timeout", type=float, default=120.0, help="seconds for the observation (default 120)"
     )
-    parser.set_defaults(run=_run)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

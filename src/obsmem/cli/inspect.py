@@ -16,7 +16,8 @@ from ..records import CYCLE_KINDS, CYCLE_OUTCOMES, CycleRecord, OMRecord, Thread
 from ..sent import TurnSent, sent_of
 from ..stores.reads import CycleQuery, thread_cycle, thread_cycles
 from ..ui.render import part_view
-from .common import DB_HELP, DEFAULT_DB, db_label, open_store
+from .arguments import Run, add_db
+from .common import db_label, open_store
 
 if TYPE_CHECKING:
     from ..stores.sqlstore import SQLStore
@@ -24,16 +25,12 @@ if TYPE_CHECKING:
 __all__ = ["add"]
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "inspect",
-        description="Without --thread: every resource and thread with its memory status. With "
-        "--thread: the observation log (as stored, or --as-actor as the agent sees it), its "
-        "generations, buffered chunks and messages. With --thread and --cycles: the thread's "
-        "memory cycles, newest first; with --cycle ID: what that cycle's model calls were shown "
-        "and answered.",
-    )
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Without --thread: every resource and thread with its memory status. With --thread: the
+    observation log (as stored, or --as-actor as the agent sees it), its generations, buffered
+    chunks and messages. With --thread and --cycles: the thread's memory cycles, newest first;
+    with --cycle ID: what that cycle's model calls were shown and answered."""
+    add_db(parser, read_only=True)
     parser.add_argument("--resource", help="only this resource")
     parser.add_argument("--thread", help="show this thread in detail")
     parser.add_argument("--messages", type=int, default=10, help="latest messages to show")
@@ -71,7 +68,7 @@ def add(sub: Any) -> None:
         "--limit", type=int, default=50, help="with --cycles: most cycles to show (default 50)"
     )
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.set_defaults(run=_run)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

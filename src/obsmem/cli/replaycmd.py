@@ -9,12 +9,12 @@ from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import MissingExtraError
+from .arguments import Run, add_memory_options
 from .common import (
     Progress,
-    add_memory_options,
     check_model,
     check_output_path,
     db_label,
@@ -31,34 +31,28 @@ if TYPE_CHECKING:
 __all__ = ["add_demo", "add_replay"]
 
 
-def add_demo(sub: Any) -> None:
-    parser = sub.add_parser(
-        "demo",
-        description="Replays a conversation that ships with obsmem (five sessions over two "
-        "weeks: a trip whose facts change, a tool-heavy debugging stretch, a shared image) "
-        "through observational memory on the embedded SQLite default, prints the observation "
-        "log and writes a PNG of the context size per turn.",
-    )
+def add_demo(parser: argparse.ArgumentParser) -> Run:
+    """Replays a conversation that ships with obsmem (five sessions over two weeks: a trip whose
+    facts change, a tool-heavy debugging stretch, a shared image) through observational memory
+    on the embedded SQLite default, prints the observation log and writes a PNG of the context
+    size per turn."""
     add_memory_options(parser, message_tokens=3_000, observation_tokens=2_000)
     parser.add_argument("--plot", default="obsmem-demo.png", help="PNG to write")
     parser.add_argument("--report", help="also write a JSON report here")
-    parser.set_defaults(run=_run_demo)
+    return _run_demo
 
 
-def add_replay(sub: Any) -> None:
-    parser = sub.add_parser(
-        "replay",
-        description="Feeds a conversation (obsmem JSONL, OpenAI chat messages as JSONL or a "
-        "JSON array, a LoCoMo conversation, or a LongMemEval file) through observational memory "
-        "turn by turn, with the recorded replies standing in for the agent.",
-    )
+def add_replay(parser: argparse.ArgumentParser) -> Run:
+    """Feeds a conversation (obsmem JSONL, OpenAI chat messages as JSONL or a JSON array, a
+    LoCoMo conversation, or a LongMemEval file) through observational memory turn by turn, with
+    the recorded replies standing in for the agent."""
     parser.add_argument("file", help="the conversation to replay")
-    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+    add_memory_options(parser)
     parser.add_argument("--question", help="LongMemEval: the question_id whose haystack to use")
     parser.add_argument("--plot", help="write the context-size PNG here")
     parser.add_argument("--report", help="write a JSON report here")
     parser.add_argument("--quiet", action="store_true", help="do not print the observation log")
-    parser.set_defaults(run=_run_replay)
+    return _run_replay
 
 
 def _run_demo(args: argparse.Namespace, out: TextIO) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import ConfigError
 from ..records import Scope, Thread, record_key
-from .common import DB_HELP, DEFAULT_DB, db_label
+from .arguments import Run, add_db
+from .common import db_label
 from .errors import CannotStart
 from .stores import open_store
 
@@ -23,15 +24,11 @@ if TYPE_CHECKING:
 __all__ = ["add"]
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "revise",
-        description="Write a new generation of the thread's observation log with lines "
-        "replaced or removed (each named by its whole text, as obsmem inspect shows it), or "
-        "the whole log from a file. The agent sees it from its next turn; the cycle ledger "
-        "records it as a revision, with --by.",
-    )
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Write a new generation of the thread's observation log with lines replaced or removed
+    (each named by its whole text, as obsmem inspect shows it), or the whole log from a file.
+    The agent sees it from its next turn; the cycle ledger records it as a revision, with --by."""
+    add_db(parser)
     parser.add_argument("--thread", required=True, help="the thread whose log to correct")
     how = parser.add_mutually_exclusive_group(required=True)
     how.add_argument(
@@ -51,7 +48,7 @@ def add(sub: Any) -> None:
         default="obsmem revise",
         help="who asks, for the cycle ledger (default: %(default)s)",
     )
-    parser.set_defaults(run=_run)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

@@ -16,6 +16,7 @@ from typing import Any
 
 import uvicorn
 
+from ..asgi import JSON, ASGIApp, HTTPMiddleware, Receive, Scope, Send, Sending, answer
 from .stopping import GRACE, start_deadline
 
 __all__ = ["BoundedServer"]
@@ -83,30 +84,20 @@ class _OwnWords(logging.Filter):
         return True
 
 
-class _CutOffWhenStopping:
+class _CutOffWhenStopping(HTTPMiddleware):
     """ASGI middleware: a request that uvicorn cancels when its graceful shutdown runs out (the
     only time it cancels one) ends with a 503 saying the server is stopping, or, when its
     response had started, with the connection closed (the client sees the stream cut short,
     not a whole answer); uvicorn would report the cancellation as an exception in the app,
     with its traceback."""
 
-    def __init__(self, app: Any, server: uvicorn.Server, command: str) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, server: uvicorn.Server, command: str) -> None:
+        super().__init__(app)
         self.server = server
         self.command = command
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Any) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sending = Sending(send)
         try:
             await self.app(scope, receive, sending)
         except asyncio.CancelledError:
@@ -114,22 +105,13 @@ class _CutOffWhenStopping:
             if not self.server.should_exit or task is None:
                 raise
             task.uncancel()
-            if not started:
-                for message in _stopping(self.command):
-                    await send(message)
+            if not sending.started:
+                await _stopping(send, self.command)
 
 
-def _stopping(command: str) -> tuple[dict[str, Any], dict[str, Any]]:
+async def _stopping(send: Send, command: str) -> None:
     """The 503 a request cut off by the stop gets (OpenAI's error shape)."""
     message = f"obsmem {command} is stopping: the request was cut off; send it again"
     body = json.dumps({"error": {"message": message, "type": "server_stopping", "code": 503}})
-    start = {
-        "type": "http.response.start",
-        "status": 503,
-        "headers": [
-            (b"content-type", b"application/json"),
-            (b"connection", b"close"),
-            (b"retry-after", b"5"),
-        ],
-    }
-    return start, {"type": "http.response.body", "body": body.encode()}
+    headers = (JSON, (b"connection", b"close"), (b"retry-after", b"5"))
+    await answer(send, 503, body.encode(), headers)

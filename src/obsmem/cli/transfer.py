@@ -12,40 +12,36 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..errors import StoreError
-from .common import DB_HELP, DEFAULT_DB, open_store
+from .arguments import Run, add_choice, add_db, one_of
+from .common import open_store
 from .errors import CannotStart
 
 __all__ = ["add_export", "add_import"]
 
 
-def add_export(sub: Any) -> None:
-    parser = sub.add_parser(
-        "export",
-        description="Export memory as obsmem-export JSON Lines (docs/export-format.md): "
-        "threads, messages, every generation of the log with its buffered work, observation "
-        "groups, embeddings and working memory; the failure state stays behind. The file is "
-        "created with mode 0600 (it is as sensitive as the database) and never overwritten.",
+def add_export(parser: argparse.ArgumentParser) -> Run:
+    """Export memory as obsmem-export JSON Lines (docs/export-format.md): threads, messages,
+    every generation of the log with its buffered work, observation groups, embeddings and
+    working memory; the failure state stays behind. The file is created with mode 0600 (it is as
+    sensitive as the database) and never overwritten."""
+    what = one_of(
+        parser,
+        thread="export this thread (with its thread-scope log)",
+        resource="export this resource and all its threads",
     )
-    target = parser.add_mutually_exclusive_group(required=True)
-    target.add_argument("--thread", help="export this thread (with its thread-scope log)")
-    target.add_argument("--resource", help="export this resource and all its threads")
-    target.add_argument("--all", action="store_true", help="export every resource")
+    what.add_argument("--all", action="store_true", help="export every resource")
     parser.add_argument("-o", "--output", help="the file to create (default: standard output)")
     parser.add_argument("--ledger", action="store_true", help="include the cycle ledger")
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
-    parser.set_defaults(run=_run_export)
+    add_db(parser)
+    return _run_export
 
 
-def add_import(sub: Any) -> None:
-    parser = sub.add_parser(
-        "import",
-        description="Import an obsmem-export file all or nothing: every line is checked before "
-        "the first write, and the whole file is written in one transaction. Ids the store "
-        "holds are refused unless --on-conflict says otherwise. An OpenAI chat transcript (a "
-        "JSON list of messages, or one a line) becomes a thread; its memory builds on its "
-        "first turn. A Mastra memory database (@mastra/libsql's SQLite file) brings its "
-        "threads, messages and observation log.",
-    )
+def add_import(parser: argparse.ArgumentParser) -> Run:
+    """Import an obsmem-export file all or nothing: every line is checked before the first
+    write, and the whole file is written in one transaction. Ids the store holds are refused
+    unless --on-conflict says otherwise. An OpenAI chat transcript (a JSON list of messages, or
+    one a line) becomes a thread; its memory builds on its first turn. A Mastra memory database
+    (@mastra/libsql's SQLite file) brings its threads, messages and observation log."""
     parser.add_argument("file", help="the file to import")
     parser.add_argument(
         "--from",
@@ -57,12 +53,12 @@ def add_import(sub: Any) -> None:
     parser.add_argument("--thread", help="the thread a transcript becomes (--from openai)")
     parser.add_argument("--resource", help="the resource that thread belongs to")
     parser.add_argument("--dry-run", action="store_true", help="check everything, write nothing")
-    parser.add_argument(
+    add_choice(
+        parser,
         "--on-conflict",
-        choices=("refuse", "skip", "replace"),
-        default="refuse",
-        help="ids the store holds already: refuse the import (default), skip them (keep what "
-        "is stored) or replace them (erase what is stored first)",
+        ("refuse", "skip", "replace"),
+        "ids the store holds already: refuse the import (default), skip them (keep what is "
+        "stored) or replace them (erase what is stored first)",
     )
     parser.add_argument(
         "--resource-map",
@@ -71,8 +67,8 @@ def add_import(sub: Any) -> None:
         metavar="OLD=NEW",
         help="move resource OLD's memory to resource NEW (repeatable)",
     )
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP)
-    parser.set_defaults(run=_run_import)
+    add_db(parser)
+    return _run_import
 
 
 def _stderr_progress(label: str) -> Any:

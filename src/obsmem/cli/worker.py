@@ -12,27 +12,23 @@ import argparse
 import asyncio
 import importlib
 import inspect
-from typing import Any, TextIO
+from typing import TextIO
 
 from ..memory import Memory
-from .arguments import at_least_one
-from .common import add_memory_options, memory_options, open_store, pick_model
+from .arguments import Run, add_memory_options, at_least_one
+from .common import memory_options, open_store, pick_model
 from .errors import CannotStart
 from .stores import db_label, is_postgres_dsn
 
 __all__ = ["add"]
 
 
-def add(sub: Any) -> None:
-    parser = sub.add_parser(
-        "worker",
-        help="run queued memory work (background='queue') from a PostgreSQL database",
-        description="Claim and run the memory jobs serving processes queued in a PostgreSQL "
-        "database (observational memory with background='queue'): buffering, background "
-        "reflection and catch-up. Run any number, on any machines; SIGTERM finishes or "
-        "requeues running jobs, then exits.",
-    )
-    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Claim and run the memory jobs serving processes queued in a PostgreSQL database
+    (observational memory with background='queue'): buffering, background reflection and
+    catch-up. Run any number, on any machines; SIGTERM finishes or requeues running jobs, then
+    exits."""
+    add_memory_options(parser)
     parser.add_argument(
         "--app",
         metavar="MODULE:FACTORY",
@@ -47,27 +43,27 @@ def add(sub: Any) -> None:
         help="the most calls to one memory model at once, across every worker",
     )
     parser.add_argument(
-        "--shutdown-timeout",
-        type=float,
-        default=30.0,
-        help="seconds running jobs get to finish after SIGTERM (then they are queued again)",
-    )
-    parser.add_argument(
-        "--heartbeat", type=float, default=10.0, help="seconds between heartbeats (default 10)"
-    )
-    parser.add_argument(
-        "--stalled-after",
-        type=float,
-        default=30.0,
-        help="seconds without a heartbeat after which a worker's jobs are queued again "
-        "(default 30)",
-    )
-    parser.add_argument(
         "--until-empty",
         action="store_true",
         help="exit once the queue is empty (to drain it after switching the queue off)",
     )
-    parser.set_defaults(run=_run)
+    for flag, seconds, what in (
+        (
+            "--shutdown-timeout",
+            30.0,
+            "running jobs get to finish after SIGTERM (then they are queued again)",
+        ),
+        ("--heartbeat", 10.0, "between heartbeats"),
+        (
+            "--stalled-after",
+            30.0,
+            "without a heartbeat after which a worker's jobs are queued again",
+        ),
+    ):
+        parser.add_argument(
+            flag, type=float, default=seconds, help=f"seconds {what} (default {seconds:g})"
+        )
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

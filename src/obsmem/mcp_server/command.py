@@ -11,6 +11,7 @@ import signal
 import sys
 from typing import TYPE_CHECKING, Any, TextIO
 
+from ..asgi import JSON, ASGIApp, HTTPMiddleware, Receive, Scope, Send, answer
 from ..cli.stopping import close_memory, end_by_signal, start_deadline
 from ..errors import ConfigError, check_id
 from .client_config import CLIENTS, print_config
@@ -20,6 +21,7 @@ from .tools import MemoryTools
 if TYPE_CHECKING:
     from mcp.server import MCPServer
 
+    from ..cli.arguments import Run
     from ..memory import Memory
 
 __all__ = ["add"]
@@ -29,45 +31,29 @@ logger = logging.getLogger("obsmem.mcp")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
-class BearerToken:
+class BearerToken(HTTPMiddleware):
     """An ASGI app in front of ``app`` that answers 401 to an HTTP request whose
     ``Authorization`` header is not ``Bearer <token>`` (compared in constant time)."""
 
-    def __init__(self, app: Any, token: str) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, token: str) -> None:
+        super().__init__(app)
         self._expected = f"Bearer {token}".encode()
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._expected):
-                body = b'{"error": "send the server\'s token: Authorization: Bearer TOKEN"}'
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"www-authenticate", b"Bearer"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+        if hmac.compare_digest(given, self._expected):
+            await self.app(scope, receive, send)
+            return
+        body = b'{"error": "send the server\'s token: Authorization: Bearer TOKEN"}'
+        await answer(send, 401, body, (JSON, (b"www-authenticate", b"Bearer")))
 
 
-def add(sub: Any) -> None:
-    """``obsmem mcp``'s arguments (registered by the command line)."""
-    from ..cli.common import add_memory_options
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Serves one resource's observational memory to MCP clients over stdio (the default: the
+    client starts the command) or streamable HTTP. The resource comes from --resource (or
+    OBSMEM_RESOURCE), never from the model."""
+    from ..cli.arguments import add_choice, add_listening, add_memory_options
 
-    parser = sub.add_parser(
-        "mcp",
-        description="Serves one resource's observational memory to MCP clients over stdio "
-        "(the default: the client starts the command) or streamable HTTP. The resource comes "
-        "from --resource (or OBSMEM_RESOURCE), never from the model.",
-    )
     parser.add_argument(
         "--resource",
         default=os.environ.get("OBSMEM_RESOURCE"),
@@ -80,19 +66,19 @@ def add(sub: Any) -> None:
         "it, calls may name any conversation of the resource, by default mcp:RESOURCE; the id "
         "ID a call names is stored as mcp:RESOURCE:ID, so no other resource can take it)",
     )
-    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
-    parser.add_argument(
+    add_memory_options(parser)
+    add_choice(
+        parser,
         "--scope",
-        choices=("thread", "resource"),
-        default="thread",
-        help="one log per conversation, or one across the resource's conversations",
+        ("thread", "resource"),
+        "one log per conversation, or one across the resource's conversations",
     )
-    parser.add_argument(
+    add_choice(
+        parser,
         "--working-memory",
-        choices=("off", "agent", "observer"),
-        default="off",
-        help="a document about the user shown by memory_context: kept by the client's model "
-        "(an update_working_memory tool) or by the Observer (default: off)",
+        ("off", "agent", "observer"),
+        "a document about the user shown by memory_context: kept by the client's model (an "
+        "update_working_memory tool) or by the Observer (default: off)",
     )
     parser.add_argument(
         "--search",
@@ -101,16 +87,19 @@ def add(sub: Any) -> None:
         help="offer recall's mode \"search\" (notes found by meaning): 'local' (the packaged "
         "MiniLM, extra 'vector') or an embedding model such as openai/text-embedding-3-small",
     )
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP: address to listen on")
-    parser.add_argument(
-        "--port", type=int, default=8767, help="HTTP: port (0 picks a free one; default 8767)"
+    add_choice(
+        parser,
+        "--transport",
+        ("stdio", "http"),
+        "stdio (the client starts the command; the default) or streamable HTTP at /mcp",
     )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("OBSMEM_MCP_TOKEN") or None,
-        help="HTTP: every request must send 'Authorization: Bearer TOKEN' (default: "
+    add_listening(
+        parser,
+        port=8767,
+        token="every request must send 'Authorization: Bearer TOKEN' (default: "
         "OBSMEM_MCP_TOKEN; required to listen anywhere but loopback)",
+        token_default=os.environ.get("OBSMEM_MCP_TOKEN") or None,
+        when="HTTP: ",
     )
     parser.add_argument(
         "--print-config",
@@ -119,7 +108,8 @@ def add(sub: Any) -> None:
         help="print the configuration that adds this server, with these options, to an MCP "
         f"client ({', '.join(CLIENTS)}), with absolute paths, and where it goes; serve nothing",
     )
-    parser.set_defaults(run=_run, default_of=parser.get_default)
+    parser.set_defaults(default_of=parser.get_default)
+    return _run
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:

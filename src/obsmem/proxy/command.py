@@ -5,49 +5,43 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..errors import require_modules
+
+if TYPE_CHECKING:
+    from ..cli.arguments import Run
 
 __all__ = ["DEFAULT_PORT", "add"]
 
 DEFAULT_PORT = 8766
 
 
-def add(sub: Any) -> None:
-    from ..cli.common import add_memory_options
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Serves /v1/chat/completions and /v1/responses (streaming or not) in front of any
+    OpenAI-compatible upstream. The application names the conversation: a request with a thread
+    id (the X-Obsmem-Thread header, or the request's metadata.thread) gets memory's context in
+    place of the client's history, and both sides of the conversation are stored; a request
+    without one passes through unchanged, and its X-Obsmem-Memory header says so. The user and
+    safety_identifier fields name the end user (each gets memory of their own), never a
+    conversation. Memory belongs to the client's API key (its own, or the resource --keys names
+    for it); a request without a key is refused (401) unless --resource names its owner. Memory
+    starts for a key once the upstream has answered it in this process (its first request passes
+    through unchanged). The client changes only its base URL. SIGTERM or Ctrl-C stops it within
+    about 10 s: requests in flight get 3 s, and background memory work still running is
+    abandoned (it resumes at the next start)."""
+    from ..cli.arguments import add_listening, add_memory_options
 
-    parser = sub.add_parser(
-        "proxy",
-        description="Serves /v1/chat/completions and /v1/responses (streaming or not) in "
-        "front of any OpenAI-compatible upstream. The application names the conversation: a "
-        "request with a thread id (the X-Obsmem-Thread header, or the request's metadata.thread) "
-        "gets memory's context in place of the client's history, and both sides of the "
-        "conversation are stored; a request without one passes through unchanged, and its "
-        "X-Obsmem-Memory header says so. The user and safety_identifier fields name the end "
-        "user (each gets memory of their own), never a conversation. Memory belongs to the "
-        "client's API key (its own, or the resource --keys names for it); a request without a "
-        "key is refused (401) unless --resource names its owner. Memory starts for a key once "
-        "the upstream has answered it in this process (its first request passes through "
-        "unchanged). The client changes only its base URL. SIGTERM or Ctrl-C stops it within "
-        "about 10 s: requests in flight get 3 s, and background memory work still running is "
-        "abandoned (it resumes at the next start).",
-        conflict_handler="resolve",
-    )
     parser.add_argument(
         "--upstream",
         required=True,
         help="the upstream's base URL, with its /v1 (e.g. http://localhost:8000/v1)",
     )
-    parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
-    )
-    add_memory_options(parser, message_tokens=30_000, observation_tokens=40_000)
-    parser.add_argument(
-        "--model",
-        help="Observer and Reflector model, e.g. openai/gpt-6.1-terra or auto (default: the "
-        "upstream, with the model the first client asks for)",
+    add_listening(parser, port=DEFAULT_PORT)
+    add_memory_options(
+        parser,
+        model_default="the upstream, with the model the first client asks for; auto picks "
+        "one as the other commands do",
     )
     parser.add_argument(
         "--keys",
@@ -70,7 +64,7 @@ def add(sub: Any) -> None:
         "(default: none, for a local upstream); not needed with --model",
     )
     _add_guard_options(parser)
-    parser.set_defaults(run=_run)
+    return _run
 
 
 _GUARD_FLAGS = {
@@ -147,7 +141,7 @@ def _check_extra() -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..cli.common import CannotStart, db_label, listening_socket, open_store
+    from ..cli.common import CannotStart, db_label, listening_socket, memory_options, open_store
     from ..cli.errors import refuse_unusable_model
 
     _check_extra()
@@ -175,21 +169,12 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             raise CannotStart(
                 f"--memory-key-env {args.memory_key_env}: that environment variable is not set"
             )
-    buffer: float | bool = (
-        False
-        if str(args.buffer_tokens).lower() in ("off", "false", "0")
-        else float(args.buffer_tokens)
-    )
-    options = {
-        "observation": {"messageTokens": args.message_tokens, "bufferTokens": buffer},
-        "reflection": {"observationTokens": args.observation_tokens},
-    }
     store = open_store(args.db)
     try:
         config = ProxyConfig(
             upstream=upstream,
             store=store,
-            options=options,
+            options=memory_options(args, None),
             memory_model=args.model,
             memory_key=memory_key,
             owners=owners,

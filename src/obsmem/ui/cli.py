@@ -1,42 +1,35 @@
-"""``obsmem ui --db PATH_OR_DSN [--allow-edits]``: serve the web inspector (read-only unless
-``--allow-edits``) (imports Starlette, uvicorn
-and Jinja2 only when it runs)."""
+"""``obsmem ui --db PATH_OR_DSN [--allow-edits]``: serve the web inspector, read-only unless
+``--allow-edits`` (it imports Starlette, uvicorn and Jinja2 only when it runs)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ..errors import require_modules
+
+if TYPE_CHECKING:
+    from ..cli.arguments import Run
 
 __all__ = ["DEFAULT_PORT", "add"]
 
 DEFAULT_PORT = 8765
 
 
-def add(sub: Any) -> None:
-    """Register the ``ui`` subcommand."""
-    from ..cli.common import DB_HELP, DEFAULT_DB
+def add(parser: argparse.ArgumentParser) -> Run:
+    """Serves a web inspector of a store: resources and threads with their memory state, each
+    thread's raw messages, observation log, buffered chunks and the context the actor would be
+    sent, each reflection as a diff, the cycle ledger and the sawtooth chart; an open thread
+    page updates as another process writes. The store is opened read-only and never written,
+    unless --allow-edits."""
+    from ..cli.arguments import add_db, add_listening, add_thresholds
 
-    parser = sub.add_parser(
-        "ui",
-        description="Serves a web inspector of a store: resources and threads with their "
-        "memory state, each thread's raw messages, observation log, buffered chunks and the "
-        "context the actor would be sent, each reflection as a diff, the cycle ledger and the "
-        "sawtooth chart; an open thread page updates as another process writes. The store is "
-        "opened read-only and never written, unless --allow-edits.",
-    )
-    parser.add_argument("--db", default=DEFAULT_DB, help=DB_HELP + "; opened read-only")
-    parser.add_argument(
-        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)"
-    )
-    parser.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any)"
-    )
-    parser.add_argument(
-        "--token",
-        help="a secret every request must carry (?token= once, then a cookie; or "
+    add_db(parser, read_only=True)
+    add_listening(
+        parser,
+        port=DEFAULT_PORT,
+        token="a secret every request must carry (?token= once, then a cookie; or "
         "Authorization: Bearer); required to listen anywhere but loopback",
     )
     parser.add_argument(
@@ -45,20 +38,15 @@ def add(sub: Any) -> None:
         help="open the store writable and add forms to delete a thread, delete a resource and "
         "revise a log (each confirmed first; off by default)",
     )
-    parser.add_argument(
-        "--message-tokens",
-        type=int,
-        default=30_000,
-        help="the observation threshold for threads with no measured turn (stored before the "
-        "thresholds were kept with each turn; default 30000)",
+    add_thresholds(
+        parser,
+        30_000,
+        40_000,
+        observe="the observation threshold for threads with no measured turn (stored before "
+        "the thresholds were kept with each turn)",
+        reflect="the reflection threshold the chart draws for such threads",
     )
-    parser.add_argument(
-        "--observation-tokens",
-        type=int,
-        default=40_000,
-        help="the reflection threshold the chart draws for such threads (default 40000)",
-    )
-    parser.set_defaults(run=_run)
+    return _run
 
 
 def check_extra() -> None:
@@ -72,9 +60,6 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     problem = bind_problem(args.host, args.token)
     if problem is not None:
         print(f"obsmem: {problem}", file=sys.stderr)
-        return 2
-    if args.message_tokens < 1 or args.observation_tokens < 1:
-        print("obsmem: --message-tokens and --observation-tokens must be positive", file=sys.stderr)
         return 2
     check_extra()
     from ..cli.common import db_label, listening_socket, open_store
