@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection, MutableMapping
+from collections.abc import Callable, Collection
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
@@ -34,6 +34,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from ..asgi import ASGIApp, HTTPMiddleware, Message, Receive, Scope, Send, Sending
 from ..hosts import host_allowed, host_name, origin_allowed
 from ..messages import MUCH_DATA
 from .config import DEFAULT_MAX_REQUEST_BYTES, MAX_JSON_DEPTH_CEILING, ProxyConfig
@@ -49,11 +50,6 @@ __all__ = [
 log = logging.getLogger("obsmem")
 
 T = TypeVar("T")
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Any]
-Send = Callable[[Message], Any]
-ASGIApp = Callable[[Scope, Receive, Send], Any]
 
 Path = tuple[str | int, ...]
 """Where a value sits in a request: keys and list indexes from the top."""
@@ -100,7 +96,7 @@ def _too_deep(limit: int, where: str) -> Refused:
     )
 
 
-class Guard:
+class Guard(HTTPMiddleware):
     """ASGI middleware: the host, origin and size checks of every request, and one clear
     answer and one log line for whatever goes wrong in one (see the module doc)."""
 
@@ -112,33 +108,24 @@ class Guard:
         allowed_origins: Collection[str] = (),
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     ) -> None:
-        self.app = app
+        super().__init__(app)
         self.allowed_hosts = allowed_hosts
         self.allowed_origins = allowed_origins
         self.max_request_bytes = max_request_bytes
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        started = False
-
-        async def sending(message: Message) -> None:
-            nonlocal started
-            started = True
-            await send(message)
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        sending = Sending(send)
         what = f"{scope.get('method', '')} {scope.get('path', '')}"
         try:
             self._check_headers(scope)
             await self.app(scope, self._limited(receive), sending)
         except Refused as refused:
             log.warning("obsmem proxy: refused %s (%d): %s", what, refused.status, refused)
-            if not started:
+            if not sending.started:
                 await refused.response()(scope, receive, send)
         except Exception as exc:  # one line, never a traceback: the request is over
             log.error("obsmem proxy: %s failed: %s", what, _where(exc))
-            if not started:
+            if not sending.started:
                 error = {
                     "message": f"obsmem proxy failed to serve the request "
                     f"({type(exc).__name__}); the proxy's log says where",

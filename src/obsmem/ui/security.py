@@ -11,21 +11,15 @@ own name to 127.0.0.1 (DNS rebinding) gets a 403, not the conversations.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
-from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
+from ..asgi import TEXT, ASGIApp, HTTPMiddleware, Receive, Scope, Send, answer
 from ..hosts import host_allowed, host_name, is_loopback
 
 __all__ = ["COOKIE", "LoopbackHost", "TokenGate", "bind_problem", "host_name", "is_loopback"]
 
 COOKIE = "obsmem_ui_token"
-
-Scope = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
-Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 def bind_problem(host: str, token: str | None) -> str | None:
@@ -43,55 +37,37 @@ def bind_problem(host: str, token: str | None) -> str | None:
     return None
 
 
-class LoopbackHost:
+class LoopbackHost(HTTPMiddleware):
     """ASGI middleware: an HTTP request whose ``Host`` is not a loopback name or address gets a
     403 saying why (the inspector without a token answers only requests addressed to it on
     loopback)."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-            if not host_allowed(headers.get("host")):
-                host = host_name(headers.get("host", ""))
-                body = (
-                    f"obsmem ui answers only requests addressed to 127.0.0.1 or localhost, not "
-                    f"{host[:80]!r}: open the URL it printed (a page of another site may be "
-                    "reaching it through DNS rebinding); to serve other names, start it with "
-                    "--token SECRET"
-                ).encode()
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 403,
-                        "headers": [
-                            (b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
-                return
-        await self.app(scope, receive, send)
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        if host_allowed(headers.get("host")):
+            await self.app(scope, receive, send)
+            return
+        host = host_name(headers.get("host", ""))
+        body = (
+            f"obsmem ui answers only requests addressed to 127.0.0.1 or localhost, not "
+            f"{host[:80]!r}: open the URL it printed (a page of another site may be reaching it "
+            "through DNS rebinding); to serve other names, start it with --token SECRET"
+        )
+        await answer(send, 403, body.encode())
 
 
 def _same(given: str | None, token: str) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), token.encode())
 
 
-class TokenGate:
+class TokenGate(HTTPMiddleware):
     """ASGI middleware: every HTTP request must carry ``token`` (query, cookie or bearer)."""
 
     def __init__(self, app: ASGIApp, token: str) -> None:
-        self.app = app
+        super().__init__(app)
         self.token = token
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         query = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
         given = dict(query).get("token")
@@ -105,39 +81,16 @@ class TokenGate:
         if _same(bearer.removeprefix("Bearer ").strip(), self.token) or _same(cookie, self.token):
             await self.app(scope, receive, send)
             return
-        await _refuse(send)
+        await answer(send, 401, _NEEDS_TOKEN, (TEXT, (b"www-authenticate", b"Bearer")))
+
+
+_NEEDS_TOKEN = (
+    b"obsmem ui: this inspector needs its token. Open the URL printed at start "
+    b"(it ends in ?token=...), or send the header Authorization: Bearer TOKEN.\n"
+)
 
 
 async def _redirect(send: Send, location: str, token: str) -> None:
     cookie = f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 303,
-            "headers": [
-                (b"location", location.encode("latin-1")),
-                (b"set-cookie", cookie.encode("latin-1")),
-                (b"content-length", b"0"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": b""})
-
-
-async def _refuse(send: Send) -> None:
-    body = (
-        b"obsmem ui: this inspector needs its token. Open the URL printed at start "
-        b"(it ends in ?token=...), or send the header Authorization: Bearer TOKEN.\n"
-    )
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"text/plain; charset=utf-8"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", b"Bearer"),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+    headers = ((b"location", location.encode("latin-1")), (b"set-cookie", cookie.encode("latin-1")))
+    await answer(send, 303, b"", headers)
