@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from obsmem.cli import _parser
+from obsmem.cli import _parser  # pyright: ignore[reportPrivateUsage]
 
 # The arguments a command needs besides the one under test.
 NEEDS = {
