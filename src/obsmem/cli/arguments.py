@@ -48,29 +48,35 @@ def add_db(parser: argparse.ArgumentParser, *, read_only: bool = False) -> None:
     )
 
 
-def one_of(parser: argparse.ArgumentParser, *, required: bool = True, **flags: str) -> Any:
+def one_of(parser: argparse.ArgumentParser, **flags: str) -> Any:
     """What the command acts on, exactly one of ``flags`` (``thread="erase this thread"``
-    gives ``--thread`` with that help); the group, for a choice that is not a value."""
-    group = parser.add_mutually_exclusive_group(required=required)
+    gives ``--thread`` with that help); the group, to add a choice that is not a value."""
+    group = parser.add_mutually_exclusive_group(required=True)
     for flag, help in flags.items():
         group.add_argument(f"--{flag}", help=help)
     return group
 
 
-def add_choice(parser: Any, flag: str, choices: tuple[str, ...], help: str) -> None:
+def add_choice(
+    parser: argparse.ArgumentParser, flag: str, choices: tuple[str, ...], help: str
+) -> None:
     """An option that takes one of ``choices``, the first by default."""
     parser.add_argument(flag, choices=choices, default=choices[0], help=help)
 
 
 def add_model(
-    parser: Any, what: str, *, flag: str = "--model", default: str = FROM_ENVIRONMENT
+    parser: argparse.ArgumentParser,
+    what: str,
+    *,
+    flag: str = "--model",
+    default: str = FROM_ENVIRONMENT,
 ) -> None:
     """A model flag: ``what`` it does, an example, and where it comes from when not given."""
     parser.add_argument(flag, help=f"{what}, e.g. openai/gpt-6.1-terra (default: {default})")
 
 
 def add_thresholds(
-    parser: Any,
+    parser: argparse.ArgumentParser,
     message_tokens: int,
     observation_tokens: int,
     *,

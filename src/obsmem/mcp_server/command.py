@@ -250,11 +250,9 @@ async def _serve_http(
     app: Any = server.streamable_http_app(host=args.host)
     if args.token:
         app = BearerToken(app, args.token)
-    from ..cli.common import listening_socket
+    from ..cli.common import listen
 
-    sock = listening_socket(args.host, args.port, backlog=128)
-    port = sock.getsockname()[1]
-    host = f"[{args.host}]" if ":" in args.host else args.host
+    sock, url = listen(args.host, args.port, backlog=128)
     served = BoundedServer(
         app,
         command="mcp",
@@ -263,5 +261,5 @@ async def _serve_http(
         access_log=False,
         log_level="warning",
     )
-    print(f"obsmem mcp: serving {where} at http://{host}:{port}/mcp", file=out, flush=True)
+    print(f"obsmem mcp: serving {where} at {url}/mcp", file=out, flush=True)
     await served.serve(sockets=[sock])

@@ -67,11 +67,11 @@ def add(parser: argparse.ArgumentParser) -> Run:
     return _run
 
 
-_GUARD_FLAGS = {
-    "ProxyConfig.allowed_hosts": "--allow-host",
-    "ProxyConfig.allowed_origins": "--allow-origin",
-    "ProxyConfig.max_request_bytes": "--max-request-bytes",
-    "ProxyConfig.max_json_depth": "--max-json-depth",
+_GUARD_FLAGS = {  # the ProxyConfig field each guard flag sets (its dest), and the flag
+    "allowed_hosts": "--allow-host",
+    "allowed_origins": "--allow-origin",
+    "max_request_bytes": "--max-request-bytes",
+    "max_json_depth": "--max-json-depth",
 }
 _ANY_ADDRESS = ("0.0.0.0", "::", "")
 
@@ -87,6 +87,7 @@ def _add_guard_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument(
         "--allow-host",
+        dest="allowed_hosts",
         action="append",
         default=[],
         metavar="NAME",
@@ -96,6 +97,7 @@ def _add_guard_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--allow-origin",
+        dest="allowed_origins",
         action="append",
         default=[],
         metavar="ORIGIN",
@@ -125,15 +127,10 @@ def _add_guard_options(parser: argparse.ArgumentParser) -> None:
 def _guard_config(args: argparse.Namespace) -> dict[str, Any]:
     """The ProxyConfig fields of the guard flags: the address the proxy listens on is a host
     it answers too (unless it listens on every address)."""
-    hosts = list(args.allow_host)
+    config = {field: getattr(args, field) for field in _GUARD_FLAGS}
     if args.host not in _ANY_ADDRESS:
-        hosts.append(args.host)
-    return {
-        "allowed_hosts": hosts,
-        "allowed_origins": list(args.allow_origin),
-        "max_request_bytes": args.max_request_bytes,
-        "max_json_depth": args.max_json_depth,
-    }
+        config["allowed_hosts"] = [*config["allowed_hosts"], args.host]
+    return config
 
 
 def _check_extra() -> None:
@@ -141,7 +138,7 @@ def _check_extra() -> None:
 
 
 def _run(args: argparse.Namespace, out: TextIO) -> int:
-    from ..cli.common import CannotStart, db_label, listening_socket, memory_options, open_store
+    from ..cli.common import CannotStart, db_label, listen, memory_options, open_store
     from ..cli.errors import refuse_unusable_model
 
     _check_extra()
@@ -181,18 +178,17 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             **_guard_config(args),
         )
     except ConfigError as exc:
-        flag = _GUARD_FLAGS.get(exc.option, exc.option)
+        flag = _GUARD_FLAGS.get(exc.option.removeprefix("ProxyConfig."), exc.option)
         raise CannotStart(f"{flag} {exc.value!r}: {exc.rule}") from None
-    sock = listening_socket(args.host, args.port)
-    host, port = sock.getsockname()[:2]
+    sock, url = listen(args.host, args.port)
     print(
-        f"obsmem proxy: http://{host}:{port}/v1 -> {upstream}; store {db_label(args.db)}; "
+        f"obsmem proxy: {url}/v1 -> {upstream}; store {db_label(args.db)}; "
         f"memory model {args.model or 'the upstream, with the client model'}; "
         f"{owners.describe()}",
         file=out,
         flush=True,
     )
-    if args.host in _ANY_ADDRESS and not args.allow_host:
+    if args.host in _ANY_ADDRESS and not args.allowed_hosts:
         print(
             "obsmem proxy: listening on every address, it answers requests addressed to a "
             "loopback name only: add --allow-host NAME for each name clients use",

@@ -62,14 +62,14 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         print(f"obsmem: {problem}", file=sys.stderr)
         return 2
     check_extra()
-    from ..cli.common import db_label, listening_socket, open_store
+    from ..cli.common import db_label, listen, open_store
     from ..cli.serving import BoundedServer
     from .app import UIConfig, create_app
     from .queries import Thresholds
 
     # CannotStart names the fix (exit 2)
     store = open_store(args.db, read_only=not args.allow_edits)
-    sock = listening_socket(args.host, args.port, backlog=128)
+    sock, url = listen(args.host, args.port, backlog=128)
     config = UIConfig(
         label=db_label(args.db),
         token=args.token,
@@ -79,11 +79,9 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     app = create_app(store, config)
     server = BoundedServer(app, command="ui", log_level="warning", lifespan="on")
     # The socket listens already: a browser opening the URL now waits in its backlog.
-    port = sock.getsockname()[1]
-    host = f"[{args.host}]" if ":" in args.host else args.host
     query = f"/?token={args.token}" if args.token else "/"
     mode = "edits allowed" if args.allow_edits else "read-only"
-    print(f"obsmem ui: http://{host}:{port}{query}  ({mode}; Ctrl-C stops)", file=out)
+    print(f"obsmem ui: {url}{query}  ({mode}; Ctrl-C stops)", file=out)
     out.flush()
     server.run(sockets=[sock])
     return 0
