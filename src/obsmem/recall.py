@@ -19,17 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .embeddings import Embedder
 from .errors import ConfigError
-from .messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from .messages import Message, Part
 from .options import ResolvedRetrieval
 from .records import ObservationGroup
 from .stores import CoreStore, SearchableStore
@@ -428,7 +418,7 @@ async def _page(
             thread_id, through_seq=through, limit=limit, newest_first=True
         )
         messages = list(reversed(newest))
-    messages = [m for m in messages if any(not isinstance(p, DataPart) for p in m.parts)]
+    messages = [m for m in messages if any(p.kind != "data" for p in m.parts)]
     if not messages:
         return "No more messages in that direction."
     out: list[str] = []
@@ -464,10 +454,11 @@ def _render_message(message: Message, detail: str, budget: int) -> str:
     lines = [header]
     left = budget - _tokens(header)
     for index, part in enumerate(message.parts):
-        if isinstance(part, DataPart):
+        if part.kind == "data":
             continue
-        kind, text = _part_text(part)
-        cap = LOW_DETAIL_TOKENS.get(kind, OTHER_PART_TOKENS) if detail == "low" else max(left, 0)
+        text = _part_text(part)
+        low = LOW_DETAIL_TOKENS.get(part.kind, OTHER_PART_TOKENS)
+        cap = low if detail == "low" else max(left, 0)
         shown = _fit(text, cap)
         if len(shown) < len(text):
             shown = (
@@ -481,34 +472,34 @@ def _render_message(message: Message, detail: str, budget: int) -> str:
     return "\n".join(lines)
 
 
-def _part_text(part: Part) -> tuple[str, str]:
-    match part:
-        case TextPart():
-            return "text", part.text
-        case ToolCallPart():
+def _part_text(part: Part) -> str:
+    match part.kind:
+        case "text":
+            return part.text
+        case "tool-call":
             args = part.args if isinstance(part.args, str) else json.dumps(part.args)
-            return "tool-call", f"tool call {part.tool_name}({args})"
-        case ToolResultPart():
+            return f"tool call {part.tool_name}({args})"
+        case "tool-result":
             content = (
                 part.content
                 if isinstance(part.content, str)
                 else json.dumps(part.content, ensure_ascii=False, default=str)
             )
             label = "tool error" if part.is_error else "tool result"
-            return "tool-result", f"{label} {part.tool_name}: {content}"
-        case ReasoningPart():
-            return "reasoning", f"reasoning: {part.text}"
-        case ImagePart():
-            return "image", f"[image {part.filename or part.url or ''}]".replace(" ]", "]")
-        case FilePart():
-            return "file", f"[file {part.filename or part.url or part.media_type}]"
-        case DataPart():
-            return "data", ""
+            return f"{label} {part.tool_name}: {content}"
+        case "reasoning":
+            return f"reasoning: {part.text}"
+        case "image":
+            return f"[image {part.filename or part.url or ''}]".replace(" ]", "]")
+        case "file":
+            return f"[file {part.filename or part.url or part.media_type}]"
+        case "data":
+            return ""
 
 
 def _one_part(message: Message, index: int, char_offset: int, budget: int) -> str:
-    parts = [p for p in message.parts if not isinstance(p, DataPart)]
-    if not 0 <= index < len(message.parts) or isinstance(message.parts[index], DataPart):
+    parts = [p for p in message.parts if p.kind != "data"]
+    if not 0 <= index < len(message.parts) or message.parts[index].kind == "data":
         return (
             (
                 f"Message {message.id} has parts 0-{len(message.parts) - 1}; part_index {index} "
@@ -517,7 +508,7 @@ def _one_part(message: Message, index: int, char_offset: int, budget: int) -> st
             if parts
             else f"Message {message.id} has no readable parts."
         )
-    _, text = _part_text(message.parts[index])
+    text = _part_text(message.parts[index])
     start = min(max(0, int(char_offset)), len(text))
     # A token is at least one character, so what fits the budget lies in this window.
     chunk = _fit(text[start : start + budget * WINDOW_CHARS_PER_TOKEN], budget)

@@ -22,17 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from obsmem.messages import FilePart, ImagePart, Message, Part, ToolResultPart
 from obsmem.tokens.cache import cached_tokens
 from obsmem.tokens.media import ModelRef, file_tokens, image_dimensions, image_tokens, parse_model
 from obsmem.tokens.text import estimate_text_tokens
@@ -135,19 +125,19 @@ class BaseEstimator:
 
     def count_part(self, part: Part) -> float:
         """One part's tokens, without the message overhead (a tool result includes its own)."""
-        match part:
-            case TextPart():
+        match part.kind:
+            case "text":
                 return self._cached_text(part.metadata, "text", part.text)
-            case ToolCallPart():
+            case "tool-call":
                 name = self._cached_text(part.metadata, "tool-call-name", part.tool_name)
                 return name + self._value(part.metadata, "tool-call-args", part.args)
-            case ToolResultPart():
+            case "tool-result":
                 return self._tool_result(part)
-            case ImagePart():
+            case "image":
                 return self.count_image(part)
-            case FilePart():
+            case "file":
                 return self.count_file(part)
-            case ReasoningPart() | DataPart():
+            case "reasoning" | "data":
                 return 0
 
     def _tool_result(self, part: ToolResultPart) -> float:

@@ -14,17 +14,7 @@ from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import urlencode
 
-from ..messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from ..messages import FilePart, ImagePart, Message, Part
 from ..observations import RECALL_RANGE
 from ..records import MessageRange, ObservationGroup, OMRecord
 
@@ -135,20 +125,21 @@ def _attachment(part: ImagePart | FilePart) -> str:
 def part_view(part: Part) -> PartView:
     """What one part shows: text as written, a tool call's name and arguments, a result's
     content, an attachment's type and size."""
-    if isinstance(part, TextPart):
-        return PartView("text", "", part.text)
-    if isinstance(part, ReasoningPart):
-        return PartView("reasoning", "reasoning", part.text)
-    if isinstance(part, ToolCallPart):
-        return PartView("tool-call", f"tool call {part.tool_name}", _json(part.args))
-    if isinstance(part, ToolResultPart):
-        label = f"tool result {part.tool_name}" + (" (error)" if part.is_error else "")
-        extra = "".join(f"\n[attachment {_attachment(a)}]" for a in part.attachments)
-        return PartView("tool-result", label, _json(part.content) + extra)
-    if isinstance(part, ImagePart | FilePart):
-        return PartView(part.kind, part.kind, _attachment(part))
-    assert isinstance(part, DataPart)
-    return PartView("data", f"data {part.name}", _json(part.data))
+    match part.kind:
+        case "text":
+            return PartView("text", "", part.text)
+        case "reasoning":
+            return PartView("reasoning", "reasoning", part.text)
+        case "tool-call":
+            return PartView("tool-call", f"tool call {part.tool_name}", _json(part.args))
+        case "tool-result":
+            label = f"tool result {part.tool_name}" + (" (error)" if part.is_error else "")
+            extra = "".join(f"\n[attachment {_attachment(a)}]" for a in part.attachments)
+            return PartView("tool-result", label, _json(part.content) + extra)
+        case "image" | "file":
+            return PartView(part.kind, part.kind, _attachment(part))
+        case "data":
+            return PartView("data", f"data {part.name}", _json(part.data))
 
 
 def group_links(
