@@ -16,17 +16,7 @@ from typing import Any, cast
 
 import pydantic_core
 
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Part,
-    ReasoningPart,
-    Role,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from obsmem import messages as _messages
 
 __all__ = [
     "DATA_PART_PREFIX",
@@ -145,10 +135,12 @@ def _with_meta(meta: dict[str, Any], residual: JSONDict) -> dict[str, Any]:
     return {**meta, METADATA_KEY: residual} if residual else dict(meta)
 
 
-def strip_meta(part: Part) -> Part:
+def strip_meta(part: _messages.Part) -> _messages.Part:
     """``part`` without the pydantic-ai fields kept in its metadata (and its attachments')."""
-    if isinstance(part, ToolResultPart) and part.attachments:
-        atts = tuple(cast(ImagePart | FilePart, strip_meta(a)) for a in part.attachments)
+    if isinstance(part, _messages.ToolResultPart) and part.attachments:
+        atts = tuple(
+            cast(_messages.ImagePart | _messages.FilePart, strip_meta(a)) for a in part.attachments
+        )
         part = dataclasses.replace(part, attachments=atts)
     if METADATA_KEY not in part.metadata:
         return part
@@ -161,9 +153,11 @@ def strip_meta(part: Part) -> Part:
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_item(part: ImagePart | FilePart) -> JSONDict:
+def _write_item(part: _messages.ImagePart | _messages.FilePart) -> JSONDict:
     """A user-content / tool-return file item, without any kept pydantic-ai fields."""
-    vendor = {"detail": part.detail} if isinstance(part, ImagePart) and part.detail else None
+    vendor = (
+        {"detail": part.detail} if isinstance(part, _messages.ImagePart) and part.detail else None
+    )
     if part.data is not None:
         return {
             "data": _b64(part.data),
@@ -173,7 +167,7 @@ def _write_item(part: ImagePart | FilePart) -> JSONDict:
             "identifier": _identifier(part.data),
         }
     assert part.url is not None
-    if isinstance(part, ImagePart):
+    if isinstance(part, _messages.ImagePart):
         kind = "image-url"
     elif part.media_type.startswith("audio/"):
         kind = "audio-url"
@@ -191,18 +185,18 @@ def _write_item(part: ImagePart | FilePart) -> JSONDict:
     }
 
 
-def _apply_item(part: ImagePart | FilePart, kept: JSONDict) -> JSONDict:
+def _apply_item(part: _messages.ImagePart | _messages.FilePart, kept: JSONDict) -> JSONDict:
     return {**_write_item(part), **kept}
 
 
-def write_content_item(part: Part) -> Any:
+def write_content_item(part: _messages.Part) -> Any:
     kept = _pa_meta(part.metadata)
     match part:
-        case TextPart():
+        case _messages.TextPart():
             return {"content": part.text, **kept} if kept else part.text
-        case ImagePart() | FilePart():
+        case _messages.ImagePart() | _messages.FilePart():
             return _apply_item(part, kept)
-        case DataPart() if part.name.startswith(DATA_PART_PREFIX):
+        case _messages.DataPart() if part.name.startswith(DATA_PART_PREFIX):
             return part.data
         case _:
             raise ValueError(
@@ -211,7 +205,7 @@ def write_content_item(part: Part) -> Any:
             )
 
 
-def _write_tool_content(part: ToolResultPart, layout: Any) -> Any:
+def _write_tool_content(part: _messages.ToolResultPart, layout: Any) -> Any:
     files = [_apply_item(a, _pa_meta(a.metadata)) for a in part.attachments]
     if not files:
         return part.content
@@ -236,7 +230,9 @@ def _write_tool_content(part: ToolResultPart, layout: Any) -> Any:
     return files if part.content is None else [part.content, *files]
 
 
-def write_tool_return(part: ToolResultPart, kind: str, created_at: datetime | None) -> JSONDict:
+def write_tool_return(
+    part: _messages.ToolResultPart, kind: str, created_at: datetime | None
+) -> JSONDict:
     kept = _pa_meta(part.metadata)
     out: JSONDict = {
         "part_kind": kind,
@@ -252,16 +248,16 @@ def write_tool_return(part: ToolResultPart, kind: str, created_at: datetime | No
 
 
 def write_response_part(
-    part: Part, *, native_ids: frozenset[str], created_at: datetime | None = None
+    part: _messages.Part, *, native_ids: frozenset[str], created_at: datetime | None = None
 ) -> JSONDict | None:
     kept = _pa_meta(part.metadata)
     out: JSONDict
     match part:
-        case TextPart():
+        case _messages.TextPart():
             out = {"part_kind": "text", "content": part.text}
-        case ReasoningPart():
+        case _messages.ReasoningPart():
             out = {"part_kind": "thinking", "content": part.text, "signature": part.signature}
-        case ToolCallPart():
+        case _messages.ToolCallPart():
             kind = "builtin-tool-call" if part.tool_call_id in native_ids else "tool-call"
             out = {
                 "part_kind": kind,
@@ -269,9 +265,9 @@ def write_response_part(
                 "args": part.args,
                 "tool_call_id": part.tool_call_id,
             }
-        case ToolResultPart():
+        case _messages.ToolResultPart():
             return write_tool_return(part, "builtin-tool-return", created_at)
-        case ImagePart() | FilePart():
+        case _messages.ImagePart() | _messages.FilePart():
             if part.data is None:
                 raise ValueError(
                     "pydantic-ai keeps a model-made file as bytes only; "
@@ -280,7 +276,7 @@ def write_response_part(
             item_kept = cast(JSONDict, kept.get("item", {}))
             kept = {k: v for k, v in kept.items() if k != "item"}
             out = {"part_kind": "file", "content": _apply_item(part, item_kept)}
-        case DataPart():
+        case _messages.DataPart():
             return part.data if part.name.startswith(DATA_PART_PREFIX) else None
     out.update(kept)
     return out
@@ -291,7 +287,7 @@ def write_response_part(
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_item(item: JSONDict) -> ImagePart | FilePart:
+def _read_item(item: JSONDict) -> _messages.ImagePart | _messages.FilePart:
     kind = item["kind"]
     media_type = cast(str, item.get("media_type") or "application/octet-stream")
     vendor = item.get("vendor_metadata")
@@ -300,31 +296,33 @@ def _read_item(item: JSONDict) -> ImagePart | FilePart:
         detail = None
     data = _unb64(item["data"]) if kind == "binary" else None
     url = None if kind == "binary" else cast(str, item["url"])
-    part: ImagePart | FilePart
+    part: _messages.ImagePart | _messages.FilePart
     if kind == "image-url" or (kind == "binary" and media_type.startswith("image/")):
-        part = ImagePart(media_type=media_type, data=data, url=url, detail=detail)
+        part = _messages.ImagePart(media_type=media_type, data=data, url=url, detail=detail)
     else:
-        part = FilePart(media_type=media_type, data=data, url=url)
+        part = _messages.FilePart(media_type=media_type, data=data, url=url)
     kept = kept_fields(item, _write_item(part), {})
     return dataclasses.replace(part, metadata=_with_meta({}, kept))
 
 
-def _read_content_item(item: Any) -> Part:
+def _read_content_item(item: Any) -> _messages.Part:
     if isinstance(item, str):
-        return TextPart(text=item)
+        return _messages.TextPart(text=item)
     if _is_file_item(item):
         return _read_item(cast(JSONDict, item))
     as_dict = cast(JSONDict, item)
     if as_dict.get("kind") == "text-content" and isinstance(as_dict.get("content"), str):
         kept = {k: v for k, v in as_dict.items() if k != "content"}
-        return TextPart(text=as_dict["content"], metadata={METADATA_KEY: kept})
-    return DataPart(name=f"{DATA_PART_PREFIX}{as_dict.get('kind')}", data=item)
+        return _messages.TextPart(text=as_dict["content"], metadata={METADATA_KEY: kept})
+    return _messages.DataPart(name=f"{DATA_PART_PREFIX}{as_dict.get('kind')}", data=item)
 
 
-def _read_tool_return(dumped: JSONDict, written_extra: JSONDict, defaults: dict[str, Any]) -> Part:
+def _read_tool_return(
+    dumped: JSONDict, written_extra: JSONDict, defaults: dict[str, Any]
+) -> _messages.Part:
     raw = dumped.get("content")
     layout: Any = None
-    attachments: list[ImagePart | FilePart] = []
+    attachments: list[_messages.ImagePart | _messages.FilePart] = []
     content: Any = raw
     if _is_file_item(raw):
         attachments = [_read_item(cast(JSONDict, raw))]
@@ -340,7 +338,7 @@ def _read_tool_return(dumped: JSONDict, written_extra: JSONDict, defaults: dict[
         if at != list(range(start, start + len(at))) or len(data) > 1:
             layout = {"files_at": at, "n": len(items)}
     outcome = dumped.get("outcome", "success")
-    part = ToolResultPart(
+    part = _messages.ToolResultPart(
         tool_call_id=cast(str, dumped["tool_call_id"]),
         tool_name=cast(str, dumped["tool_name"]),
         content=content,
@@ -370,7 +368,7 @@ def _is_tool_return(dumped: JSONDict) -> bool:
     )
 
 
-def read_response_part(dumped: JSONDict, cls: type) -> Part:
+def read_response_part(dumped: JSONDict, cls: type) -> _messages.Part:
     kind = dumped.get("part_kind")
     defaults = field_defaults(cls)
     if _is_tool_return(dumped):
@@ -381,11 +379,11 @@ def read_response_part(dumped: JSONDict, cls: type) -> Part:
         else:
             kept = {**kept, "part_kind": kind}
         return dataclasses.replace(part, metadata=_with_meta({}, kept))
-    new: Part
+    new: _messages.Part
     if kind == "text":
-        new = TextPart(text=dumped["content"])
+        new = _messages.TextPart(text=dumped["content"])
     elif kind == "thinking":
-        new = ReasoningPart(text=dumped["content"], signature=dumped.get("signature"))
+        new = _messages.ReasoningPart(text=dumped["content"], signature=dumped.get("signature"))
     elif kind == "file" and _is_file_item(dumped.get("content")):
         new = _read_item(cast(JSONDict, dumped["content"]))
     elif (
@@ -395,23 +393,23 @@ def read_response_part(dumped: JSONDict, cls: type) -> Part:
         and isinstance(dumped.get("tool_call_id"), str)
     ):
         args = dumped.get("args")
-        new = ToolCallPart(
+        new = _messages.ToolCallPart(
             tool_call_id=dumped["tool_call_id"],
             tool_name=dumped["tool_name"],
             args=cast(dict[str, Any] | str, args) if isinstance(args, dict | str) else {},
         )
     else:
-        return DataPart(name=f"{DATA_PART_PREFIX}{kind}", data=dumped)
+        return _messages.DataPart(name=f"{DATA_PART_PREFIX}{kind}", data=dumped)
     item_kept = _pa_meta(new.metadata)
     plain = strip_meta(new)
     written = write_response_part(plain, native_ids=frozenset())
     assert written is not None
-    if isinstance(new, ToolCallPart):
+    if isinstance(new, _messages.ToolCallPart):
         written["part_kind"] = kind  # the default write says "tool-call"; keep others as read
         if kind != "tool-call":
             item_kept = {"part_kind": kind}
     kept = {**kept_fields(dumped, written, defaults), **item_kept}
-    if isinstance(new, ImagePart | FilePart):
+    if isinstance(new, _messages.ImagePart | _messages.FilePart):
         kept = kept_fields(dumped, written, defaults, skip=frozenset({"content"}))
         if item_kept:
             kept["item"] = item_kept
@@ -420,25 +418,25 @@ def read_response_part(dumped: JSONDict, cls: type) -> Part:
 
 def read_request_part(
     dumped: JSONDict, cls: type, when: datetime
-) -> tuple[Role, list[Part], JSONDict]:
+) -> tuple[_messages.Role, list[_messages.Part], JSONDict]:
     """The role, obsmem parts and kept fields of one request part."""
     kind = cast(str, dumped.get("part_kind"))
     defaults = field_defaults(cls)
     written: JSONDict = {"timestamp": dt_json(when)} if "timestamp" in dumped else {}
     if kind == "system-prompt":
-        role: Role = "system"
-        parts: list[Part] = [TextPart(text=dumped["content"])]
+        role: _messages.Role = "system"
+        parts: list[_messages.Part] = [_messages.TextPart(text=dumped["content"])]
         written["content"] = dumped["content"]
     elif kind == "user-prompt":
         role = "user"
         content = dumped["content"]
         if isinstance(content, str):
-            parts = [TextPart(text=content)]
+            parts = [_messages.TextPart(text=content)]
         else:
             parts = [_read_content_item(x) for x in cast(list[Any], content)]
         written["content"] = content
         kept = kept_fields(dumped, {**written, "part_kind": kind}, defaults)
-        single = len(parts) == 1 and isinstance(parts[0], TextPart)
+        single = len(parts) == 1 and isinstance(parts[0], _messages.TextPart)
         if not isinstance(content, str) and single and not _pa_meta(parts[0].metadata):
             kept["content_list"] = True
         return role, parts, kept
@@ -446,7 +444,7 @@ def read_request_part(
         role = "user"
         content = dumped["content"]
         text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
-        parts = [TextPart(text=text)]
+        parts = [_messages.TextPart(text=text)]
         written["content"] = text
     elif _is_tool_return(dumped):
         part = _read_tool_return(dumped, written, defaults)
@@ -459,6 +457,6 @@ def read_request_part(
         part_meta: JSONDict = {"layout": layout} if layout is not None else {}
         return "tool", [dataclasses.replace(part, metadata=_with_meta({}, part_meta))], kept
     else:
-        return "system", [DataPart(name=f"{DATA_PART_PREFIX}{kind}", data=dumped)], {}
+        return "system", [_messages.DataPart(name=f"{DATA_PART_PREFIX}{kind}", data=dumped)], {}
     written["part_kind"] = ROLE_PART_KIND[role]
     return role, parts, kept_fields(dumped, written, defaults)

@@ -29,18 +29,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any, cast
 
+from obsmem import messages as _messages
 from obsmem.errors import MissingExtraError
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
 
 try:
     from langchain_core.messages import (
@@ -79,27 +69,29 @@ def stored_id(thread: str, message_id: str) -> str:
 # -- LangChain -> obsmem ---------------------------------------------------------------------------
 
 
-def _image(url: str) -> ImagePart:
+def _image(url: str) -> _messages.ImagePart:
     if url.startswith("data:") and ";base64," in url:
         head, data = url.split(";base64,", 1)
         try:
-            return ImagePart(media_type=head.removeprefix("data:"), data=base64.b64decode(data))
+            return _messages.ImagePart(
+                media_type=head.removeprefix("data:"), data=base64.b64decode(data)
+            )
         except ValueError:
             pass
-    return ImagePart(url=url)
+    return _messages.ImagePart(url=url)
 
 
-def _read_block(block: Any) -> Part:
+def _read_block(block: Any) -> _messages.Part:
     if isinstance(block, str):
-        return TextPart(text=block)
+        return _messages.TextPart(text=block)
     entry = cast(_Item, block) if isinstance(block, dict) else {}
     kind = entry.get("type")
     if kind == "text" and isinstance(entry.get("text"), str):
-        return TextPart(text=entry["text"])
+        return _messages.TextPart(text=entry["text"])
     if kind in ("reasoning", "thinking"):
         text = entry.get("reasoning", entry.get("thinking", ""))
         signature = entry.get("signature")
-        return ReasoningPart(
+        return _messages.ReasoningPart(
             text=text if isinstance(text, str) else "",
             signature=signature if isinstance(signature, str) else None,
         )
@@ -110,60 +102,64 @@ def _read_block(block: Any) -> Part:
             detail = inner.get("detail")
             return replace(_image(url), detail=detail if detail in _DETAILS else None)
     if kind == "image" and isinstance(entry.get("url"), str):
-        return ImagePart(url=entry["url"])
-    return DataPart(name=CONTENT_DATA, data=block)
+        return _messages.ImagePart(url=entry["url"])
+    return _messages.DataPart(name=CONTENT_DATA, data=block)
 
 
-def _part(block: Any) -> Part:
+def _part(block: Any) -> _messages.Part:
     """The part for a content block; the block kept in the part's metadata when writing the
     part again would not give it back."""
     part = _read_block(block)
-    if isinstance(part, DataPart) or _block_of(part) == block:
+    if isinstance(part, _messages.DataPart) or _block_of(part) == block:
         return part
     return replace(part, metadata={METADATA_KEY: block})
 
 
-def _parts(content: Any) -> list[Part]:
+def _parts(content: Any) -> list[_messages.Part]:
     if isinstance(content, str):
-        return [TextPart(text=content)] if content else []
+        return [_messages.TextPart(text=content)] if content else []
     if isinstance(content, list):
         return [_part(b) for b in cast(list[Any], content)]
     return []
 
 
-def _call_parts(message: AIMessage, names: dict[str, str]) -> list[Part]:
+def _call_parts(message: AIMessage, names: dict[str, str]) -> list[_messages.Part]:
     """The tool calls of an AI message (invalid ones too: ``create_agent`` answers them with an
     error); a call without an id gets one from the message's id and its position."""
-    parts: list[Part] = []
+    parts: list[_messages.Part] = []
     for index, call in enumerate(message.tool_calls):
         call_id = call.get("id") or f"call-{message.id or 'lc'}-{index}"
         names[call_id] = call["name"]
-        parts.append(ToolCallPart(tool_call_id=call_id, tool_name=call["name"], args=call["args"]))
+        parts.append(
+            _messages.ToolCallPart(tool_call_id=call_id, tool_name=call["name"], args=call["args"])
+        )
     for bad in message.invalid_tool_calls:
         if bad.get("id"):
             call_id, name = str(bad["id"]), bad.get("name") or "unknown"
             names[call_id] = name
             parts.append(
-                ToolCallPart(tool_call_id=call_id, tool_name=name, args=bad.get("args") or "")
+                _messages.ToolCallPart(
+                    tool_call_id=call_id, tool_name=name, args=bad.get("args") or ""
+                )
             )
     return parts
 
 
-def _read(message: BaseMessage, names: dict[str, str]) -> Message:
+def _read(message: BaseMessage, names: dict[str, str]) -> _messages.Message:
     kept = {METADATA_KEY: {"message": message_to_dict(message)}}
     if isinstance(message, AIMessage):
         parts = [*_parts(message.content), *_call_parts(message, names)]
-        return Message(role="assistant", parts=tuple(parts), metadata=kept)
+        return _messages.Message(role="assistant", parts=tuple(parts), metadata=kept)
     if isinstance(message, ToolMessage):
-        result = ToolResultPart(
+        result = _messages.ToolResultPart(
             tool_call_id=message.tool_call_id,
             tool_name=message.name or names.get(message.tool_call_id, ""),
             content=message.content,
             is_error=message.status == "error",
         )
-        return Message(role="tool", parts=(result,), metadata=kept)
+        return _messages.Message(role="tool", parts=(result,), metadata=kept)
     role = "system" if isinstance(message, SystemMessage) else "user"
-    return Message(role=role, parts=tuple(_parts(message.content)), metadata=kept)
+    return _messages.Message(role=role, parts=tuple(_parts(message.content)), metadata=kept)
 
 
 def from_langchain(
@@ -171,14 +167,14 @@ def from_langchain(
     *,
     thread: str | None = None,
     tool_names: Mapping[str, str] | None = None,
-) -> list[Message]:
+) -> list[_messages.Message]:
     """One obsmem message per LangChain message (the original kept in ``metadata``).
 
     ``thread``: a message with an id is stored under ``lc-<thread>-<id>``, so storing it again
     is a no-op. ``tool_names``: tool names by call id, for results whose message has no name and
     whose call is not among ``messages`` (a result stored in a later batch)."""
     names = dict(tool_names or {})
-    out: list[Message] = []
+    out: list[_messages.Message] = []
     for message in messages:
         read = _read(message, names)
         if thread is not None and message.id:
@@ -190,33 +186,33 @@ def from_langchain(
 # -- obsmem -> LangChain ---------------------------------------------------------------------------
 
 
-def _image_url(part: ImagePart) -> str:
+def _image_url(part: _messages.ImagePart) -> str:
     if part.data is not None:
         return f"data:{part.media_type};base64,{base64.b64encode(part.data).decode()}"
     return part.url or ""
 
 
-def _block_of(part: Part) -> Block | None:
+def _block_of(part: _messages.Part) -> Block | None:
     """The content block for ``part`` (None: it sends nothing)."""
     kept = part.metadata.get(METADATA_KEY)
     if isinstance(kept, str | dict):
         return cast(Block, kept)
-    if isinstance(part, TextPart):
+    if isinstance(part, _messages.TextPart):
         return {"type": "text", "text": part.text}
-    if isinstance(part, ImagePart):
+    if isinstance(part, _messages.ImagePart):
         image: _Item = {"url": _image_url(part)}
         if part.detail is not None:
             image["detail"] = part.detail
         return {"type": "image_url", "image_url": image}
-    if isinstance(part, FilePart):
+    if isinstance(part, _messages.FilePart):
         name = part.filename or part.url or "attachment"
         return {"type": "text", "text": f"[file {name} ({part.media_type})]"}
-    if isinstance(part, DataPart) and part.name == CONTENT_DATA:
+    if isinstance(part, _messages.DataPart) and part.name == CONTENT_DATA:
         return cast(Block, part.data)
     return None  # reasoning of another framework, data-om-* markers
 
 
-def _content(parts: Sequence[Part]) -> str | list[Block]:
+def _content(parts: Sequence[_messages.Part]) -> str | list[Block]:
     blocks = [b for b in (_block_of(p) for p in parts) if b is not None]
     texts = [
         cast(_Item, b)["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text"
@@ -237,7 +233,7 @@ def _tool_args(args: dict[str, Any] | str) -> dict[str, Any]:
     return cast(dict[str, Any], parsed) if isinstance(parsed, dict) else {"input": args}
 
 
-def _tool_message(part: ToolResultPart) -> ToolMessage:
+def _tool_message(part: _messages.ToolResultPart) -> ToolMessage:
     content = part.content
     body: str | list[Block]
     if isinstance(content, str):
@@ -259,14 +255,14 @@ def _tool_message(part: ToolResultPart) -> ToolMessage:
     )
 
 
-def _kept(message: Message) -> BaseMessage | None:
+def _kept(message: _messages.Message) -> BaseMessage | None:
     kept = message.metadata.get(METADATA_KEY)
     if isinstance(kept, dict) and isinstance(cast(_Item, kept).get("message"), dict):
         return messages_from_dict([cast(_Item, kept)["message"]])[0]
     return None
 
 
-def _write(message: Message) -> list[BaseMessage]:
+def _write(message: _messages.Message) -> list[BaseMessage]:
     kept = _kept(message)
     if kept is not None:
         return [kept]
@@ -276,20 +272,22 @@ def _write(message: Message) -> list[BaseMessage]:
     if message.role == "user":
         content = _content(parts)
         return [HumanMessage(content=content)] if content else []
-    results = [p for p in parts if isinstance(p, ToolResultPart)]
+    results = [p for p in parts if isinstance(p, _messages.ToolResultPart)]
     if message.role == "tool":
         return [_tool_message(p) for p in results]
     calls = [
         {"name": p.tool_name, "args": _tool_args(p.args), "id": p.tool_call_id, "type": "tool_call"}
         for p in parts
-        if isinstance(p, ToolCallPart)
+        if isinstance(p, _messages.ToolCallPart)
     ]
-    shown = [p for p in parts if not isinstance(p, ToolCallPart | ToolResultPart)]
+    shown = [
+        p for p in parts if not isinstance(p, _messages.ToolCallPart | _messages.ToolResultPart)
+    ]
     out: list[BaseMessage] = [AIMessage(content=_content(shown), tool_calls=calls)]
     return [*out, *(_tool_message(p) for p in results)]
 
 
-def to_langchain(messages: Sequence[Message]) -> list[BaseMessage]:
+def to_langchain(messages: Sequence[_messages.Message]) -> list[BaseMessage]:
     """LangChain messages for ``messages``: a message read from LangChain comes back as it was;
     others become System/Human/AI/Tool messages (reasoning of other frameworks and ``data-om-*``
     parts left out)."""

@@ -44,18 +44,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    Role,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from obsmem import messages as _messages
 
 __all__ = [
     "CONTENT_DATA_PART",
@@ -105,37 +94,37 @@ def _decode(url: str) -> tuple[str, bytes] | None:
         return None
 
 
-def _content_part(item: Any) -> Part:
+def _content_part(item: Any) -> _messages.Part:
     if isinstance(item, str):
-        return TextPart(text=item)
+        return _messages.TextPart(text=item)
     entry = cast(_Item, item) if isinstance(item, dict) else {}
     kind = entry.get("type")
     text = entry.get("text")
     if kind in ("input_text", "output_text", "text") and isinstance(text, str):
-        return TextPart(text=text)
+        return _messages.TextPart(text=text)
     if kind == "refusal" and isinstance(entry.get("refusal"), str):
-        return TextPart(text=entry["refusal"])
+        return _messages.TextPart(text=entry["refusal"])
     if kind == "input_image" and isinstance(entry.get("image_url"), str):
         url: str = entry["image_url"]
         decoded = _decode(url)
         if decoded is not None:
-            return ImagePart(media_type=decoded[0], data=decoded[1])
-        return ImagePart(url=url)
+            return _messages.ImagePart(media_type=decoded[0], data=decoded[1])
+        return _messages.ImagePart(url=url)
     if kind == "input_file":
         name = entry.get("filename") if isinstance(entry.get("filename"), str) else None
         data = entry.get("file_data")
         decoded = _decode(data) if isinstance(data, str) else None
         if decoded is not None:
-            return FilePart(media_type=decoded[0], data=decoded[1], filename=name)
+            return _messages.FilePart(media_type=decoded[0], data=decoded[1], filename=name)
         ref = entry.get("file_url") or entry.get("file_id")
         if isinstance(ref, str):
-            return FilePart(media_type="application/octet-stream", url=ref, filename=name)
-    return DataPart(name=CONTENT_DATA_PART, data=item)
+            return _messages.FilePart(media_type="application/octet-stream", url=ref, filename=name)
+    return _messages.DataPart(name=CONTENT_DATA_PART, data=item)
 
 
-def _content_parts(content: Any) -> list[Part]:
+def _content_parts(content: Any) -> list[_messages.Part]:
     if isinstance(content, str):
-        return [TextPart(text=content)]
+        return [_messages.TextPart(text=content)]
     if isinstance(content, list):
         return [_content_part(c) for c in cast(list[Any], content)]
     return []
@@ -153,13 +142,13 @@ def _args(arguments: Any) -> dict[str, Any] | str:
     return {}
 
 
-def _message_role(role: str) -> Role:
+def _message_role(role: str) -> _messages.Role:
     if role == "assistant":
         return "assistant"
     return "system" if role in ("system", "developer") else "user"
 
 
-def _read_item(item: _Item) -> tuple[Role, list[Part]]:
+def _read_item(item: _Item) -> tuple[_messages.Role, list[_messages.Part]]:
     kind = item.get("type")
     role = item.get("role")
     call_id = item.get("call_id")
@@ -172,24 +161,26 @@ def _read_item(item: _Item) -> tuple[Role, list[Part]]:
             for s in (cast(list[Any], summary) if isinstance(summary, list) else [])
             if isinstance(s, dict)
         ]
-        return "assistant", [ReasoningPart(text="\n\n".join(t for t in texts if t))]
+        return "assistant", [_messages.ReasoningPart(text="\n\n".join(t for t in texts if t))]
     if isinstance(kind, str) and isinstance(call_id, str):
         name = item.get("name")
         if kind.endswith("_output"):
             tool = name if isinstance(name, str) else kind.removesuffix("_output")
             return "tool", [
-                ToolResultPart(tool_call_id=call_id, tool_name=tool, content=item.get("output"))
+                _messages.ToolResultPart(
+                    tool_call_id=call_id, tool_name=tool, content=item.get("output")
+                )
             ]
         if kind.endswith("_call"):
             tool = name if isinstance(name, str) else kind
             raw = item.get("arguments", item.get("input", item.get("action")))
             return "assistant", [
-                ToolCallPart(tool_call_id=call_id, tool_name=tool, args=_args(raw))
+                _messages.ToolCallPart(tool_call_id=call_id, tool_name=tool, args=_args(raw))
             ]
-    return "assistant", [DataPart(name=ITEM_DATA_PART, data=item)]
+    return "assistant", [_messages.DataPart(name=ITEM_DATA_PART, data=item)]
 
 
-def item_role(item: Any) -> Role:
+def item_role(item: Any) -> _messages.Role:
     """The obsmem role an SDK item is read as."""
     return _read_item(item_dict(item))[0]
 
@@ -200,31 +191,31 @@ def from_agents_items(
     thread_id: str | None = None,
     resource_id: str | None = None,
     tool_names: Mapping[str, str] | None = None,
-) -> list[Message]:
+) -> list[_messages.Message]:
     """One obsmem message per Agents SDK item (the item kept in ``metadata``).
 
     A tool result is named after its call (an SDK output item carries only the call id). The
     call is looked up in ``items`` first, then in ``tool_names`` (call id -> tool name): give
     the names of earlier calls when a result comes in a later batch than its call (a run
     resumed after an approval). ``items`` are not changed."""
-    out: list[Message] = []
+    out: list[_messages.Message] = []
     names: dict[str, str] = dict(tool_names or {})
     for raw in items:
         item = item_dict(raw)
         role, parts = _read_item(item)
-        fixed: list[Part] = []
+        fixed: list[_messages.Part] = []
         for part in parts:
-            if isinstance(part, ToolCallPart):
+            if isinstance(part, _messages.ToolCallPart):
                 names[part.tool_call_id] = part.tool_name
-            elif isinstance(part, ToolResultPart) and part.tool_call_id in names:
-                part = ToolResultPart(
+            elif isinstance(part, _messages.ToolResultPart) and part.tool_call_id in names:
+                part = _messages.ToolResultPart(
                     tool_call_id=part.tool_call_id,
                     tool_name=names[part.tool_call_id],
                     content=part.content,
                 )
             fixed.append(part)
         out.append(
-            Message(
+            _messages.Message(
                 role=role,
                 parts=tuple(fixed),
                 thread_id=thread_id,
@@ -244,14 +235,14 @@ def _data_url(media_type: str, data: bytes) -> str:
     return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
 
 
-def _input_content(part: Part) -> _Item | None:
+def _input_content(part: _messages.Part) -> _Item | None:
     match part:
-        case TextPart():
+        case _messages.TextPart():
             return {"type": "input_text", "text": part.text}
-        case ImagePart():
+        case _messages.ImagePart():
             url = _data_url(part.media_type, part.data) if part.data is not None else part.url
             return {"type": "input_image", "image_url": url, "detail": part.detail or "auto"}
-        case FilePart() if part.data is not None:
+        case _messages.FilePart() if part.data is not None:
             entry: _Item = {
                 "type": "input_file",
                 "file_data": _data_url(part.media_type, part.data),
@@ -259,21 +250,21 @@ def _input_content(part: Part) -> _Item | None:
             if part.filename:
                 entry["filename"] = part.filename
             return entry
-        case FilePart():
+        case _messages.FilePart():
             return {"type": "input_text", "text": f"[file {part.filename or ''} at {part.url}]"}
-        case DataPart() if part.name == CONTENT_DATA_PART:
+        case _messages.DataPart() if part.name == CONTENT_DATA_PART:
             return copy.deepcopy(cast(_Item, part.data))
         case _:
             return None
 
 
-def _output(part: ToolResultPart) -> str:
+def _output(part: _messages.ToolResultPart) -> str:
     content = part.content
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
     return f"Error: {text}" if part.is_error else text
 
 
-def _kept_item(message: Message) -> _Item | None:
+def _kept_item(message: _messages.Message) -> _Item | None:
     kept = message.metadata.get(METADATA_KEY)
     if isinstance(kept, dict):
         item = cast(_Item, kept).get("item")
@@ -282,7 +273,7 @@ def _kept_item(message: Message) -> _Item | None:
     return None
 
 
-def _write_input(role: str, parts: Sequence[Part]) -> list[_Item]:
+def _write_input(role: str, parts: Sequence[_messages.Part]) -> list[_Item]:
     contents = [c for c in (_input_content(p) for p in parts) if c is not None]
     if not contents:
         return []
@@ -291,54 +282,57 @@ def _write_input(role: str, parts: Sequence[Part]) -> list[_Item]:
     return [{"role": role, "content": contents}]
 
 
-def _write_assistant(parts: Sequence[Part]) -> list[_Item]:
+def _write_assistant(parts: Sequence[_messages.Part]) -> list[_Item]:
     out: list[_Item] = []
-    text = "\n".join(p.text for p in parts if isinstance(p, TextPart))
+    text = "\n".join(p.text for p in parts if isinstance(p, _messages.TextPart))
     if text:
         out.append({"role": "assistant", "content": text})
-    attachments: list[Part] = []
+    attachments: list[_messages.Part] = []
     for part in parts:
-        if isinstance(part, ToolCallPart):
-            args = part.args if isinstance(part.args, str) else json.dumps(part.args)
-            out.append(
-                {
-                    "type": "function_call",
-                    "call_id": part.tool_call_id,
-                    "name": part.tool_name,
-                    "arguments": args,
-                }
-            )
-        elif isinstance(part, ToolResultPart):
-            out.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": part.tool_call_id,
-                    "output": _output(part),
-                }
-            )
-            attachments.extend(part.attachments)
-        elif isinstance(part, DataPart) and part.name == ITEM_DATA_PART:
-            out.append(copy.deepcopy(cast(_Item, part.data)))
+        match part:
+            case _messages.ToolCallPart():
+                args = part.args if isinstance(part.args, str) else json.dumps(part.args)
+                out.append(
+                    {
+                        "type": "function_call",
+                        "call_id": part.tool_call_id,
+                        "name": part.tool_name,
+                        "arguments": args,
+                    }
+                )
+            case _messages.ToolResultPart():
+                out.append(
+                    {
+                        "type": "function_call_output",
+                        "call_id": part.tool_call_id,
+                        "output": _output(part),
+                    }
+                )
+                attachments.extend(part.attachments)
+            case _messages.DataPart() if part.name == ITEM_DATA_PART:
+                out.append(copy.deepcopy(cast(_Item, part.data)))
+            case _:
+                pass  # text is written above; other parts have no assistant item
     return out + _write_input("user", attachments)
 
 
-def _write_message(message: Message) -> list[_Item]:
+def _write_message(message: _messages.Message) -> list[_Item]:
     kept = _kept_item(message)
     if kept is not None:
         return [kept]
     if message.role in ("system", "user"):
-        parts = [p for p in message.parts if not isinstance(p, ToolResultPart)]
-        results = [p for p in message.parts if isinstance(p, ToolResultPart)]
+        parts = [p for p in message.parts if not isinstance(p, _messages.ToolResultPart)]
+        results = [p for p in message.parts if isinstance(p, _messages.ToolResultPart)]
         return _write_assistant(results) + _write_input(message.role, parts)
     return _write_assistant(message.parts)
 
 
-def item_count(message: Message) -> int:
+def item_count(message: _messages.Message) -> int:
     """How many SDK items :func:`to_agents_items` writes for ``message``."""
     return len(_write_message(message))
 
 
-def to_agents_items(messages: Sequence[Message]) -> list[dict[str, Any]]:
+def to_agents_items(messages: Sequence[_messages.Message]) -> list[dict[str, Any]]:
     """Agents SDK input items for ``messages``: an item read from the SDK comes back as it was;
     other messages become ``system``/``user``/``assistant`` messages, ``function_call`` and
     ``function_call_output`` items (reasoning and data parts of other frameworks are left out;

@@ -43,19 +43,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, cast
 
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    Role,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-    utcnow,
-)
+from obsmem import messages as _messages
 
 __all__ = ["DATA_PART_PREFIX", "METADATA_KEY", "from_openai_chat", "to_openai_chat"]
 
@@ -68,7 +56,7 @@ _JSON = dict[str, Any]
 _ABSENT = "__absent__"
 _DETAILS = ("auto", "low", "high")
 _AUDIO_FORMATS = {"wav": "audio/wav", "mp3": "audio/mpeg"}
-_ROLES: dict[str, Role] = {
+_ROLES: dict[str, _messages.Role] = {
     "system": "system",
     "developer": "system",
     "user": "user",
@@ -161,32 +149,32 @@ def _guess(name: str | None, default: str) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _write_item(part: Part) -> _JSON | None:
+def _write_item(part: _messages.Part) -> _JSON | None:
     """A content item for ``part``, with its kept differences; ``None`` for no item."""
     oc = _oc(part.metadata)
     item: _JSON
     match part:
-        case TextPart():
+        case _messages.TextPart():
             if oc.get("type") == "refusal":
                 item = {"type": "refusal", "refusal": part.text}
             else:
                 item = {"type": "text", "text": part.text}
-        case ImagePart():
+        case _messages.ImagePart():
             url = part.url if part.data is None else _data_url(part.media_type, part.data)
             image: _JSON = {"url": url}
             if part.detail is not None:
                 image["detail"] = part.detail
             item = {"type": "image_url", "image_url": image}
-        case FilePart():
+        case _messages.FilePart():
             item = _write_file(part, oc)
-        case DataPart():
+        case _messages.DataPart():
             return cast(_JSON, part.data) if part.name == f"{DATA_PART_PREFIX}content" else None
         case _:
             return None
     return _merge(item, cast(_JSON, oc.get("diff", {})))
 
 
-def _write_file(part: FilePart, oc: _JSON) -> _JSON:
+def _write_file(part: _messages.FilePart, oc: _JSON) -> _JSON:
     if oc.get("as") == "file_id" and part.url is not None:
         return {"type": "file", "file": {"file_id": part.url}}
     if part.data is None:
@@ -211,8 +199,8 @@ def _write_args(args: dict[str, Any] | str) -> str:
     )
 
 
-def _write_tool_call(part: ToolCallPart | DataPart) -> _JSON:
-    if isinstance(part, DataPart):
+def _write_tool_call(part: _messages.ToolCallPart | _messages.DataPart) -> _JSON:
+    if isinstance(part, _messages.DataPart):
         return cast(_JSON, part.data)
     call: _JSON = {
         "id": part.tool_call_id,
@@ -222,7 +210,7 @@ def _write_tool_call(part: ToolCallPart | DataPart) -> _JSON:
     return _merge(call, cast(_JSON, _oc(part.metadata).get("diff", {})))
 
 
-def _write_tool_content(part: ToolResultPart) -> Any:
+def _write_tool_content(part: _messages.ToolResultPart) -> Any:
     content = part.content
     if isinstance(content, list) and all(
         isinstance(x, dict) and cast(_JSON, x).get("type") == "text"
@@ -239,56 +227,64 @@ def _write_tool_content(part: ToolResultPart) -> Any:
     return f"Error: {text}" if part.is_error else text
 
 
-def _is_content(part: Part) -> bool:
-    if isinstance(part, DataPart):
+def _is_content(part: _messages.Part) -> bool:
+    if isinstance(part, _messages.DataPart):
         return part.name == f"{DATA_PART_PREFIX}content"
-    if isinstance(part, TextPart):
+    if isinstance(part, _messages.TextPart):
         return _oc(part.metadata).get("as") != "refusal"
-    return isinstance(part, ImagePart | FilePart)
+    return isinstance(part, _messages.ImagePart | _messages.FilePart)
 
 
-def _write_content(parts: Sequence[Part]) -> Any:
+def _write_content(parts: Sequence[_messages.Part]) -> Any:
     content = [p for p in parts if _is_content(p)]
     if not content:
         return None
-    if len(content) == 1 and isinstance(content[0], TextPart) and not _oc(content[0].metadata):
+    if (
+        len(content) == 1
+        and isinstance(content[0], _messages.TextPart)
+        and not _oc(content[0].metadata)
+    ):
         return content[0].text
     items = [_write_item(p) for p in content]
     return [i for i in items if i is not None]
 
 
-def _write_assistant(message: Message, include_reasoning: bool) -> _JSON:
+def _write_assistant(message: _messages.Message, include_reasoning: bool) -> _JSON:
     parts = message.parts
-    provider_run = {p.tool_call_id for p in parts if isinstance(p, ToolResultPart)}
+    provider_run = {p.tool_call_id for p in parts if isinstance(p, _messages.ToolResultPart)}
     out: _JSON = {"role": "assistant", "content": _write_content(parts)}
-    reasoning = [p.text for p in parts if isinstance(p, ReasoningPart)]
+    reasoning = [p.text for p in parts if isinstance(p, _messages.ReasoningPart)]
     if reasoning and include_reasoning:
         out["reasoning_content"] = "\n\n".join(reasoning)
     refusals = [
-        p.text for p in parts if isinstance(p, TextPart) and _oc(p.metadata).get("as") == "refusal"
+        p.text
+        for p in parts
+        if isinstance(p, _messages.TextPart) and _oc(p.metadata).get("as") == "refusal"
     ]
     if refusals:
         out["refusal"] = "\n\n".join(refusals)
     calls = [
         _write_tool_call(p)
         for p in parts
-        if (isinstance(p, ToolCallPart) and p.tool_call_id not in provider_run)
-        or (isinstance(p, DataPart) and p.name == f"{DATA_PART_PREFIX}tool_call")
+        if (isinstance(p, _messages.ToolCallPart) and p.tool_call_id not in provider_run)
+        or (isinstance(p, _messages.DataPart) and p.name == f"{DATA_PART_PREFIX}tool_call")
     ]
     if calls:
         out["tool_calls"] = calls
     return out
 
 
-def _write_message(message: Message, include_reasoning: bool) -> tuple[list[_JSON], list[Part]]:
+def _write_message(
+    message: _messages.Message, include_reasoning: bool
+) -> tuple[list[_JSON], list[_messages.Part]]:
     """The dicts for one message, and the tool-result attachments that must follow them."""
     if message.role == "assistant":
         written = [_write_assistant(message, include_reasoning)]
         return [_merge(written[0], _oc(message.metadata))], []
     out: list[_JSON] = []
-    attachments: list[Part] = []
+    attachments: list[_messages.Part] = []
     for part in message.parts:
-        if isinstance(part, ToolResultPart):
+        if isinstance(part, _messages.ToolResultPart):
             out.append(
                 {
                     "role": "tool",
@@ -297,12 +293,12 @@ def _write_message(message: Message, include_reasoning: bool) -> tuple[list[_JSO
                 }
             )
             attachments.extend(part.attachments)
-        elif isinstance(part, ReasoningPart | ToolCallPart):
+        elif isinstance(part, _messages.ReasoningPart | _messages.ToolCallPart):
             raise ValueError(
                 f"message {message.id}: a {message.role} message cannot hold a {part.kind!r} "
                 "part in OpenAI chat; put it in an assistant message"
             )
-    rest = [p for p in message.parts if not isinstance(p, ToolResultPart)]
+    rest = [p for p in message.parts if not isinstance(p, _messages.ToolResultPart)]
     if message.role != "tool" and (any(_is_content(p) for p in rest) or not message.parts):
         out.append({"role": message.role, "content": _write_content(rest)})
     if len(out) == 1:
@@ -311,7 +307,7 @@ def _write_message(message: Message, include_reasoning: bool) -> tuple[list[_JSO
 
 
 def to_openai_chat(
-    messages: Sequence[Message], *, include_reasoning: bool = True
+    messages: Sequence[_messages.Message], *, include_reasoning: bool = True
 ) -> list[dict[str, Any]]:
     """OpenAI chat-completions message dicts for ``messages`` (see the module docstring).
 
@@ -319,7 +315,7 @@ def to_openai_chat(
     some providers reject it).
     """
     out: list[_JSON] = []
-    pending: list[Part] = []
+    pending: list[_messages.Part] = []
 
     def flush() -> None:
         if pending:
@@ -329,14 +325,14 @@ def to_openai_chat(
 
     for message in messages:
         if message.parts and all(
-            isinstance(p, DataPart) and not p.name.startswith(DATA_PART_PREFIX)
+            isinstance(p, _messages.DataPart) and not p.name.startswith(DATA_PART_PREFIX)
             for p in message.parts
         ):
             continue
         parts = tuple(
             p
             for p in message.parts
-            if not isinstance(p, DataPart) or p.name.startswith(DATA_PART_PREFIX)
+            if not isinstance(p, _messages.DataPart) or p.name.startswith(DATA_PART_PREFIX)
         )
         written, attachments = _write_message(message.with_parts(parts), include_reasoning)
         if any(w["role"] != "tool" for w in written):
@@ -352,28 +348,34 @@ def to_openai_chat(
 # ---------------------------------------------------------------------------------------------
 
 
-def _with_diff(part: Part, item: Mapping[str, Any], extra: _JSON | None = None) -> Part:
+def _with_diff(
+    part: _messages.Part, item: Mapping[str, Any], extra: _JSON | None = None
+) -> _messages.Part:
     """``part`` keeping whatever of ``item`` its written form does not reproduce."""
     oc: _JSON = dict(extra or {})
     meta = {**part.metadata, METADATA_KEY: oc}
     probe = _replace_meta(part, meta)
-    written = _write_item(probe) if not isinstance(part, ToolCallPart) else _write_tool_call(part)
+    written = (
+        _write_item(probe)
+        if not isinstance(part, _messages.ToolCallPart)
+        else _write_tool_call(part)
+    )
     diff = _diff(item, written or {})
     if diff:
         oc["diff"] = diff
     return _replace_meta(part, {**part.metadata, METADATA_KEY: oc} if oc else dict(part.metadata))
 
 
-def _replace_meta(part: Part, meta: dict[str, Any]) -> Part:
+def _replace_meta(part: _messages.Part, meta: dict[str, Any]) -> _messages.Part:
     return replace(part, metadata=meta)
 
 
-def _read_item(item: Mapping[str, Any]) -> Part:
+def _read_item(item: Mapping[str, Any]) -> _messages.Part:
     kind = item.get("type")
     if kind == "text" and isinstance(item.get("text"), str):
-        return _with_diff(TextPart(text=item["text"]), item)
+        return _with_diff(_messages.TextPart(text=item["text"]), item)
     if kind == "refusal" and isinstance(item.get("refusal"), str):
-        return _with_diff(TextPart(text=item["refusal"]), item, {"type": "refusal"})
+        return _with_diff(_messages.TextPart(text=item["refusal"]), item, {"type": "refusal"})
     if kind == "image_url" and isinstance(item.get("image_url"), dict):
         image = cast(_JSON, item["image_url"])
         url = image.get("url")
@@ -382,9 +384,11 @@ def _read_item(item: Mapping[str, Any]) -> Part:
             detail = detail if detail in _DETAILS else None
             decoded = _decode_data_url(url)
             if decoded is not None and decoded[0].startswith("image/"):
-                part = ImagePart(media_type=decoded[0], data=decoded[1], detail=detail)
+                part = _messages.ImagePart(media_type=decoded[0], data=decoded[1], detail=detail)
             else:
-                part = ImagePart(media_type=_guess(url, "image/png"), url=url, detail=detail)
+                part = _messages.ImagePart(
+                    media_type=_guess(url, "image/png"), url=url, detail=detail
+                )
             return _with_diff(part, item)
     if kind == "file" and isinstance(item.get("file"), dict):
         read = _read_file(item, cast(_JSON, item["file"]))
@@ -395,12 +399,12 @@ def _read_item(item: Mapping[str, Any]) -> Part:
         data = _b64decode(audio.get("data"))
         fmt = audio.get("format")
         if data is not None and isinstance(fmt, str):
-            part = FilePart(media_type=_AUDIO_FORMATS.get(fmt, f"audio/{fmt}"), data=data)
+            part = _messages.FilePart(media_type=_AUDIO_FORMATS.get(fmt, f"audio/{fmt}"), data=data)
             return _with_diff(part, item)
-    return DataPart(name=f"{DATA_PART_PREFIX}content", data=dict(item))
+    return _messages.DataPart(name=f"{DATA_PART_PREFIX}content", data=dict(item))
 
 
-def _read_file(item: Mapping[str, Any], file: _JSON) -> Part | None:
+def _read_file(item: Mapping[str, Any], file: _JSON) -> _messages.Part | None:
     filename = file.get("filename")
     filename = filename if isinstance(filename, str) else None
     file_data = file.get("file_data")
@@ -413,12 +417,12 @@ def _read_file(item: Mapping[str, Any], file: _JSON) -> Part | None:
             if raw is None:
                 return None
             media_type, data = _guess(filename, "application/octet-stream"), raw
-        part = FilePart(media_type=media_type, data=data, filename=filename)
+        part = _messages.FilePart(media_type=media_type, data=data, filename=filename)
         extra = {"as": "file"} if media_type.startswith("audio/") else None
         return _with_diff(part, item, extra)
     file_id = file.get("file_id")
     if isinstance(file_id, str):
-        part = FilePart(
+        part = _messages.FilePart(
             media_type=_guess(filename, "application/octet-stream"),
             url=file_id,
             filename=filename,
@@ -427,14 +431,14 @@ def _read_file(item: Mapping[str, Any], file: _JSON) -> Part | None:
     return None
 
 
-def _read_content(content: Any) -> list[Part]:
+def _read_content(content: Any) -> list[_messages.Part]:
     if isinstance(content, str):
-        return [TextPart(text=content)]
+        return [_messages.TextPart(text=content)]
     if isinstance(content, list):
         return [
             _read_item(cast(_JSON, x))
             if isinstance(x, dict)
-            else DataPart(name=f"{DATA_PART_PREFIX}content", data=x)
+            else _messages.DataPart(name=f"{DATA_PART_PREFIX}content", data=x)
             for x in cast(list[Any], content)
         ]
     return []
@@ -449,7 +453,7 @@ def _read_args(arguments: str) -> dict[str, Any] | str:
     return cast(dict[str, Any], parsed) if isinstance(parsed, dict) else arguments
 
 
-def _read_tool_call(call: Any, names: dict[str, str]) -> Part:
+def _read_tool_call(call: Any, names: dict[str, str]) -> _messages.Part:
     if isinstance(call, dict):
         c = cast(_JSON, call)
         fn = c.get("function")
@@ -462,11 +466,11 @@ def _read_tool_call(call: Any, names: dict[str, str]) -> Part:
         ):
             f = cast(_JSON, fn)
             names[c["id"]] = f["name"]
-            part = ToolCallPart(
+            part = _messages.ToolCallPart(
                 tool_call_id=c["id"], tool_name=f["name"], args=_read_args(f["arguments"])
             )
             return _with_diff(part, c)
-    return DataPart(name=f"{DATA_PART_PREFIX}tool_call", data=call)
+    return _messages.DataPart(name=f"{DATA_PART_PREFIX}tool_call", data=call)
 
 
 def from_openai_chat(
@@ -475,14 +479,14 @@ def from_openai_chat(
     thread_id: str | None = None,
     resource_id: str | None = None,
     created_at: datetime | None = None,
-) -> list[Message]:
+) -> list[_messages.Message]:
     """obsmem messages holding everything ``messages`` hold (see the module docstring).
 
     OpenAI dicts carry no time: every message gets ``created_at`` (default: now).
     """
-    when = created_at or utcnow()
+    when = created_at or _messages.utcnow()
     names: dict[str, str] = {}
-    out: list[Message] = []
+    out: list[_messages.Message] = []
     for index, raw in enumerate(messages):
         role_name = raw.get("role")
         role = _ROLES.get(role_name) if isinstance(role_name, str) else None
@@ -491,13 +495,13 @@ def from_openai_chat(
                 f"messages[{index}] has role {role_name!r}; OpenAI chat messages obsmem reads "
                 f"have one of {sorted(_ROLES)}"
             )
-        parts: list[Part] = []
+        parts: list[_messages.Part] = []
         if role == "tool":
             call_id = raw.get("tool_call_id")
             if not isinstance(call_id, str):
                 raise ValueError(f"messages[{index}] is a tool message without a tool_call_id")
             parts.append(
-                ToolResultPart(
+                _messages.ToolResultPart(
                     tool_call_id=call_id,
                     tool_name=names.get(call_id, ""),
                     content=raw.get("content"),
@@ -506,15 +510,17 @@ def from_openai_chat(
         else:
             reasoning = raw.get("reasoning_content")
             if role == "assistant" and isinstance(reasoning, str):
-                parts.append(ReasoningPart(text=reasoning))
+                parts.append(_messages.ReasoningPart(text=reasoning))
             parts.extend(_read_content(raw.get("content")))
             refusal = raw.get("refusal")
             if role == "assistant" and isinstance(refusal, str):
-                parts.append(TextPart(text=refusal, metadata={METADATA_KEY: {"as": "refusal"}}))
+                parts.append(
+                    _messages.TextPart(text=refusal, metadata={METADATA_KEY: {"as": "refusal"}})
+                )
             calls = raw.get("tool_calls")
             if role == "assistant" and isinstance(calls, list):
                 parts.extend(_read_tool_call(c, names) for c in cast(list[Any], calls))
-        message = Message(
+        message = _messages.Message(
             role=role,
             parts=tuple(parts),
             created_at=when,
@@ -526,14 +532,6 @@ def from_openai_chat(
             raise AssertionError(f"messages[{index}] wrote {len(written)} dicts")
         diff = _diff(raw, written[0])
         if diff:
-            message = Message(
-                id=message.id,
-                role=role,
-                parts=message.parts,
-                created_at=when,
-                thread_id=thread_id,
-                resource_id=resource_id,
-                metadata={METADATA_KEY: diff},
-            )
+            message = replace(message, metadata={METADATA_KEY: diff})
         out.append(message)
     return out

@@ -41,6 +41,7 @@ from typing import Any, cast
 import pydantic_core
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
+from obsmem import messages as _messages
 from obsmem.convert._pydantic_ai_parts import (
     DATA_PART_PREFIX,
     METADATA_KEY,
@@ -56,18 +57,6 @@ from obsmem.convert._pydantic_ai_parts import (
     write_content_item,
     write_response_part,
     write_tool_return,
-)
-from obsmem.messages import (
-    DataPart,
-    FilePart,
-    Message,
-    Part,
-    Role,
-    TextPart,
-    ToolResultPart,
-    part_from_dict,
-    part_to_dict,
-    utcnow,
 )
 
 __all__ = ["DATA_PART_PREFIX", "ENVELOPE_KEY", "METADATA_KEY", "from_pydantic_ai", "to_pydantic_ai"]
@@ -91,13 +80,13 @@ _CARRIED: dict[str, frozenset[str]] = {
 # ---------------------------------------------------------------------------------------------
 
 
-def _part_extras(part: Part) -> JSONDict | None:
-    raw = part_to_dict(part)
+def _part_extras(part: _messages.Part) -> JSONDict | None:
+    raw = _messages.part_to_dict(part)
     carried = _CARRIED[part.kind]
-    if isinstance(part, FilePart) and part.media_type.startswith("image/"):
+    if isinstance(part, _messages.FilePart) and part.media_type.startswith("image/"):
         carried = carried - {"kind"}
     extras = {k: v for k, v in raw.items() if k not in carried}
-    if isinstance(part, ToolResultPart):
+    if isinstance(part, _messages.ToolResultPart):
         extras.pop("attachments", None)
         atts = [_part_extras(a) for a in part.attachments]
         if any(atts):
@@ -105,22 +94,22 @@ def _part_extras(part: Part) -> JSONDict | None:
     return extras or None
 
 
-def _apply_extras(part: Part, extras: JSONDict | None) -> Part:
+def _apply_extras(part: _messages.Part, extras: JSONDict | None) -> _messages.Part:
     if not extras:
         return part
-    raw = part_to_dict(part)
+    raw = _messages.part_to_dict(part)
     raw.pop("metadata", None)
     att_extras = cast(list[JSONDict | None], extras.get("attachments", []))
     raw.update({k: v for k, v in extras.items() if k != "attachments"})
     if att_extras:
         raw["attachments"] = [
-            part_to_dict(_apply_extras(part_from_dict(a), e))
+            _messages.part_to_dict(_apply_extras(_messages.part_from_dict(a), e))
             for a, e in zip(raw["attachments"], att_extras, strict=True)
         ]
-    return part_from_dict(raw)
+    return _messages.part_from_dict(raw)
 
 
-def _envelope(message: Message, sendable: Sequence[Part]) -> JSONDict:
+def _envelope(message: _messages.Message, sendable: Sequence[_messages.Part]) -> JSONDict:
     env: JSONDict = {"id": message.id}
     for key, value in (
         ("thread_id", message.thread_id),
@@ -139,12 +128,12 @@ def _envelope(message: Message, sendable: Sequence[Part]) -> JSONDict:
 
 def _from_envelope(
     env: JSONDict,
-    role: Role,
-    parts: Sequence[Part],
+    role: _messages.Role,
+    parts: Sequence[_messages.Part],
     created_at: datetime,
     thread_id: str | None,
     resource_id: str | None,
-) -> Message:
+) -> _messages.Message:
     extras = cast(list[JSONDict | None], env.get("parts") or [None] * len(parts))
     if len(extras) != len(parts):
         raise ValueError(
@@ -152,9 +141,9 @@ def _from_envelope(
             f"pydantic-ai message holds {len(parts)}; was it edited after to_pydantic_ai?"
         )
     restored = tuple(_apply_extras(strip_meta(p), e) for p, e in zip(parts, extras, strict=True))
-    return Message(
+    return _messages.Message(
         id=env["id"],
-        role=cast(Role, env.get("role", role)),
+        role=cast(_messages.Role, env.get("role", role)),
         parts=restored,
         created_at=created_at,
         thread_id=thread_id if thread_id is not None else env.get("thread_id"),
@@ -194,16 +183,16 @@ def from_pydantic_ai(
     *,
     thread_id: str | None = None,
     resource_id: str | None = None,
-) -> list[Message]:
+) -> list[_messages.Message]:
     """obsmem messages holding everything ``messages`` hold (see the module docstring)."""
     originals = list(messages)
     dumped = cast(list[JSONDict], ModelMessagesTypeAdapter.dump_python(originals, mode="json"))
-    out: list[Message] = []
+    out: list[_messages.Message] = []
     for original, md in zip(originals, dumped, strict=True):
         env = _pop_envelope(md)
         part_classes = [type(p) for p in original.parts]
         if md["kind"] == "response":
-            created_at = parse_dt(md.get("timestamp")) or utcnow()
+            created_at = parse_dt(md.get("timestamp")) or _messages.utcnow()
             parts = [
                 read_response_part(p, c) for p, c in zip(md["parts"], part_classes, strict=True)
             ]
@@ -217,7 +206,7 @@ def from_pydantic_ai(
                 )
                 if own < len(parts):  # merged in by pydantic-ai: the later responses' parts
                     out.append(
-                        Message(
+                        _messages.Message(
                             role="assistant",
                             parts=tuple(parts[own:]),
                             created_at=created_at,
@@ -231,7 +220,7 @@ def from_pydantic_ai(
                 md, written, field_defaults(type(original)), skip=frozenset({"parts"})
             )
             out.append(
-                Message(
+                _messages.Message(
                     role="assistant",
                     parts=tuple(parts),
                     created_at=created_at,
@@ -256,7 +245,7 @@ def _read_request(
     previous: datetime | None,
     thread_id: str | None,
     resource_id: str | None,
-) -> Iterator[Message]:
+) -> Iterator[_messages.Message]:
     request_time = parse_dt(md.get("timestamp"))
     kept_request = kept_fields(
         md, {"kind": "request"}, field_defaults(cls), skip=frozenset({"parts"})
@@ -267,13 +256,13 @@ def _read_request(
     if not dumped_parts and not entries:
         entries = [None]
     index = 0
-    last = request_time or previous or utcnow()
+    last = request_time or previous or _messages.utcnow()
     for position, entry in enumerate(entries):
         if isinstance(entry, dict):
             entry_d = cast(JSONDict, entry)
             count = cast(int, entry_d.get("n", 1))
-            parts: list[Part] = []
-            role: Role = "user"
+            parts: list[_messages.Part] = []
+            role: _messages.Role = "user"
             created_at: datetime | None = None
             for dumped, klass in zip(
                 dumped_parts[index : index + count],
@@ -292,7 +281,7 @@ def _read_request(
         if position == 0:
             meta["request"] = kept_request
         if index >= len(dumped_parts):  # an empty request
-            yield Message(
+            yield _messages.Message(
                 role="user",
                 parts=(),
                 created_at=last,
@@ -307,7 +296,7 @@ def _read_request(
         index += 1
         last = when
         meta["part"] = kept_part
-        yield Message(
+        yield _messages.Message(
             role=role,
             parts=tuple(parts),
             created_at=when,
@@ -326,7 +315,7 @@ def _count_parts(entries: list[Any]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
+def to_pydantic_ai(messages: Sequence[_messages.Message]) -> list[ModelMessage]:
     """pydantic-ai messages for ``messages`` (see the module docstring).
 
     Consecutive non-assistant messages merge into one ``ModelRequest``; ``DataPart`` markers are
@@ -378,14 +367,18 @@ def to_pydantic_ai(messages: Sequence[Message]) -> list[ModelMessage]:
     return ModelMessagesTypeAdapter.validate_json(pydantic_core.to_json(out))
 
 
-def _sendable(parts: Sequence[Part]) -> list[Part]:
-    return [p for p in parts if not isinstance(p, DataPart) or p.name.startswith(DATA_PART_PREFIX)]
+def _sendable(parts: Sequence[_messages.Part]) -> list[_messages.Part]:
+    return [
+        p
+        for p in parts
+        if not isinstance(p, _messages.DataPart) or p.name.startswith(DATA_PART_PREFIX)
+    ]
 
 
-def _write_response(message: Message, kept: JSONDict | None) -> JSONDict:
+def _write_response(message: _messages.Message, kept: JSONDict | None) -> JSONDict:
     sendable = _sendable(message.parts)
     if kept is None:
-        result_ids = {p.tool_call_id for p in sendable if isinstance(p, ToolResultPart)}
+        result_ids = {p.tool_call_id for p in sendable if isinstance(p, _messages.ToolResultPart)}
         native = frozenset(result_ids)
     else:
         native = frozenset()
@@ -405,18 +398,22 @@ def _write_response(message: Message, kept: JSONDict | None) -> JSONDict:
     return out
 
 
-def _write_kept_request_part(message: Message, pa: JSONDict) -> list[JSONDict]:
+def _write_kept_request_part(message: _messages.Message, pa: JSONDict) -> list[JSONDict]:
     """The one request part a message read from pydantic-ai came from (none for an empty one)."""
     if "part" not in pa:
         return []
     kept = dict(cast(JSONDict, pa["part"]))
     parts = _sendable(message.parts)
-    if len(parts) == 1 and isinstance(parts[0], DataPart) and _is_part_dump(parts[0].data):
+    if (
+        len(parts) == 1
+        and isinstance(parts[0], _messages.DataPart)
+        and _is_part_dump(parts[0].data)
+    ):
         return [cast(JSONDict, parts[0].data)]
     kind = kept.pop("part_kind", ROLE_PART_KIND[message.role])
     when = dt_json(message.created_at)
     if _is_tool_kind(kind, parts):
-        result = cast(ToolResultPart, parts[0])
+        result = cast(_messages.ToolResultPart, parts[0])
         return [{**write_tool_return(result, kind, message.created_at), **kept}]
     out: JSONDict = {"part_kind": kind, "timestamp": when}
     if kind == "user-prompt":
@@ -425,7 +422,7 @@ def _write_kept_request_part(message: Message, pa: JSONDict) -> list[JSONDict]:
         single = len(items) == 1 and isinstance(items[0], str) and not content_list
         out["content"] = items[0] if single else items
     else:
-        out["content"] = "".join(p.text for p in parts if isinstance(p, TextPart))
+        out["content"] = "".join(p.text for p in parts if isinstance(p, _messages.TextPart))
     out.update(kept)
     return [out]
 
@@ -434,11 +431,17 @@ def _is_part_dump(data: Any) -> bool:
     return isinstance(data, dict) and "part_kind" in cast(JSONDict, data)
 
 
-def _is_tool_kind(kind: str, parts: Sequence[Part]) -> bool:
-    return len(parts) == 1 and isinstance(parts[0], ToolResultPart) and kind.endswith("-return")
+def _is_tool_kind(kind: str, parts: Sequence[_messages.Part]) -> bool:
+    return (
+        len(parts) == 1
+        and isinstance(parts[0], _messages.ToolResultPart)
+        and kind.endswith("-return")
+    )
 
 
-def _write_request_parts(message: Message, sendable: Sequence[Part]) -> list[JSONDict]:
+def _write_request_parts(
+    message: _messages.Message, sendable: Sequence[_messages.Part]
+) -> list[JSONDict]:
     """Request parts for a message obsmem made."""
     when = dt_json(message.created_at)
     out: list[JSONDict] = []
@@ -452,14 +455,14 @@ def _write_request_parts(message: Message, sendable: Sequence[Part]) -> list[JSO
             group.clear()
 
     for part in sendable:
-        if isinstance(part, ToolResultPart):
+        if isinstance(part, _messages.ToolResultPart):
             flush_group()
             out.append(write_tool_return(part, "tool-return", message.created_at))
-        elif isinstance(part, DataPart) and _is_part_dump(part.data):
+        elif isinstance(part, _messages.DataPart) and _is_part_dump(part.data):
             flush_group()
             out.append(cast(JSONDict, part.data))
         elif message.role == "system":
-            if not isinstance(part, TextPart):
+            if not isinstance(part, _messages.TextPart):
                 raise ValueError(
                     f"message {message.id}: a pydantic-ai system prompt holds text only, "
                     f"not a {part.kind!r} part; send images and files in a user message"

@@ -23,18 +23,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, cast
 
-from ..messages import (
-    DataPart,
-    FilePart,
-    ImagePart,
-    Message,
-    Part,
-    ReasoningPart,
-    Role,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from .. import messages as _messages
 
 __all__ = ["decode_json", "mastra_messages"]
 
@@ -115,7 +104,7 @@ def decode_json(value: Any) -> Any:
 # ---------------------------------------------------------------------------------------------
 
 
-def _media(data: str, media_type: str, metadata: JSON) -> Part:
+def _media(data: str, media_type: str, metadata: JSON) -> _messages.Part:
     """An ImagePart or FilePart from Mastra's ``data`` (a data: URL, bare base64, or a URL)."""
     raw: bytes | None = None
     url: str | None = None
@@ -131,8 +120,8 @@ def _media(data: str, media_type: str, metadata: JSON) -> Part:
         except binascii.Error:
             url = data
     if media_type.startswith("image/"):
-        return ImagePart(media_type=media_type, data=raw, url=url, metadata=metadata)
-    return FilePart(media_type=media_type, data=raw, url=url, metadata=metadata)
+        return _messages.ImagePart(media_type=media_type, data=raw, url=url, metadata=metadata)
+    return _messages.FilePart(media_type=media_type, data=raw, url=url, metadata=metadata)
 
 
 def _extras(part: JSON, *known: str) -> JSON:
@@ -141,20 +130,22 @@ def _extras(part: JSON, *known: str) -> JSON:
     return {"mastra": rest} if rest else {}
 
 
-def _reasoning(part: JSON) -> ReasoningPart:
+def _reasoning(part: JSON) -> _messages.ReasoningPart:
     details = [d for d in part.get("details") or [] if isinstance(d, dict)]
     texts = [str(d.get("text", "")) for d in details if d.get("type") == "text"]
     signature = next((d["signature"] for d in details if d.get("signature")), None)
     text = part.get("reasoning") or part.get("text") or "\n".join(texts)
-    return ReasoningPart(text=str(text), signature=signature, metadata=_extras(part, "reasoning"))
+    return _messages.ReasoningPart(
+        text=str(text), signature=signature, metadata=_extras(part, "reasoning")
+    )
 
 
-def _tool_parts(part: JSON) -> tuple[ToolCallPart, ToolResultPart | None]:
+def _tool_parts(part: JSON) -> tuple[_messages.ToolCallPart, _messages.ToolResultPart | None]:
     """A tool invocation's call, and its result when it has one."""
     inv = cast(JSON, part.get("toolInvocation") or {})
     call_id, name = str(inv.get("toolCallId", "")), str(inv.get("toolName", ""))
     args = inv.get("args", {})
-    call = ToolCallPart(
+    call = _messages.ToolCallPart(
         tool_call_id=call_id,
         tool_name=name,
         args=args if isinstance(args, dict | str) else json.dumps(args),
@@ -167,15 +158,17 @@ def _tool_parts(part: JSON) -> tuple[ToolCallPart, ToolResultPart | None]:
         content, error = inv.get("errorText") or inv.get("result") or state, True
     else:
         return call, None
-    result = ToolResultPart(tool_call_id=call_id, tool_name=name, content=content, is_error=error)
+    result = _messages.ToolResultPart(
+        tool_call_id=call_id, tool_name=name, content=content, is_error=error
+    )
     return call, result
 
 
-def _part(part: JSON) -> Part:
+def _part(part: JSON) -> _messages.Part:
     """One Mastra part that is neither a tool invocation nor a ``step-start``."""
     kind = str(part.get("type", ""))
     if kind == "text":
-        return TextPart(text=str(part.get("text", "")), metadata=_extras(part, "text"))
+        return _messages.TextPart(text=str(part.get("text", "")), metadata=_extras(part, "text"))
     if kind == "reasoning":
         return _reasoning(part)
     if kind == "file":
@@ -183,8 +176,10 @@ def _part(part: JSON) -> Part:
         data = str(part.get("data") or part.get("url") or "")
         return _media(data, media_type, _extras(part, "data", "url", "mimeType", "mediaType"))
     if kind.startswith("data-"):
-        return DataPart(name=kind, data=part.get("data"), metadata=_extras(part, "data"))
-    return DataPart(name=f"mastra:{kind}", data=part)  # source, source-document, error, ...
+        return _messages.DataPart(name=kind, data=part.get("data"), metadata=_extras(part, "data"))
+    return _messages.DataPart(
+        name=f"mastra:{kind}", data=part
+    )  # source, source-document, error, ...
 
 
 def _attachments(content: JSON, parts: list[JSON]) -> list[JSON]:
@@ -237,14 +232,14 @@ def _v1_parts(content: Any) -> list[JSON]:
 class _Pieces:
     """Builds the obsmem messages of one Mastra message, splitting at tool results."""
 
-    def __init__(self, role: Role, base: JSON) -> None:
-        self.role: Role = role
+    def __init__(self, role: _messages.Role, base: JSON) -> None:
+        self.role: _messages.Role = role
         self.base = base
-        self.done: list[tuple[Role, list[Part]]] = []
-        self.current: list[Part] = []
-        self.results: list[Part] = []
+        self.done: list[tuple[_messages.Role, list[_messages.Part]]] = []
+        self.current: list[_messages.Part] = []
+        self.results: list[_messages.Part] = []
 
-    def add(self, part: Part, *, tool_call: bool = False) -> None:
+    def add(self, part: _messages.Part, *, tool_call: bool = False) -> None:
         """Add a part; content after tool results starts a new assistant message (parallel
         calls of one step stay together)."""
         if self.results and not tool_call:
@@ -258,15 +253,15 @@ class _Pieces:
             self.done.append(("tool", self.results))
         self.current, self.results = [], []
 
-    def messages(self, mastra_id: str) -> list[Message]:
+    def messages(self, mastra_id: str) -> list[_messages.Message]:
         self.flush()
-        out: list[Message] = []
+        out: list[_messages.Message] = []
         for n, (role, parts) in enumerate(self.done):
             meta = cast(JSON, json.loads(json.dumps(self.base["metadata"])))
             if len(self.done) > 1:
                 meta.setdefault("mastra", {})["id"] = mastra_id
             out.append(
-                Message(
+                _messages.Message(
                     id=mastra_id if n == 0 else f"{mastra_id}.{n}",
                     role=role,
                     parts=tuple(parts),
@@ -287,7 +282,7 @@ def mastra_messages(
     created_at: datetime,
     thread_id: str,
     resource_id: str,
-) -> list[Message]:
+) -> list[_messages.Message]:
     """The obsmem messages for one stored Mastra message (empty for ``signal`` messages, which
     are Mastra's control signals, never part of the conversation)."""
     if role == "signal":
@@ -301,7 +296,7 @@ def mastra_messages(
         extra = {k: body[k] for k in ("metadata", "providerMetadata") if body.get(k)}
     else:
         parts, extra = _v1_parts(content), {}
-    obs_role: Role = role if role in ("user", "assistant", "system", "tool") else "user"
+    obs_role: _messages.Role = role if role in ("user", "assistant", "system", "tool") else "user"
     metadata: JSON = {"mastra": extra} if extra else {}
     base = {"metadata": metadata, "created_at": created_at, "thread_id": thread_id}
     pieces = _Pieces(obs_role, {**base, "resource_id": resource_id})
