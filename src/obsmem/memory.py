@@ -33,7 +33,7 @@ from .messages import Message, utcnow
 from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMORY
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
-from .recall import RECALL_DESCRIPTION
+from .recall import RECALL_DESCRIPTION, with_recall_parameters
 from .records import CycleRecord, ModelExchange, OMRecord, record_key
 from .snapshot import Subject
 from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
@@ -349,37 +349,11 @@ class Memory(Transfers, ThreadAccess):
         om = self.require_retrieval()
         bound = ThreadRef.of(ref)
 
-        async def recall(
-            mode: str = "messages",
-            cursor: str | None = None,
-            page: int = 1,
-            limit: int = 20,
-            detail: str = "low",
-            part_index: int | None = None,
-            char_offset: int = 0,
-            query: str | None = None,
-            thread_id: str | None = None,
-            before: str | None = None,
-            after: str | None = None,
-        ) -> str:
-            return await om.recall(
-                bound.thread,
-                bound.resource,
-                mode=mode,
-                cursor=cursor,
-                page=page,
-                limit=limit,
-                detail=detail,
-                part_index=part_index,
-                char_offset=char_offset,
-                query=query,
-                thread_id=thread_id,
-                before=before,
-                after=after,
-            )
+        async def recall(**request: Any) -> str:
+            return await om.recall(bound.thread, bound.resource, **request)
 
         recall.__doc__ = RECALL_DESCRIPTION
-        return recall
+        return with_recall_parameters(recall)
 
     def recall_tool(self, ref: ThreadRef | Mapping[str, Any] | None = None, **kwargs: str) -> Any:
         """The ``recall`` tool for a pydantic-ai agent, bound to one conversation

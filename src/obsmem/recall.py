@@ -9,11 +9,12 @@ say exactly how to get the rest.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, cast
+from typing import Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -37,10 +38,13 @@ __all__ = [
     "parse_request",
     "recall",
     "recall_guidance",
+    "recall_parameters",
     "search_groups",
+    "with_recall_parameters",
 ]
 
 Mode = Literal["messages", "threads", "search"]
+ToolFn = TypeVar("ToolFn", bound=Callable[..., Awaitable[Any]])
 SearchFn = Callable[
     [str, str | None, datetime | None, datetime | None, int], Awaitable["list[SearchHit]"]
 ]
@@ -104,6 +108,30 @@ class RecallRequest(BaseModel):
     after: str | None = Field(
         None, description="search notes dated after (ISO date)", max_length=64
     )
+
+
+def recall_parameters() -> list[inspect.Parameter]:
+    """The ``recall`` tool's parameters as keyword-only function parameters: the fields of
+    :class:`RecallRequest`, with their types and defaults."""
+    return [
+        inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, default=field.default, annotation=field.annotation
+        )
+        for name, field in RecallRequest.model_fields.items()
+    ]
+
+
+def with_recall_parameters(
+    tool: ToolFn, parameters: Sequence[inspect.Parameter] | None = None, returns: Any = str
+) -> ToolFn:
+    """``tool``, a function taking ``**arguments``, presented with the ``recall`` tool's
+    parameters (:func:`recall_parameters` unless given), as frameworks read a function
+    (``inspect.signature``, type hints) to build a tool's schema. So the parameters are written
+    once, in :class:`RecallRequest`, whichever framework shows the tool."""
+    shown = list(recall_parameters() if parameters is None else parameters)
+    tool.__signature__ = inspect.Signature(shown, return_annotation=returns)
+    tool.__annotations__ = {p.name: p.annotation for p in shown} | {"return": returns}
+    return tool
 
 
 def _tokens(text: str) -> int:
@@ -227,103 +255,52 @@ async def recall(
     store: CoreStore,
     boundary: RecallBoundary,
     *,
-    mode: str = "messages",
-    cursor: str | None = None,
-    page: int = 1,
-    limit: int = MAX_LIMIT,
-    detail: str = "low",
-    part_index: int | None = None,
-    char_offset: int = 0,
-    query: str | None = None,
-    thread_id: str | None = None,
-    before: str | None = None,
-    after: str | None = None,
     search: SearchFn | None = None,
     budget: int = DEFAULT_BUDGET,
+    **request: Any,
 ) -> str:
-    """Run one recall request and render the answer for the model, never more than ``budget``
-    tokens whatever is asked (long parts are paged by ``part_index`` and ``char_offset``).
-    Arguments of the wrong type or out of range come back as a message saying what to send:
-    whatever a model passes, recall answers and never raises."""
-    checked = check_request(
-        {
-            "mode": mode,
-            "cursor": cursor,
-            "page": page,
-            "limit": limit,
-            "detail": detail,
-            "part_index": part_index,
-            "char_offset": char_offset,
-            "query": query,
-            "thread_id": thread_id,
-            "before": before,
-            "after": after,
-        }
-    )
+    """Run one recall request (``request``: the tool's parameters, :class:`RecallRequest`'s
+    fields) and render the answer for the model, never more than ``budget`` tokens whatever is
+    asked (long parts are paged by ``part_index`` and ``char_offset``). Arguments of the wrong
+    type or out of range come back as a message saying what to send: whatever a model passes,
+    recall answers and never raises."""
+    checked = check_request(request)
     if isinstance(checked, str):
         return _within(checked, budget)
-    request = checked
-    answer = await _answer(
-        store,
-        boundary,
-        mode=request.mode,
-        cursor=request.cursor,
-        page=request.page,
-        limit=request.limit,
-        detail=request.detail,
-        part_index=request.part_index,
-        char_offset=request.char_offset,
-        query=request.query,
-        thread_id=request.thread_id,
-        before=request.before,
-        after=request.after,
-        search=search,
-        budget=max(MIN_BUDGET, budget - HINT_TOKENS),
-    )
+    answer = await _answer(store, boundary, checked, search, max(MIN_BUDGET, budget - HINT_TOKENS))
     return _within(answer, budget)
 
 
 async def _answer(
     store: CoreStore,
     boundary: RecallBoundary,
-    *,
-    mode: str,
-    cursor: str | None,
-    page: int,
-    limit: int,
-    detail: str,
-    part_index: int | None,
-    char_offset: int,
-    query: str | None,
-    thread_id: str | None,
-    before: str | None,
-    after: str | None,
+    request: RecallRequest,
     search: SearchFn | None,
     budget: int,
 ) -> str:
-    if mode == "threads":
+    if request.mode == "threads":
         return await _threads(store, boundary, budget)
-    if mode == "search":
+    if request.mode == "search":
         if search is None:
             return 'Search is not available here: use mode "messages" to page raw messages.'
-        if not query or not query.strip():
+        if not request.query or not request.query.strip():
             return 'mode "search" needs a `query`.'
-        window = (_date(before), _date(after))
-        target, refused = await _thread_in_boundary(store, boundary, thread_id)
+        target, refused = await _thread_in_boundary(store, boundary, request.thread_id)
         if refused is not None:
             return refused
         hits = await search(
-            query,
-            target if thread_id else _scoped(boundary),
-            window[1],
-            window[0],
-            min(limit, MAX_LIMIT),
+            request.query,
+            target if request.thread_id else _scoped(boundary),
+            _date(request.after),
+            _date(request.before),
+            min(request.limit, MAX_LIMIT),
         )
         return _render_hits(hits, boundary, budget)
-    if mode != "messages":
-        return f'Unknown mode {mode!r}: use "messages", "threads" or "search".'
-    limit = max(1, min(MAX_LIMIT, int(limit)))
-    page = int(page) or 1
+    if request.mode != "messages":
+        return f'Unknown mode {request.mode!r}: use "messages", "threads" or "search".'
+    limit = max(1, min(MAX_LIMIT, int(request.limit)))
+    page = int(request.page) or 1
+    cursor = request.cursor
     if cursor is not None and ":" in cursor:
         return (
             f"cursor must be one message id, not a range; to read the range {cursor}, use "
@@ -334,17 +311,16 @@ async def _answer(
         if not found or (boundary.scope == "thread" and found[0].thread_id != boundary.thread_id):
             return f"No message {cursor!r} in this conversation's memory."
         anchor = found[0]
-        if part_index is not None:
-            return _one_part(anchor, part_index, char_offset, budget)
-        return await _page(
-            store, anchor.thread_id or boundary.thread_id, anchor, page, limit, detail, budget
-        )
-    target, refused = await _thread_in_boundary(store, boundary, thread_id)
+        if request.part_index is not None:
+            return _one_part(anchor, request.part_index, request.char_offset, budget)
+        thread_id = anchor.thread_id or boundary.thread_id
+        return await _page(store, thread_id, anchor, page, limit, request.detail, budget)
+    target, refused = await _thread_in_boundary(store, boundary, request.thread_id)
     if refused is not None:
         return refused
     if await store.get_thread(target) is None:
         return "This conversation has no stored messages yet."
-    return await _page(store, target, None, page, limit, detail, budget)
+    return await _page(store, target, None, page, limit, request.detail, budget)
 
 
 def _scoped(boundary: RecallBoundary) -> str | None:

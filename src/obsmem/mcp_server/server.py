@@ -3,6 +3,7 @@ SDK's ``MCPServer`` (imported when a server is built, so the command line starts
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     from mcp.server import MCPServer
 
     from .. import __version__
-    from ..recall import RECALL_DESCRIPTION
+    from ..recall import RECALL_DESCRIPTION, with_recall_parameters
 
     server = MCPServer(
         "obsmem",
@@ -66,32 +67,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     schemas = _Schemas(tools)
     answer = _answer
 
-    async def recall(
-        mode: Any = None,
-        cursor: Any = None,
-        page: Any = None,
-        limit: Any = None,
-        detail: Any = None,
-        part_index: Any = None,
-        char_offset: Any = None,
-        query: Any = None,
-        thread_id: Any = None,
-        before: Any = None,
-        after: Any = None,
-    ) -> Any:
-        arguments = {
-            "mode": mode,
-            "cursor": cursor,
-            "page": page,
-            "limit": limit,
-            "detail": detail,
-            "part_index": part_index,
-            "char_offset": char_offset,
-            "query": query,
-            "thread_id": thread_id,
-            "before": before,
-            "after": after,
-        }
+    async def recall(**arguments: Any) -> Any:
         return await answer(tools.recall(arguments))
 
     async def remember(messages: Any = None, thread_id: Any = None) -> Any:
@@ -108,7 +84,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
 
     # The schemas the client sees; the tools check what they are sent themselves, so a bad
     # argument is answered in words that say what to send.
-    recall.__annotations__ = schemas.recall()
+    with_recall_parameters(recall, schemas.recall(), returns=schemas.result)
     remember.__annotations__ = schemas.remember()
     memory_context.__annotations__ = schemas.memory_context()
     memory_status.__annotations__ = schemas.memory_status()
@@ -160,7 +136,7 @@ class _Schemas:
         from mcp_types import CallToolResult
         from pydantic import Field, WithJsonSchema
 
-        self._result = CallToolResult
+        self.result = CallToolResult
         self._field = Field
         self._schema = WithJsonSchema
         self.thread_help = (
@@ -179,15 +155,19 @@ class _Schemas:
     def _thread(self) -> Any:
         return self._param({"type": ["string", "null"]}, self.thread_help)
 
-    def recall(self) -> dict[str, Any]:
-        from ..recall import RecallRequest
+    def recall(self) -> list[inspect.Parameter]:
+        """The recall tool's parameters, each with its JSON schema and None by default."""
+        from ..recall import RecallRequest, recall_parameters
 
         properties: dict[str, Any] = RecallRequest.model_json_schema()["properties"]
-        out: dict[str, Any] = {
-            name: self._param({k: v for k, v in schema.items() if k != "title"})
+        untitled = {
+            name: {k: v for k, v in schema.items() if k != "title"}
             for name, schema in properties.items()
         }
-        return {**out, "return": self._result}
+        return [
+            p.replace(annotation=self._param(untitled[p.name]), default=None)
+            for p in recall_parameters()
+        ]
 
     def remember(self) -> dict[str, Any]:
         message = {
@@ -214,7 +194,7 @@ class _Schemas:
                 messages, 'the messages, e.g. [{"role": "user", "content": "..."}]'
             ),
             "thread_id": self._thread(),
-            "return": self._result,
+            "return": self.result,
         }
 
     def memory_context(self) -> dict[str, Any]:
@@ -223,11 +203,11 @@ class _Schemas:
             "include_messages": self._param(
                 {"type": "boolean", "default": False}, "also show the messages not observed yet"
             ),
-            "return": self._result,
+            "return": self.result,
         }
 
     def memory_status(self) -> dict[str, Any]:
-        return {"thread_id": self._thread(), "return": self._result}
+        return {"thread_id": self._thread(), "return": self.result}
 
     def update_working_memory(self) -> dict[str, Any]:
         return {
@@ -236,5 +216,5 @@ class _Schemas:
                 "the whole working memory, as memory_context shows it, with your changes",
             ),
             "thread_id": self._thread(),
-            "return": self._result,
+            "return": self.result,
         }
