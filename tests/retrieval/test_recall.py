@@ -196,3 +196,12 @@ async def test_every_mode_and_detail_stays_within_the_budget(store: Store) -> No
         offset = int(chunk.rsplit("char_offset=", 1)[1].rstrip("]"))
     assert collected.endswith("<div>x</div>" * 100 + '"}')
     assert len(collected) == len('tool result snapshot: {"dom": "' + "<div>x</div>" * 20_000 + '"}')
+
+
+async def test_an_unknown_parameter_is_answered_with_what_to_send(store: Store) -> None:
+    """The parameters are RecallRequest's: one it does not have is answered in words, like any
+    other bad argument, rather than raised."""
+    await _seed(store)
+    answer = await recall(store, ALICE, mode="messages", pages=2)
+    assert answer.startswith("recall was not run: pages:"), answer
+    assert "Send a JSON object" in answer
