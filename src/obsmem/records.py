@@ -23,7 +23,7 @@ Vocabulary (see ARCHITECTURE.md):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
@@ -199,6 +199,19 @@ class GroupEmbedding:
     observed_at: datetime
     model: str
     vector: tuple[float, ...]
+
+    @classmethod
+    def of(cls, group: ObservationGroup, vector: Sequence[float], *, model: str) -> GroupEmbedding:
+        """The embedding of ``group`` by ``model``, observed when the group was made."""
+        return cls(
+            group_id=group.id,
+            key=group.key,
+            resource_id=group.resource_id,
+            thread_id=group.thread_id,
+            observed_at=group.created_at,
+            model=model,
+            vector=tuple(vector),
+        )
 
 
 CycleKind: TypeAlias = Literal["buffering", "observation", "activation", "reflection", "revision"]

@@ -13,8 +13,9 @@ The store contract, a pytest suite a store of your own can run, is the subpackag
 from __future__ import annotations
 
 import asyncio
+import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, TypeAlias
@@ -105,6 +106,32 @@ def _observe_lines(transcript: str, words: int) -> list[str]:
     return out
 
 
+def _scripted_model(
+    name: str,
+    respond: Callable[[str, int], str],
+    *,
+    fault: FaultFn | None,
+    calls: ModelCalls | None,
+    wait: Callable[[], Awaitable[None]] | None = None,
+) -> FunctionModel:
+    """A FunctionModel that records each prompt in ``calls``, awaits ``wait()``, then answers
+    call ``n`` (0-based) with its ``fault(n)`` when there is one, else ``respond(prompt, n)``."""
+    counter = itertools.count()
+
+    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
+        n = next(counter)
+        text = _user_text(messages)
+        if calls is not None:
+            calls.prompts.append(text)
+        if wait is not None:
+            await wait()
+        faulty = await _apply_fault(fault(n) if fault else None)
+        content = respond(text, n) if faulty is None else faulty
+        return pa.ModelResponse(parts=[pa.TextPart(content=content)])
+
+    return FunctionModel(answer, model_name=name)
+
+
 def scripted_observer(
     *,
     words: int = 12,
@@ -118,21 +145,14 @@ def scripted_observer(
     ``gate``: each call waits for this event (a slow Observer under the test's control);
     ``delay``: each call sleeps that long first; ``fault(n)`` may fail call ``n`` (0-based).
     """
-    counter = {"n": 0}
 
-    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
-        n = counter["n"]
-        counter["n"] += 1
-        text = _user_text(messages)
-        if calls is not None:
-            calls.prompts.append(text)
+    async def wait() -> None:
         if gate is not None:
             await gate.wait()
         if delay:
             await asyncio.sleep(delay)
-        faulty = await _apply_fault(fault(n) if fault else None)
-        if faulty is not None:
-            return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
+
+    def respond(text: str, n: int) -> str:
         transcript = text.split("## New Message History to Observe", 1)[-1]
         threads = _THREAD.findall(transcript)
         if threads:
@@ -143,14 +163,12 @@ def scripted_observer(
         else:
             body = "\n".join(_observe_lines(transcript, words))
         if fault is not None and fault(n) == "untagged":
-            return pa.ModelResponse(parts=[pa.TextPart(content=body)])
+            return body
         tail = "<current-task>Keep helping with the latest request.</current-task>\n"
         tail += "<suggested-response>Answer the newest message.</suggested-response>"
-        return pa.ModelResponse(
-            parts=[pa.TextPart(content=f"<observations>\n{body}\n</observations>\n{tail}")]
-        )
+        return f"<observations>\n{body}\n</observations>\n{tail}"
 
-    return FunctionModel(answer, model_name="scripted-observer")
+    return _scripted_model("scripted-observer", respond, fault=fault, calls=calls, wait=wait)
 
 
 def scripted_reflector(
@@ -162,17 +180,8 @@ def scripted_reflector(
 ) -> FunctionModel:
     """A Reflector that keeps every date line, the first 🔴 line under each date, and the newest
     ``keep`` share of the other lines, each cut to ``words`` words."""
-    counter = {"n": 0}
 
-    async def answer(messages: list[pa.ModelMessage], info: AgentInfo) -> pa.ModelResponse:
-        n = counter["n"]
-        counter["n"] += 1
-        text = _user_text(messages)
-        if calls is not None:
-            calls.prompts.append(text)
-        faulty = await _apply_fault(fault(n) if fault else None)
-        if faulty is not None:
-            return pa.ModelResponse(parts=[pa.TextPart(content=faulty)])
+    def respond(text: str, n: int) -> str:
         # The whole log: up to the prompt's own "---" line (message-boundary lines stay in).
         shown = text.split("## Observations to Reflect On", 1)[-1]
         log = re.split(r"\n---\n", shown, maxsplit=1)[0]
@@ -194,8 +203,6 @@ def scripted_reflector(
             elif line in kept:
                 out.append(" ".join(line.split()[: words + 3]))
         body = "\n".join(out) or "* ✅ (00:00) Nothing left worth keeping."
-        return pa.ModelResponse(
-            parts=[pa.TextPart(content=f"<observations>\n{body}\n</observations>")]
-        )
+        return f"<observations>\n{body}\n</observations>"
 
-    return FunctionModel(answer, model_name="scripted-reflector")
+    return _scripted_model("scripted-reflector", respond, fault=fault, calls=calls)

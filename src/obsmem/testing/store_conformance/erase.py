@@ -9,11 +9,7 @@ from datetime import timedelta
 import pytest
 
 from obsmem.errors import ConflictError
-from obsmem.messages import (
-    Message,
-    TextPart,
-    utcnow,
-)
+from obsmem.messages import Message, TextPart, utcnow
 from obsmem.records import (
     BufferedReflection,
     CycleRecord,
@@ -44,6 +40,7 @@ from .kit import (
     needs,
     new_generation,
     numbered_chunk,
+    observation_group,
     observe,
     offers,
     open_record,
@@ -70,17 +67,13 @@ def _messages(thread: str, n: int) -> list[Message]:
 
 
 def _group(key: str, thread: str, n: int) -> ObservationGroup:
-    return ObservationGroup(
-        id=f"g-{thread}-{n}",
-        key=key,
-        resource_id="r1",
-        thread_id=thread,
-        cycle_id=f"cycle-{thread}-{n}",
-        start_id=f"{thread}-m1",
-        end_id=f"{thread}-m2",
+    return observation_group(
+        key,
+        f"g-{thread}-{n}",
+        thread=thread,
         observations=f"* 🔴 {SECRET} ({thread})",
-        ranges=(MessageRange(thread_id=thread, first_seq=1, last_seq=2),),
-        created_at=utcnow(),
+        messages=(f"{thread}-m1", f"{thread}-m2"),
+        cycle_id=f"cycle-{thread}-{n}",
     )
 
 
@@ -117,28 +110,17 @@ async def remember(store: Store, thread: str, scope: Scope) -> None:
     record = await open_record(store, thread, scope=scope)
     key = record.key
     log = _block(thread) if scope == "resource" else f"* 🔴 {SECRET} ({thread})"
+    group = _group(key, thread, 1)
     record = await observe(
         store,
         record,
         observations=(record.observations + "\n" + log).strip(),
         observation_tokens=20,
         cursor={**record.cursor, thread: 2},
-        groups=[_group(key, thread, 1)],
+        groups=[group],
     )
     if offers(store, SearchableStore):
-        await store.put_embeddings(
-            [
-                GroupEmbedding(
-                    group_id=f"g-{thread}-1",
-                    key=key,
-                    resource_id="r1",
-                    thread_id=thread,
-                    observed_at=T0,
-                    model="m",
-                    vector=VECTOR,
-                )
-            ]
-        )
+        await store.put_embeddings([GroupEmbedding.of(group, VECTOR, model="m")])
     await store.load(
         LoadRequest(subject=subject(thread, scope=scope), cycles=[_cycle(key, thread)])
     )
@@ -297,15 +279,8 @@ class EraseContract:
         was erased (its thread deleted meanwhile) is dropped, not stored for later."""
         needs(store, SearchableStore)
         record = await open_record(store, "t1")
-        late = GroupEmbedding(
-            group_id="g-t1-1",
-            key=record.key,
-            resource_id="r1",
-            thread_id="t1",
-            observed_at=T0,
-            model="m",
-            vector=VECTOR,
-        )
+        group = _group(record.key, "t1", 1)
+        late = GroupEmbedding.of(group, VECTOR, model="m")
         await store.put_embeddings([late])  # the group is not (or no longer) stored
         await observe(
             store,
@@ -313,7 +288,7 @@ class EraseContract:
             observations="* 🔴 a fact",
             observation_tokens=3,
             cursor={},
-            groups=[_group(record.key, "t1", 1)],
+            groups=[group],
         )
         assert await store.search_embeddings("r1", VECTOR, model="m") == []
         await store.put_embeddings([late])

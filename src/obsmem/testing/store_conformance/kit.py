@@ -211,6 +211,46 @@ def numbered_chunk(n: int, thread: str, first: int, last: int, tokens: int = 100
     )
 
 
+def resource_chunk(*ranges: tuple[str, int, int]) -> BufferedChunk:
+    """Buffered chunk ``c1`` covering each ``(thread, first seq, last seq)``: one chunk of a
+    resource-scope log, spanning threads."""
+    return BufferedChunk(
+        id="c1",
+        cycle_id="cy1",
+        observations="x",
+        token_count=1,
+        message_tokens=10,
+        ranges=tuple(MessageRange(thread_id=t, first_seq=a, last_seq=b) for t, a, b in ranges),
+        created_at=utcnow(),
+    )
+
+
+def observation_group(
+    key: str,
+    group_id: str = "g1",
+    *,
+    thread: str = "t1",
+    observations: str = "* 🔴 fact",
+    messages: tuple[str, str] = ("m1", "m2"),
+    cycle_id: str = "cycle-1",
+    created_at: datetime | None = None,
+) -> ObservationGroup:
+    """Group ``group_id`` of ``key`` in resource ``r1``, observed from ``messages`` (seqs 1..2)
+    of ``thread`` (now, unless ``created_at`` is given)."""
+    return ObservationGroup(
+        id=group_id,
+        key=key,
+        resource_id="r1",
+        thread_id=thread,
+        cycle_id=cycle_id,
+        start_id=messages[0],
+        end_id=messages[1],
+        observations=observations,
+        ranges=(MessageRange(thread_id=thread, first_seq=1, last_seq=2),),
+        created_at=created_at or utcnow(),
+    )
+
+
 async def thread_with_messages(
     store: CoreStore, n: int, thread: str = "t1", resource: str = "r1"
 ) -> tuple[str, OMRecord]:

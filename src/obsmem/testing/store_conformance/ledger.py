@@ -9,25 +9,10 @@ from datetime import timedelta
 import pytest
 
 from obsmem.errors import ConflictError, StoreError
-from obsmem.records import (
-    CycleRecord,
-    MessageRange,
-    ModelExchange,
-)
-from obsmem.stores import (
-    Commit,
-    CommitObservation,
-    LedgerStore,
-    LoadRequest,
-    Store,
-)
+from obsmem.records import CycleRecord, MessageRange, ModelExchange
+from obsmem.stores import Commit, CommitObservation, LedgerStore, LoadRequest, Store
 
-from .kit import (
-    T0,
-    needs,
-    open_record,
-    subject,
-)
+from .kit import T0, needs, open_record, subject
 
 
 def _cycle(

@@ -8,16 +8,8 @@ from datetime import timedelta
 import pytest
 
 from obsmem.errors import ConflictError, StoreError
-from obsmem.messages import (
-    Message,
-    TextPart,
-    utcnow,
-)
-from obsmem.records import (
-    BufferedChunk,
-    MessageRange,
-    ObservationGroup,
-)
+from obsmem.messages import Message, TextPart, utcnow
+from obsmem.records import BufferedChunk, MessageRange
 from obsmem.stores import (
     AddChunk,
     Commit,
@@ -34,7 +26,9 @@ from .kit import (
     add_chunk,
     assert_record_invariants,
     load,
+    observation_group,
     observe,
+    resource_chunk,
     subject,
 )
 
@@ -108,18 +102,7 @@ class LoadCommitContract:
         snap = await load(store, "b", "r1", "resource")
         assert [t.id for t in snap.threads] == ["b", "a", "c"]  # the subject's thread first
         assert snap.subject.threads == ("b", "a", "c")
-        chunk = BufferedChunk(
-            id="c1",
-            cycle_id="cy1",
-            observations="x",
-            token_count=1,
-            message_tokens=10,
-            ranges=(
-                MessageRange(thread_id="a", first_seq=1, last_seq=2),
-                MessageRange(thread_id="c", first_seq=1, last_seq=3),
-            ),
-            created_at=utcnow(),
-        )
+        chunk = resource_chunk(("a", 1, 2), ("c", 1, 3))
         record = await add_chunk(store, snap.record, chunk)
         record = await observe(
             store, record, observations="x", observation_tokens=1, cursor={"a": 2, "c": 3}
@@ -226,16 +209,8 @@ class LoadCommitContract:
         snap = await store.load(
             LoadRequest(subject=subject(), append=[_msg(i, thread="t1") for i in range(1, 5)])
         )
-        group = ObservationGroup(
-            id="g1",
-            key=snap.record.key,
-            resource_id="r1",
-            thread_id="t1",
-            cycle_id="cycle-1",
-            start_id="t1-m1",
-            end_id="t1-m2",
-            observations="* chunk 1",
-            created_at=utcnow(),
+        group = observation_group(
+            snap.record.key, observations="* chunk 1", messages=("t1-m1", "t1-m2")
         )
         result = await store.commit(
             Commit(

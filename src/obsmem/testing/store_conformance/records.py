@@ -7,20 +7,9 @@ import asyncio
 import pytest
 
 from obsmem.errors import ConflictError, StoreError
-from obsmem.messages import (
-    Message,
-    utcnow,
-)
-from obsmem.records import (
-    BufferedChunk,
-    BufferedReflection,
-    MessageRange,
-    OMRecord,
-    record_key,
-)
-from obsmem.stores import (
-    CoreStore,
-)
+from obsmem.messages import Message, utcnow
+from obsmem.records import BufferedReflection, OMRecord, record_key
+from obsmem.stores import CoreStore
 
 from .kit import (
     activate,
@@ -31,6 +20,7 @@ from .kit import (
     numbered_chunk,
     observe,
     open_record,
+    resource_chunk,
     set_reflection,
     thread_with_messages,
 )
@@ -281,18 +271,7 @@ class RecordContract:
         key = record_key("resource", thread_id=None, resource_id="r1")
         record = await open_record(store, "a", "r1", scope="resource")
         assert record.key == key
-        chunk = BufferedChunk(
-            id="c1",
-            cycle_id="cy1",
-            observations="x",
-            token_count=1,
-            message_tokens=10,
-            ranges=(
-                MessageRange(thread_id="a", first_seq=1, last_seq=2),
-                MessageRange(thread_id="b", first_seq=1, last_seq=3),
-            ),
-            created_at=utcnow(),
-        )
+        chunk = resource_chunk(("a", 1, 2), ("b", 1, 3))
         record = await add_chunk(store, record, chunk)
         record = await activate(store, record, 1, observations="x", observation_tokens=1)
         assert record.cursor == {"a": 2, "b": 3}

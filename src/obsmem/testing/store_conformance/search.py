@@ -9,26 +9,10 @@ from datetime import timedelta
 import pytest
 
 from obsmem.errors import ConflictError
-from obsmem.messages import (
-    utcnow,
-)
-from obsmem.records import (
-    GroupEmbedding,
-    MessageRange,
-    ObservationGroup,
-)
-from obsmem.stores import (
-    SearchableStore,
-    Store,
-)
+from obsmem.records import GroupEmbedding, ObservationGroup
+from obsmem.stores import SearchableStore, Store
 
-from .kit import (
-    T0,
-    add_chunk,
-    needs,
-    numbered_chunk,
-    thread_with_messages,
-)
+from .kit import T0, add_chunk, needs, numbered_chunk, observation_group, thread_with_messages
 
 
 class SearchContract:
@@ -37,18 +21,7 @@ class SearchContract:
     async def test_observation_groups_are_written_with_their_transition(self, store: Store) -> None:
         needs(store, SearchableStore)
         key, record = await thread_with_messages(store, 4)
-        group = ObservationGroup(
-            id="g1",
-            key=key,
-            resource_id="r1",
-            thread_id="t1",
-            cycle_id="cycle-1",
-            start_id="m1",
-            end_id="m2",
-            observations="* 🔴 fact",
-            ranges=(MessageRange(thread_id="t1", first_seq=1, last_seq=2),),
-            created_at=utcnow(),
-        )
+        group = observation_group(key)
         record = await add_chunk(store, record, numbered_chunk(1, "t1", 1, 2), groups=[group])
         assert await store.list_observation_groups("r1") == [group]
         assert await store.list_observation_groups("r1", thread_id="t1") == [group]
@@ -87,20 +60,7 @@ class SearchContract:
         ]
         record = await add_chunk(store, record, numbered_chunk(1, "t1", 1, 2), groups=groups)
         vectors = {"g0": (1.0, 0.0), "g1": (0.8, 0.6), "g2": (0.0, 1.0), "g3": (1.0, 0.0)}
-        await store.put_embeddings(
-            [
-                GroupEmbedding(
-                    group_id=g.id,
-                    key=g.key,
-                    resource_id=g.resource_id,
-                    thread_id=g.thread_id,
-                    observed_at=g.created_at,
-                    model="m",
-                    vector=vectors[g.id],
-                )
-                for g in groups
-            ]
-        )
+        await store.put_embeddings([GroupEmbedding.of(g, vectors[g.id], model="m") for g in groups])
         hits = await store.search_embeddings("r1", [1.0, 0.0], model="m", limit=2)
         assert [(g.id, round(s, 2)) for g, s in hits] == [("g0", 1.0), ("g1", 0.8)]
         assert all(g.resource_id == "r1" for g, _ in hits)  # g3 (r2) is as close but never seen

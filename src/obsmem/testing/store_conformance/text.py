@@ -5,22 +5,11 @@ from __future__ import annotations
 
 import math
 
-from obsmem.messages import (
-    Message,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
+from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from obsmem.snapshot import Subject
-from obsmem.stores import (
-    CoreStore,
-    LoadRequest,
-    ThreadPatch,
-)
+from obsmem.stores import CoreStore, LoadRequest, ThreadPatch
 
-from .kit import (
-    append,
-)
+from .kit import append
 
 AWKWARD = ["nul \x00 inside", "lone \ud800 surrogate", "low \udfff too", "mixed 中文 \x00 \udbff"]
 

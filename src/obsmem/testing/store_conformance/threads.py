@@ -6,25 +6,12 @@ from datetime import UTC, datetime
 
 import pytest
 
+from obsmem import messages
 from obsmem.errors import StoreError
-from obsmem.messages import (
-    FilePart,
-    ImagePart,
-    Message,
-    ReasoningPart,
-    TextPart,
-    ToolCallPart,
-    ToolResultPart,
-)
-from obsmem.stores import (
-    CoreStore,
-    TransferStore,
-)
+from obsmem.messages import Message
+from obsmem.stores import CoreStore, TransferStore
 
-from .kit import (
-    append,
-    numbered_message,
-)
+from .kit import append, numbered_message
 
 
 class ThreadContract:
@@ -76,19 +63,19 @@ class ThreadContract:
             created_at=datetime(2025, 12, 4, 14, 30, 5, 123456, tzinfo=UTC),
             metadata={"source": "test", "nested": {"a": [1, 2]}},
             parts=(
-                TextPart(text="Here is the board 📋"),
-                ReasoningPart(text="thinking...", signature="sig"),
-                ToolCallPart(tool_call_id="c1", tool_name="search", args={"q": "venues"}),
-                ToolResultPart(
+                messages.TextPart(text="Here is the board 📋"),
+                messages.ReasoningPart(text="thinking...", signature="sig"),
+                messages.ToolCallPart(tool_call_id="c1", tool_name="search", args={"q": "venues"}),
+                messages.ToolResultPart(
                     tool_call_id="c1",
                     tool_name="search",
                     content={"hits": ["A", "B"]},
-                    attachments=(ImagePart(data=b"\x89PNG...", media_type="image/png"),),
+                    attachments=(messages.ImagePart(data=b"\x89PNG...", media_type="image/png"),),
                 ),
-                ImagePart(
+                messages.ImagePart(
                     url="https://example.com/board.png", width=800, height=600, detail="high"
                 ),
-                FilePart(
+                messages.FilePart(
                     data=b"%PDF-1.4",
                     media_type="application/pdf",
                     filename="a.pdf",

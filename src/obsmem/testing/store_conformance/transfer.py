@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from obsmem.errors import StoreError
-from obsmem.records import CycleRecord, GroupEmbedding, MessageRange, ObservationGroup
+from obsmem.records import CycleRecord, GroupEmbedding
 from obsmem.stores import LoadRequest, ResourcePatch, Store, TransferStore
 from obsmem.transfer import ExportRecord, export_records, import_records
 
@@ -15,6 +15,7 @@ from .kit import (
     needs,
     new_generation,
     numbered_message,
+    observation_group,
     observe,
     open_record,
     subject,
@@ -32,18 +33,7 @@ async def _fill(store: Store) -> None:
         )
     )
     record = await open_record(store)
-    group = ObservationGroup(
-        id="g1",
-        key=record.key,
-        resource_id="r1",
-        thread_id="t1",
-        cycle_id="cycle-1",
-        start_id="m1",
-        end_id="m2",
-        observations="* 🔴 the user likes quokkas",
-        ranges=(MessageRange(thread_id="t1", first_seq=1, last_seq=2),),
-        created_at=T0,
-    )
+    group = observation_group(record.key, observations="* 🔴 the user likes quokkas", created_at=T0)
     record = await observe(
         store,
         record,
@@ -53,15 +43,7 @@ async def _fill(store: Store) -> None:
         groups=[group],
     )
     await new_generation(store, record, observations="* 🔴 quokkas", observation_tokens=3)
-    embedding = GroupEmbedding(
-        group_id="g1",
-        key=record.key,
-        resource_id="r1",
-        thread_id="t1",
-        observed_at=T0,
-        model="m",
-        vector=(0.6, 0.8),
-    )
+    embedding = GroupEmbedding.of(group, (0.6, 0.8), model="m")
     await store.put_embeddings([embedding])
     cycle = CycleRecord(
         cycle_id="cycle-1",
