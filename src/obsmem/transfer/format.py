@@ -15,24 +15,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, TypeAdapter
 
 from ..messages import Message, message_from_dict, message_to_dict
 from ..meta_keys import META_FAILURE
-from ..records import (
-    CycleRecord,
-    GroupEmbedding,
-    ObservationGroup,
-    OMRecord,
-    Thread,
-)
+from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
+from ..stores import codec
 from ..stores.changes import ImportedResource
-from ..stores.codec import (
-    chunk_from_dict,
-    chunk_to_dict,
-    dumps,
-    group_ranges_from_json,
-    loads,
-    ranges_to_json,
-    reflection_from_json,
-    reflection_to_json,
-)
 
 __all__ = [
     "FORMAT",
@@ -176,8 +161,8 @@ class LogRow(_Row):
             head=r.is_head,
             observation_tokens=int(r.observation_tokens),
             cursor=dict(r.cursor),
-            chunks=[chunk_to_dict(c) for c in r.chunks],
-            buffered_reflection=loads(reflection_to_json(r.buffered_reflection)),
+            chunks=[codec.chunk_to_dict(c) for c in r.chunks],
+            buffered_reflection=codec.loads(codec.reflection_to_json(r.buffered_reflection)),
             total_tokens_observed=int(r.total_tokens_observed),
         )
 
@@ -188,9 +173,9 @@ class LogRow(_Row):
         return OMRecord(
             **self._fields(
                 without=("head",),
-                chunks=tuple(chunk_from_dict(c) for c in self.chunks),
-                buffered_reflection=reflection_from_json(
-                    None if reflection is None else dumps(reflection)
+                chunks=tuple(codec.chunk_from_dict(c) for c in self.chunks),
+                buffered_reflection=codec.reflection_from_json(
+                    None if reflection is None else codec.dumps(reflection)
                 ),
             )
         )
@@ -214,11 +199,11 @@ class GroupRow(_Row):
 
     @classmethod
     def of(cls, g: ObservationGroup) -> GroupRow:
-        ranges = [(t, a, b) for t, a, b in ranges_to_json(g.ranges)]
+        ranges = [(t, a, b) for t, a, b in codec.ranges_to_json(g.ranges)]
         return cls._copied(g, ranges=ranges, metadata=dict(g.metadata))
 
     def domain(self) -> ObservationGroup:
-        ranges = group_ranges_from_json([list(r) for r in self.ranges])
+        ranges = codec.group_ranges_from_json([list(r) for r in self.ranges])
         return ObservationGroup(**self._fields(ranges=ranges))
 
 
@@ -284,26 +269,11 @@ class CycleRow(_Row):
         return cls.model_validate(c.to_json())
 
     def domain(self) -> CycleRecord:
+        ranges = [[r["thread_id"], r["first_seq"], r["last_seq"]] for r in self.ranges]
         return CycleRecord(
-            cycle_id=self.cycle_id,
-            key=self.key,
-            resource_id=self.resource_id,
-            thread_ids=tuple(self.thread_ids),
-            kind=self.kind,
-            outcome=self.outcome,
-            error=self.error,
-            started_at=self.started_at,
-            duration_ms=self.duration_ms,
-            model=self.model,
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cost_usd=self.cost_usd,
-            ranges=group_ranges_from_json(
-                [[r["thread_id"], r["first_seq"], r["last_seq"]] for r in self.ranges]
-            ),
-            generation=self.generation,
-            operation=self.operation,
-            by=self.by,
+            **self._fields(
+                thread_ids=tuple(self.thread_ids), ranges=codec.group_ranges_from_json(ranges)
+            )
         )
 
 
