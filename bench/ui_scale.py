@@ -28,7 +28,7 @@ from _common import T0, header, ratio, table
 
 from obsmem.messages import Message
 from obsmem.stores import SQLiteStore
-from obsmem.stores.rows import message_to_row
+from obsmem.stores.rows import MESSAGES
 from obsmem.stores.schema import INSERT_MESSAGE
 from obsmem.ui.app import UIConfig, create_app
 from obsmem.ui.cli import check_extra
@@ -52,7 +52,7 @@ def _messages(thread: str, resource: str, count: int, start: int = 0) -> list[tu
             resource_id=resource,
             seq=n + 1,
         )
-        rows.append(message_to_row(m))
+        rows.append(MESSAGES.row(m))
     return rows
 
 

@@ -13,7 +13,7 @@ from obsmem.errors import ConfigError
 from obsmem.memory import ThreadRef
 from obsmem.messages import TextPart, ToolCallPart, ToolResultPart
 from obsmem.stores import InMemoryStore, SQLiteStore
-from obsmem.stores.rows import message_from_row
+from obsmem.stores.rows import MESSAGES
 from obsmem.testing import scripted_observer, scripted_reflector
 
 
@@ -51,7 +51,7 @@ def test_a_developer_message_stored_by_an_older_version_reads_as_system() -> Non
         "{}",
         "2026-01-01T00:00:00.000000+00:00",
     )
-    assert message_from_row(row).role == "system"
+    assert MESSAGES.parse(row).role == "system"
 
 
 @pytest.mark.parametrize(

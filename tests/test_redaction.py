@@ -113,7 +113,7 @@ def test_a_cycle_error_and_the_failure_state_are_redacted() -> None:
 
 def test_a_ledger_row_stored_before_redaction_is_read_redacted() -> None:
     from obsmem.records import CycleRecord
-    from obsmem.stores.rows import cycle_from_row, cycle_row
+    from obsmem.stores.rows import CYCLES
 
     secret = "sk-proj-Q7vX2mNcR4tY8uWz1aBd5eFg9hJk3LpS"
     row = CycleRecord(
@@ -127,7 +127,7 @@ def test_a_ledger_row_stored_before_redaction_is_read_redacted() -> None:
         started_at=NOW,
         duration_ms=1.0,
     )
-    read = cycle_from_row(cycle_row(row))
+    read = CYCLES.parse(CYCLES.row(row))
     assert read.error == f"HTTP 401: Incorrect API key provided: {REDACTED}"
 
 

@@ -18,7 +18,7 @@ from obsmem import Memory
 from obsmem.errors import StoreError
 from obsmem.messages import Message, TextPart, utcnow
 from obsmem.stores import LoadRequest, SQLiteStore, flows
-from obsmem.stores.flows import Flow
+from obsmem.stores.flows import Call, Flow
 from obsmem.testing.store_conformance.kit import subject
 
 T0 = datetime(2025, 12, 4, 14, 30, tzinfo=UTC)
@@ -230,7 +230,7 @@ async def test_a_write_into_a_file_that_went_meanwhile_is_not_acknowledged(
         return stored
 
     with pytest.raises(StoreError, match="change went into the file this process opened") as e:
-        await store._driver.run(append_and_move, write=True, quick=quick)  # pyright: ignore[reportPrivateUsage]
+        await store._driver.run(Call(append_and_move, write=True, quick=quick))  # pyright: ignore[reportPrivateUsage]
     assert str(path) in str(e.value)
     os.replace(away, path)
     assert [m.id for m in await store.list_messages("t1")] == ["m1", "m2", "m3"]

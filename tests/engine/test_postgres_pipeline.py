@@ -17,8 +17,8 @@ from obsmem.messages import Message, utcnow
 from obsmem.stores import PostgresStore
 from obsmem.stores import schema as sql
 from obsmem.stores import transitions as tr
-from obsmem.stores.flows import Batch, Flow, Op
-from obsmem.stores.rows import thread_to_row
+from obsmem.stores.flows import Batch, Call, Flow, Op
+from obsmem.stores.rows import THREADS
 
 
 @pytest.fixture
@@ -32,7 +32,7 @@ async def store(postgres_dsn: str) -> AsyncIterator[PostgresStore]:
 
 
 def _thread_op(thread_id: str) -> Op:
-    return Op(sql.INSERT_THREAD, thread_to_row(tr.new_thread(thread_id, "u1", now=utcnow())))
+    return Op(sql.INSERT_THREAD, THREADS.row(tr.new_thread(thread_id, "u1", now=utcnow())))
 
 
 async def test_a_failure_in_a_later_round_trip_undoes_the_earlier_ones(
@@ -47,7 +47,7 @@ async def test_a_failure_in_a_later_round_trip_undoes_the_earlier_ones(
         yield Batch((_thread_op("t-second"), Op("SELECT 1/0")), end=True)
 
     with pytest.raises(StoreError, match="division by zero"):
-        await store._driver.run(fails_later, write=True)  # pyright: ignore[reportPrivateUsage]
+        await store._driver.run(Call(fails_later, write=True))  # pyright: ignore[reportPrivateUsage]
     assert await store.get_thread("t-first") is None
     assert await store.get_thread("t-second") is None
 
@@ -55,7 +55,7 @@ async def test_a_failure_in_a_later_round_trip_undoes_the_earlier_ones(
         yield _thread_op("t-first")
         yield Batch((_thread_op("t-second"),), end=True)
 
-    await store._driver.run(succeeds, write=True)  # pyright: ignore[reportPrivateUsage]
+    await store._driver.run(Call(succeeds, write=True))  # pyright: ignore[reportPrivateUsage]
     assert await store.get_thread("t-first") is not None
     assert await store.get_thread("t-second") is not None
 
@@ -70,7 +70,7 @@ async def test_a_call_cancelled_mid_exchange_leaves_a_connection_that_works(
     def slow(_: bool) -> Flow[None]:
         yield Op(f"SELECT pg_sleep(30) /* {marker} */")
 
-    task = asyncio.ensure_future(store._driver.run(slow, write=False))  # pyright: ignore[reportPrivateUsage]
+    task = asyncio.ensure_future(store._driver.run(Call(slow, write=False)))  # pyright: ignore[reportPrivateUsage]
     async with await psycopg.AsyncConnection.connect(postgres_dsn, autocommit=True) as watcher:
         for _ in range(2_000):  # until the server runs it (bounded: 20 s at most)
             cur = await watcher.execute(
@@ -119,7 +119,7 @@ async def test_a_batch_whose_answers_fill_the_socket_while_it_is_sent(
         results = yield Batch(tuple(Op("SELECT CAST(? AS TEXT)", (t,)) for t in texts), end=True)
         return [rows[0][0] for rows in results]
 
-    run = store._driver.run(echo, write=False)  # pyright: ignore[reportPrivateUsage]
+    run = store._driver.run(Call(echo, write=False))  # pyright: ignore[reportPrivateUsage]
     assert await asyncio.wait_for(run, timeout=60) == texts
 
 
@@ -236,7 +236,7 @@ def _backend_pid(_: bool) -> Flow[int]:
 
 
 async def _pid(store: PostgresStore) -> int:
-    return await store._driver.run(_backend_pid, write=False)  # pyright: ignore[reportPrivateUsage]
+    return await store._driver.run(Call(_backend_pid, write=False))  # pyright: ignore[reportPrivateUsage]
 
 
 async def test_a_pooled_connection_with_a_notification_to_read_is_pinged_and_kept(
@@ -289,7 +289,7 @@ async def test_a_commit_that_fails_at_the_sync_names_its_error_and_keeps_the_con
         yield Batch((insert, insert), end=True)
 
     with pytest.raises(StoreError, match="one_each"):
-        await store._driver.run(twice, write=True)  # pyright: ignore[reportPrivateUsage]
+        await store._driver.run(Call(twice, write=True))  # pyright: ignore[reportPrivateUsage]
     assert await _pid(store) == pid
     await store.create_thread("t-next", "u1")
     assert await store.get_thread("t-next") is not None
@@ -344,8 +344,8 @@ async def test_prepared_statements_per_connection_are_bounded(
         return int(rows[0][0])
 
     for k in range(12):
-        assert await store._driver.run(add(k), write=False) == 1 + k  # pyright: ignore[reportPrivateUsage]
-        count = await store._driver.run(prepared, write=False)  # pyright: ignore[reportPrivateUsage]
+        assert await store._driver.run(Call(add(k), write=False)) == 1 + k  # pyright: ignore[reportPrivateUsage]
+        count = await store._driver.run(Call(prepared, write=False))  # pyright: ignore[reportPrivateUsage]
         assert count <= 4 + 1, count  # what was kept, and this statement
 
 
@@ -378,7 +378,7 @@ async def test_calls_one_after_another_reuse_the_connection_given_back_last(
         def overlapping(_: bool) -> Flow[None]:
             yield Op("SELECT pg_sleep(0.05)")  # long enough for the three to overlap
 
-        await asyncio.gather(*(store._driver.run(overlapping, write=False) for _ in range(3)))  # pyright: ignore[reportPrivateUsage]
+        await asyncio.gather(*(store._driver.run(Call(overlapping, write=False)) for _ in range(3)))  # pyright: ignore[reportPrivateUsage]
         assert store._pg._pool.get_stats()["pool_size"] >= 2  # pyright: ignore[reportPrivateUsage]
         pids = [await _pid(store) for _ in range(6)]
         assert len(set(pids)) == 1, pids

@@ -21,8 +21,8 @@ from obsmem.snapshot import Subject
 from obsmem.stores import Commit, CommitObservation, LoadRequest, PostgresStore
 from obsmem.stores import schema as sql
 from obsmem.stores import transitions as tr
-from obsmem.stores.flows import Batch, Flow, Op
-from obsmem.stores.rows import thread_to_row
+from obsmem.stores.flows import Batch, Call, Flow, Op
+from obsmem.stores.rows import THREADS
 from obsmem.testing import scripted_observer, scripted_reflector
 
 from ..wire_counter import WireCounter
@@ -135,19 +135,19 @@ async def test_a_whole_transaction_in_one_batch_is_all_or_nothing(
     thread = tr.new_thread("t-whole", "u1", now=now)
 
     def fails_at_the_end(_: bool) -> Flow[None]:
-        yield Batch((Op(sql.INSERT_THREAD, thread_to_row(thread)), Op("SELECT 1/0")), end=True)
+        yield Batch((Op(sql.INSERT_THREAD, THREADS.row(thread)), Op("SELECT 1/0")), end=True)
 
     def succeeds(_: bool) -> Flow[None]:
-        yield Batch((Op(sql.INSERT_THREAD, thread_to_row(thread)), Op("SELECT 1")), end=True)
+        yield Batch((Op(sql.INSERT_THREAD, THREADS.row(thread)), Op("SELECT 1")), end=True)
 
     await store.list_resources()  # creates the schema
     counter.take()
     with pytest.raises(StoreError, match="division by zero"):
-        await store._driver.run(fails_at_the_end, write=True)  # pyright: ignore[reportPrivateUsage]
+        await store._driver.run(Call(fails_at_the_end, write=True))  # pyright: ignore[reportPrivateUsage]
     assert counter.take() == 1  # the batch alone: the server rolls it back at its own sync
     assert await store.get_thread("t-whole") is None
     counter.take()
-    await store._driver.run(succeeds, write=True)  # pyright: ignore[reportPrivateUsage]
+    await store._driver.run(Call(succeeds, write=True))  # pyright: ignore[reportPrivateUsage]
     assert counter.take() == 1
     stored = await store.get_thread("t-whole")
     assert stored is not None

@@ -7,14 +7,7 @@ conformance suite (:mod:`obsmem.testing.store_conformance`); a store of your own
 :class:`CoreStore`, and each optional capability it offers is found by ``isinstance``.
 """
 
-from .base import (
-    CoreStore,
-    ErasableStore,
-    LedgerStore,
-    SearchableStore,
-    Store,
-    TransferStore,
-)
+from .base import CoreStore, ErasableStore, LedgerStore, SearchableStore, Store, TransferStore
 from .changes import (
     ActivateChunks,
     AddChunk,

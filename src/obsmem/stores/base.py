@@ -22,14 +22,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..errors import StoreError
 from ..messages import Message
-from ..records import (
-    CycleRecord,
-    GroupEmbedding,
-    ModelExchange,
-    ObservationGroup,
-    OMRecord,
-    Thread,
-)
+from ..records import CycleRecord, GroupEmbedding, ModelExchange, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
 from .changes import Commit, CommitResult, ImportConflicts, ImportWrite, LoadRequest
 from .erasure import Erasure

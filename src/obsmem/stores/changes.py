@@ -62,6 +62,11 @@ MetadataPath: TypeAlias = tuple[str, ...]
 """Keys from the top of a metadata object down to the value to set."""
 
 
+def _top_level(metadata: Mapping[str, Any]) -> tuple[tuple[MetadataPath, Any], ...]:
+    """Each top-level key of ``metadata`` set to its value (a shallow merge)."""
+    return tuple(((key,), value) for key, value in metadata.items())
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ThreadPatch:
     """Changes to one thread, merged into what is stored inside the transaction."""
@@ -80,6 +85,13 @@ class ThreadPatch:
     def empty(self) -> bool:
         return not self.set and self.title is None and self.suggested_title is None
 
+    @classmethod
+    def merging(
+        cls, thread_id: str, metadata: Mapping[str, Any] | None, *, title: str | None = None
+    ) -> ThreadPatch:
+        """``update_thread``: set the title (when given), merge ``metadata``'s top-level keys."""
+        return cls(thread_id=thread_id, title=title, set=_top_level(metadata or {}))
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ResourcePatch:
@@ -87,6 +99,11 @@ class ResourcePatch:
 
     resource_id: str
     set: tuple[tuple[MetadataPath, Any], ...] = ()
+
+    @classmethod
+    def merging(cls, resource_id: str, metadata: Mapping[str, Any]) -> ResourcePatch:
+        """``update_resource``: merge ``metadata``'s top-level keys."""
+        return cls(resource_id=resource_id, set=_top_level(metadata))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

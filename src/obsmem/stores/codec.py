@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
-from ..records import BufferedChunk, BufferedReflection, MessageRange, ObservationGroup
+from ..records import BufferedChunk, BufferedReflection, MessageRange
 
 __all__ = [
+    "CHUNKS",
+    "REFLECTIONS",
+    "Column",
+    "Shape",
     "chunk_from_dict",
     "chunk_to_dict",
     "chunks_from_json",
@@ -20,10 +25,15 @@ __all__ = [
     "dumps",
     "group_ranges_from_json",
     "loads",
+    "optional",
+    "plain",
     "ranges_to_json",
     "reflection_from_json",
     "reflection_to_json",
+    "time_column",
 ]
+
+R = TypeVar("R")
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -51,8 +61,60 @@ def dt_from_text(text: str) -> datetime:
     return datetime.fromisoformat(text)
 
 
-def _opt_dt(text: str | None) -> datetime | None:
-    return None if text is None else dt_from_text(text)
+def _same(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    """One stored field: its name, how its value is written, and how the stored value is read
+    back (None: a column kept for queries, not read)."""
+
+    field: str
+    write: Callable[[Any], Any] = _same
+    read: Callable[[Any], Any] | None = _same
+
+
+def plain(fields: str) -> tuple[Column, ...]:
+    """Fields stored as they are, named in one space-separated string."""
+    return tuple(Column(name) for name in fields.split())
+
+
+def optional(convert: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``convert``, passing None through."""
+    return lambda value: None if value is None else convert(value)
+
+
+def time_column(field: str, *, nullable: bool = False) -> Column:
+    if nullable:
+        return Column(field, optional(dt_to_text), optional(dt_from_text))
+    return Column(field, dt_to_text, dt_from_text)
+
+
+class Shape(Generic[R]):
+    """How one kind of record is stored, written once: as a row (column values in the table's
+    order, ``schema``'s column lists) or as a JSON object (by field name), and read back."""
+
+    def __init__(self, make: Callable[..., R], *columns: Column | tuple[Column, ...]) -> None:
+        self._make = make
+        self._columns = tuple(
+            c for group in columns for c in (group if isinstance(group, tuple) else (group,))
+        )
+        self._read = tuple(
+            (i, c.field, c.read) for i, c in enumerate(self._columns) if c.read is not None
+        )
+
+    def row(self, item: R) -> tuple[Any, ...]:
+        return tuple(c.write(getattr(item, c.field)) for c in self._columns)
+
+    def parse(self, row: tuple[Any, ...]) -> R:
+        return self._make(**{field: read(row[i]) for i, field, read in self._read})
+
+    def to_dict(self, item: R) -> dict[str, Any]:
+        return {c.field: c.write(getattr(item, c.field)) for c in self._columns}
+
+    def from_dict(self, raw: Mapping[str, Any]) -> R:
+        return self._make(**{field: read(raw[field]) for _, field, read in self._read})
 
 
 def ranges_to_json(ranges: tuple[MessageRange, ...]) -> list[list[Any]]:
@@ -63,44 +125,24 @@ def group_ranges_from_json(raw: list[list[Any]]) -> tuple[MessageRange, ...]:
     return tuple(MessageRange(thread_id=t, first_seq=a, last_seq=b) for t, a, b in raw)
 
 
-def chunk_to_dict(chunk: BufferedChunk) -> dict[str, Any]:
-    return {
-        "id": chunk.id,
-        "cycle_id": chunk.cycle_id,
-        "observations": chunk.observations,
-        "token_count": chunk.token_count,
-        "message_tokens": chunk.message_tokens,
-        "ranges": ranges_to_json(chunk.ranges),
-        "message_ids": list(chunk.message_ids),
-        "last_message_at": (
-            None if chunk.last_message_at is None else dt_to_text(chunk.last_message_at)
-        ),
-        "created_at": dt_to_text(chunk.created_at),
-        "current_task": chunk.current_task,
-        "suggested_response": chunk.suggested_response,
-        "thread_title": chunk.thread_title,
-        "extracted_values": dict(chunk.extracted_values),
-        "extraction_failures": [dict(f) for f in chunk.extraction_failures],
-    }
-
-
-def chunk_from_dict(raw: Mapping[str, Any]) -> BufferedChunk:
-    return BufferedChunk(
-        id=raw["id"],
-        cycle_id=raw["cycle_id"],
-        observations=raw["observations"],
-        token_count=raw["token_count"],
-        message_tokens=raw["message_tokens"],
-        ranges=group_ranges_from_json(raw["ranges"]),
-        message_ids=tuple(raw["message_ids"]),
-        last_message_at=_opt_dt(raw["last_message_at"]),
-        created_at=dt_from_text(raw["created_at"]),
-        current_task=raw["current_task"],
-        suggested_response=raw["suggested_response"],
-        thread_title=raw["thread_title"],
-        extracted_values=raw["extracted_values"],
-        extraction_failures=tuple(raw["extraction_failures"]),
-    )
+CHUNKS = Shape(
+    BufferedChunk,
+    plain("id cycle_id observations token_count message_tokens"),
+    Column("ranges", ranges_to_json, group_ranges_from_json),
+    Column("message_ids", list, tuple),
+    time_column("last_message_at", nullable=True),
+    time_column("created_at"),
+    plain("current_task suggested_response thread_title"),
+    Column("extracted_values", dict),
+    Column("extraction_failures", lambda failures: [dict(f) for f in failures], tuple),
+)
+REFLECTIONS = Shape(
+    BufferedReflection,
+    plain("cycle_id text token_count input_tokens line_count"),
+    time_column("created_at"),
+)
+chunk_to_dict = CHUNKS.to_dict
+chunk_from_dict = CHUNKS.from_dict
 
 
 def chunks_to_json(chunks: tuple[BufferedChunk, ...]) -> str:
@@ -113,62 +155,10 @@ def chunks_from_json(text: str | None) -> tuple[BufferedChunk, ...]:
 
 
 def reflection_to_json(reflection: BufferedReflection | None) -> str | None:
-    if reflection is None:
-        return None
-    return dumps(
-        {
-            "cycle_id": reflection.cycle_id,
-            "text": reflection.text,
-            "token_count": reflection.token_count,
-            "input_tokens": reflection.input_tokens,
-            "line_count": reflection.line_count,
-            "created_at": dt_to_text(reflection.created_at),
-        }
-    )
+    return None if reflection is None else dumps(REFLECTIONS.to_dict(reflection))
 
 
 def reflection_from_json(text: str | None) -> BufferedReflection | None:
     if text is None:
         return None
-    raw = cast(Mapping[str, Any], json.loads(text))
-    return BufferedReflection(
-        cycle_id=raw["cycle_id"],
-        text=raw["text"],
-        token_count=raw["token_count"],
-        input_tokens=raw["input_tokens"],
-        line_count=raw["line_count"],
-        created_at=dt_from_text(raw["created_at"]),
-    )
-
-
-def group_row(group: ObservationGroup) -> tuple[Any, ...]:
-    """Column values in the order of the observation_groups table."""
-    return (
-        group.id,
-        group.key,
-        group.resource_id,
-        group.thread_id,
-        group.cycle_id,
-        group.start_id,
-        group.end_id,
-        group.observations,
-        dumps(ranges_to_json(group.ranges)),
-        dt_to_text(group.created_at),
-        dumps(dict(group.metadata)),
-    )
-
-
-def group_from_row(row: tuple[Any, ...]) -> ObservationGroup:
-    return ObservationGroup(
-        id=row[0],
-        key=row[1],
-        resource_id=row[2],
-        thread_id=row[3],
-        cycle_id=row[4],
-        start_id=row[5],
-        end_id=row[6],
-        observations=row[7],
-        ranges=group_ranges_from_json(loads(row[8])),
-        created_at=dt_from_text(row[9]),
-        metadata=loads(row[10]),
-    )
+    return REFLECTIONS.from_dict(cast(Mapping[str, Any], json.loads(text)))

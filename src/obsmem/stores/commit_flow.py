@@ -18,25 +18,16 @@ from ..snapshot import Snapshot, Subject, ThreadState, reusable
 from . import schema as sql
 from . import transitions as tr
 from .changes import Commit, CommitResult, ResourcePatch, ThreadChange, ThreadPatch
-from .codec import dt_to_text, dumps, group_row, loads
-from .flows import (
-    Batch,
-    Flow,
-    Op,
-    Rows,
-    cycle_ops,
-    in_batches,
-    marks,
-    parse_record,
-    require_thread,
-)
+from .codec import dt_to_text, dumps, loads
+from .flows import Batch, Flow, Op, Rows, cycle_ops, in_batches, marks, parse_record, require_thread
 from .load_flow import read_state
 from .rows import (
+    GROUPS,
+    MESSAGES,
+    RECORDS,
+    THREADS,
     RecordCache,
-    message_from_row,
-    record_to_row,
     record_update_values,
-    thread_from_row,
 )
 
 __all__ = ["commit"]
@@ -98,7 +89,7 @@ def _stored_threads(patched: Sequence[str], found: Iterator[Rows]) -> dict[str, 
         thread_rows = next(found)
         if not thread_rows:
             raise StoreError(f"no thread {thread_id!r}; create it with create_thread() first")
-        stored[thread_id] = thread_from_row(thread_rows[0])
+        stored[thread_id] = THREADS.parse(thread_rows[0])
     return stored
 
 
@@ -145,9 +136,9 @@ def commit(
     applied = tr.apply_change(current, change.change, message_counts=counts, now=now)
     writes = [Op(sql.UPDATE_RECORD, record_update_values(applied.saved))]
     if applied.created is not None:
-        writes.append(Op(sql.INSERT_RECORD, record_to_row(applied.created)))
+        writes.append(Op(sql.INSERT_RECORD, RECORDS.row(applied.created)))
     if change.groups:
-        writes.append(Op(sql.INSERT_GROUP, [group_row(g) for g in change.groups], many=True))
+        writes.append(Op(sql.INSERT_GROUP, [GROUPS.row(g) for g in change.groups], many=True))
     thread_writes, threads = _thread_writes(wanted.patches, stored_threads, now=now)
     writes += thread_writes
     if (patch := wanted.resource_patch) is not None:
@@ -193,16 +184,14 @@ def _write_and_reload(
     thread_rows, message_rows = results[first_read], results[first_read + 1]
     if not thread_rows:
         raise StoreError(f"no thread {reload.thread_id!r}; create it with create_thread() first")
-    main = thread_from_row(thread_rows[0])
+    main = THREADS.parse(thread_rows[0])
     resource: dict[str, Any] = {}
     if change.resource_metadata and results[-1]:
         resource = dict(loads(results[-1][0][0]))
     if after > main.message_count:  # held from some other store: read everything
         known, after = (), cursor
         message_rows = yield Op(sql.SELECT_MESSAGES_AFTER, (main.id, after))
-    new = tuple(
-        m for m in map(message_from_row, message_rows) if (m.seq or 0) <= main.message_count
-    )
+    new = tuple(m for m in map(MESSAGES.parse, message_rows) if (m.seq or 0) <= main.message_count)
     return Snapshot(
         subject=reload,
         record=head,

@@ -11,10 +11,9 @@ from datetime import datetime
 
 from ..records import record_key
 from . import schema as sql
-from .codec import group_from_row
 from .erasure import Erasure, erase_thread_from, erased_labels, traced_to, untraced
 from .flows import Flow, Op, clear, get_thread, in_batches, list_threads, marks
-from .rows import record_from_row, record_update_values, thread_match
+from .rows import GROUPS, RECORDS, record_update_values, thread_match
 
 __all__ = ["delete_resource", "delete_thread"]
 
@@ -35,7 +34,7 @@ def delete_thread(
         yield Op(sql.DELETE_VECTORS_OF_THREAD, (thread_id,))
     yield Op(sql.DELETE_EMBEDDINGS_OF_THREAD, (thread_id,))
     rows = yield Op(sql.SELECT_GROUPS, (thread.resource_id,))
-    groups = [group_from_row(row) for row in rows]
+    groups = [GROUPS.parse(row) for row in rows]
     erased = [g for g in groups if traced_to(g, thread_id)]
     labels = erased_labels(erased, groups)
     yield Op(sql.DELETE_GROUPS_OF_THREAD, (thread_id,))
@@ -49,7 +48,7 @@ def delete_thread(
     yield Op(sql.DELETE_CYCLES_OF_THREAD, (key, f"%{thread_match(thread_id)}%"))
     remaining = ""
     rows = yield Op(sql.SELECT_GENERATIONS, (key,), lock=True)
-    for record in map(record_from_row, rows):
+    for record in map(RECORDS.parse, rows):
         after = erase_thread_from(record, thread_id, labels=labels, now=now)
         if after is not record:
             yield Op(sql.UPDATE_RECORD, record_update_values(after))

@@ -14,49 +14,33 @@ one once another process has written).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
 from ..errors import StoreError
 from ..messages import Message
-from ..records import (
-    CycleRecord,
-    GroupEmbedding,
-    ModelExchange,
-    ObservationGroup,
-    OMRecord,
-    Thread,
-)
+from ..records import CycleRecord, GroupEmbedding, ModelExchange, ObservationGroup, OMRecord, Thread
 from ..vectors import top_k
 from . import schema as sql
 from . import transitions as tr
 from .changes import ResourcePatch, ThreadChange, ThreadPatch
-from .codec import (
-    chunk_from_dict,
-    chunks_to_json,
-    dt_to_text,
-    dumps,
-    group_from_row,
-    loads,
-)
+from .codec import chunk_from_dict, chunks_to_json, dt_to_text, dumps, loads
 from .rows import (
+    CYCLES,
+    EMBEDDINGS,
+    GROUPS,
+    MESSAGES,
+    RECORDS,
+    THREADS,
     RecordCache,
-    cycle_from_row,
-    cycle_row,
     detail_from_text,
-    embedding_row,
     filter_embedding_rows,
-    message_from_row,
-    message_to_row,
-    record_from_row,
-    thread_from_row,
     thread_match,
-    thread_to_row,
 )
 
-__all__ = ["Batch", "Flow", "NeedsWrite", "Op", "Rows"]
+__all__ = ["Batch", "Call", "Flow", "NeedsWrite", "Op", "Rows"]
 
 T = TypeVar("T")
 Row: TypeAlias = tuple[Any, ...]
@@ -104,6 +88,20 @@ Flow: TypeAlias = Generator[Op | Batch, Any, T]
 list of them."""
 
 
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """One store call, for a driver to run in one transaction: the flow ``make(write)`` (in a
+    write transaction when ``write``); when a read flow raises :class:`NeedsWrite`, the driver
+    runs ``make(True)`` in a write transaction."""
+
+    make: Callable[[bool], Flow[T]]
+    write: bool
+    quick: bool = False
+    """A turn's load or a cycle's commit: a few indexed statements."""
+    records: int = 0
+    """A bulk write of that many records (an import), given time in proportion to its size."""
+
+
 class NeedsWrite(Exception):
     """A read flow found something to create; run it again in a write transaction."""
 
@@ -122,7 +120,7 @@ def in_batches(values: Sequence[str]) -> Iterable[Sequence[str]]:
 
 def get_thread(thread_id: str, *, lock: bool = False) -> Flow[Thread | None]:
     rows = yield Op(sql.SELECT_THREAD, (thread_id,), lock=lock)
-    return thread_from_row(rows[0]) if rows else None
+    return THREADS.parse(rows[0]) if rows else None
 
 
 def require_thread(thread_id: str, *, lock: bool = False) -> Flow[Thread]:
@@ -132,26 +130,18 @@ def require_thread(thread_id: str, *, lock: bool = False) -> Flow[Thread]:
     return thread
 
 
-def create_thread(
-    thread_id: str,
-    resource_id: str,
-    *,
-    now: datetime,
-    title: str | None = None,
-    metadata: Mapping[str, Any] | None = None,
-    lock: bool = False,
-) -> Flow[Thread]:
-    """Get or create; a thread that exists under another resource is a StoreError."""
-    thread = tr.new_thread(thread_id, resource_id, now=now, title=title, metadata=metadata)
-    yield Op(sql.INSERT_THREAD, thread_to_row(thread))
-    stored = yield from require_thread(thread_id, lock=lock)
-    tr.check_thread_owner(stored, resource_id)
+def create_thread(thread: Thread, *, lock: bool = False) -> Flow[Thread]:
+    """Store ``thread`` (made by ``transitions.new_thread``) unless its id is stored: then the
+    stored thread (a StoreError when it belongs to another resource)."""
+    yield Op(sql.INSERT_THREAD, THREADS.row(thread))
+    stored = yield from require_thread(thread.id, lock=lock)
+    tr.check_thread_owner(stored, thread.resource_id)
     return stored
 
 
 def list_threads(resource_id: str) -> Flow[list[Thread]]:
     rows = yield Op(sql.SELECT_THREADS_OF_RESOURCE, (resource_id,))
-    return [thread_from_row(r) for r in rows]
+    return [THREADS.parse(r) for r in rows]
 
 
 def list_resources() -> Flow[list[str]]:
@@ -194,7 +184,7 @@ def _messages_by_id(ids: Sequence[str]) -> Flow[dict[str, Message]]:
     for batch in in_batches(unique):
         rows = yield Op(sql.SELECT_MESSAGES_BY_ID.format(marks=marks(len(batch))), tuple(batch))
         for row in rows:
-            message = message_from_row(row)
+            message = MESSAGES.parse(row)
             found[message.id] = message
     return found
 
@@ -204,7 +194,7 @@ def append_to(thread: Thread, messages: Sequence[Message], *, now: datetime) -> 
     existing = yield from _messages_by_id([m.id for m in messages])
     plan = tr.plan_append(thread, messages, existing)
     if plan.new:
-        yield Op(sql.INSERT_MESSAGE, [message_to_row(m) for m in plan.new], many=True)
+        yield Op(sql.INSERT_MESSAGE, [MESSAGES.row(m) for m in plan.new], many=True)
         yield Op(sql.UPDATE_THREAD_COUNT, (plan.count, dt_to_text(now), thread.id))
     return plan
 
@@ -235,7 +225,7 @@ def list_messages(
         query += " LIMIT ?"
         params.append(limit)
     rows = yield Op(query, tuple(params))
-    return [message_from_row(r) for r in rows]
+    return [MESSAGES.parse(r) for r in rows]
 
 
 def get_messages(ids: Sequence[str], *, resource_id: str) -> Flow[list[Message]]:
@@ -267,12 +257,12 @@ def get_record_by_id(
 
 def parse_record(row: Row, records: RecordCache | None) -> OMRecord:
     """A record row, through the store's cache of parsed long columns when it has one."""
-    return records.parse(row) if records is not None else record_from_row(row)
+    return records.parse(row) if records is not None else RECORDS.parse(row)
 
 
 def history(key: str, *, limit: int | None, offset: int) -> Flow[list[OMRecord]]:
     rows = yield Op(sql.SELECT_HISTORY, (key, NO_LIMIT if limit is None else limit, offset))
-    return [record_from_row(r) for r in rows]
+    return [RECORDS.parse(r) for r in rows]
 
 
 def clear(key: str, *, pgvector: bool) -> Flow[None]:
@@ -302,7 +292,7 @@ def cycle_ops(cycles: Sequence[CycleRecord], *, keep: int, keep_detail: int) -> 
         return []
     ops: list[Op] = []
     if keep > 0:
-        ops.append(Op(sql.INSERT_CYCLE, [cycle_row(c) for c in cycles], many=True))
+        ops.append(Op(sql.INSERT_CYCLE, [CYCLES.row(c) for c in cycles], many=True))
     for key in dict.fromkeys(c.key for c in cycles):
         if keep > 0:
             ops.append(Op(sql.PRUNE_CYCLES, (key, key, keep - 1)))
@@ -342,7 +332,7 @@ def list_cycles(
     query += " ORDER BY started_at DESC, cycle_id DESC LIMIT ?"
     params.append(limit)
     rows = yield Op(query, tuple(params))
-    return [cycle_from_row(r) for r in rows]
+    return [CYCLES.parse(r) for r in rows]
 
 
 def cycle_detail(cycle_id: str) -> Flow[list[ModelExchange]]:
@@ -356,7 +346,9 @@ def cycle_detail(cycle_id: str) -> Flow[list[ModelExchange]]:
 def put_embeddings(embeddings: Sequence[GroupEmbedding], *, pgvector: bool) -> Flow[None]:
     """Only for groups still stored: embeddings computed after a commit find the group erased
     when its thread was deleted meanwhile, and are dropped."""
-    yield Op(sql.INSERT_EMBEDDING, [(*embedding_row(e), e.group_id) for e in embeddings], many=True)
+    yield Op(
+        sql.INSERT_EMBEDDING, [(*EMBEDDINGS.row(e), e.group_id) for e in embeddings], many=True
+    )
     if pgvector:
         yield Op(
             sql.UPSERT_VECTOR,
@@ -407,7 +399,7 @@ def search_embeddings(
         sql.SELECT_GROUPS_BY_ID.format(marks=marks(len(best))),
         (resource_id, *[i for i, _ in best]),
     )
-    found = {g.id: g for g in map(group_from_row, rows)}
+    found = {g.id: g for g in map(GROUPS.parse, rows)}
     return [(found[i], score) for i, score in best if i in found]
 
 
@@ -418,7 +410,7 @@ def list_observation_groups(
         rows = yield Op(sql.SELECT_GROUPS, (resource_id,))
     else:
         rows = yield Op(sql.SELECT_GROUPS_OF_THREAD, (resource_id, thread_id))
-    return [group_from_row(r) for r in rows]
+    return [GROUPS.parse(r) for r in rows]
 
 
 # -- migrations --------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 from ..messages import Message
 from ..records import CycleRecord, GroupEmbedding, ObservationGroup, OMRecord, Thread
-from ..vectors import decode
 from . import erase_flow
 from . import schema as sql
 from .changes import (
@@ -25,9 +24,9 @@ from .changes import (
     ImportedResource,
     ImportWrite,
 )
-from .codec import dt_from_text, dt_to_text, dumps, group_row
+from .codec import Shape, dt_to_text, dumps
 from .flows import IN_BATCH, Flow, Op, clear, in_batches, marks, put_embeddings, record_cycles
-from .rows import message_to_row, record_to_row, thread_to_row
+from .rows import EMBEDDINGS, GROUPS, MESSAGES, RECORDS, THREADS
 
 __all__ = ["find_conflicts", "list_embeddings", "write_import"]
 
@@ -64,18 +63,7 @@ def find_conflicts(
 
 def list_embeddings(key: str) -> Flow[list[GroupEmbedding]]:
     rows = yield Op(sql.SELECT_EMBEDDINGS_OF_KEY, (key,))
-    return [
-        GroupEmbedding(
-            group_id=r[0],
-            key=r[1],
-            resource_id=r[2],
-            thread_id=r[3],
-            observed_at=dt_from_text(r[4]),
-            model=r[5],
-            vector=tuple(decode(r[7])),
-        )
-        for r in rows
-    ]
+    return [EMBEDDINGS.parse(r) for r in rows]
 
 
 def write_import(write: ImportWrite, *, now: datetime, pgvector: bool) -> Flow[int]:
@@ -107,21 +95,21 @@ def _of(batch: list[Imported], kind: type[T]) -> list[T]:
     return [item for item in batch if isinstance(item, kind)]
 
 
+_INSERTS: dict[type, tuple[Shape[Any], str]] = {
+    Thread: (THREADS, sql.IMPORT_THREAD),
+    Message: (MESSAGES, sql.INSERT_MESSAGE),
+    OMRecord: (RECORDS, sql.IMPORT_RECORD),
+    ObservationGroup: (GROUPS, sql.INSERT_GROUP),
+}
+"""The kinds imported as rows as they are, with the statement that inserts them."""
+
+
 def _insert(batch: list[Imported], *, now: datetime, pgvector: bool) -> Flow[None]:
     """One batch of items of one kind."""
     first = batch[0]
-    if isinstance(first, Thread):
-        rows = [thread_to_row(t) for t in _of(batch, Thread)]
-        _ = yield Op(sql.IMPORT_THREAD, rows, many=True)
-    elif isinstance(first, Message):
-        rows = [message_to_row(m) for m in _of(batch, Message)]
-        _ = yield Op(sql.INSERT_MESSAGE, rows, many=True)
-    elif isinstance(first, OMRecord):
-        rows = [record_to_row(r) for r in _of(batch, OMRecord)]
-        _ = yield Op(sql.IMPORT_RECORD, rows, many=True)
-    elif isinstance(first, ObservationGroup):
-        rows = [group_row(g) for g in _of(batch, ObservationGroup)]
-        _ = yield Op(sql.INSERT_GROUP, rows, many=True)
+    if type(first) in _INSERTS:
+        shape, statement = _INSERTS[type(first)]
+        _ = yield Op(statement, [shape.row(item) for item in batch], many=True)
     elif isinstance(first, GroupEmbedding):
         yield from put_embeddings(_of(batch, GroupEmbedding), pgvector=pgvector)
     elif isinstance(first, ImportedResource):

@@ -36,7 +36,7 @@ from .flows import (
     patch_thread,
     record_cycles,
 )
-from .rows import RecordCache, message_from_row, message_to_row, record_to_row, thread_from_row
+from .rows import MESSAGES, RECORDS, THREADS, RecordCache
 
 __all__ = ["load", "read_state"]
 
@@ -50,7 +50,7 @@ def _ensure_head(subject: Subject, *, now: datetime, write: bool) -> Flow[OMReco
         return record
     if not write:
         raise NeedsWrite
-    yield Op(sql.INSERT_RECORD, record_to_row(tr.initial_record(subject, now=now)))
+    yield Op(sql.INSERT_RECORD, RECORDS.row(tr.initial_record(subject, now=now)))
     created = yield from get_head(subject.key)
     if created is None:
         raise StoreError(f"the record of {subject.key} could not be created")
@@ -82,15 +82,16 @@ def load(
     )
     width = len(sql.THREAD_COLUMNS.split(","))
     if request.incarnation is not None:
-        found = {r[0]: thread_from_row(r[:width]).incarnation for r in rows}
+        found = {r[0]: THREADS.parse(r[:width]).incarnation for r in rows}
         tr.check_incarnations(((subject.thread_id, request.incarnation),), found)
     if rows:
-        main = thread_from_row(rows[0][:width])
+        main = THREADS.parse(rows[0][:width])
         head = parse_record(rows[0][width:], records) if rows[0][width] is not None else None
     else:
         if not write:
             raise NeedsWrite
-        main = yield from create_thread(subject.thread_id, subject.resource_id, now=now, lock=True)
+        thread = tr.new_thread(subject.thread_id, subject.resource_id, now=now)
+        main = yield from create_thread(thread, lock=True)
         head = None
     tr.check_thread_owner(main, subject.resource_id)
     stored: tuple[Message, ...] = ()
@@ -213,7 +214,7 @@ def _append_at_end(
     ids = [m.id for m in new]
     values: list[Any] = []
     for message in new:
-        row = message_to_row(message)
+        row = MESSAGES.row(message)
         values += [row[0], message.seq, *row[4:]]
     n = len(ids)
     return [
@@ -247,7 +248,7 @@ def _load_at_once(
     width = len(sql.THREAD_COLUMNS.split(","))
     if not rows or rows[0][width] is None:
         return None
-    main = thread_from_row(rows[0][:width])
+    main = THREADS.parse(rows[0][:width])
     if request.incarnation not in (None, main.incarnation):
         return None  # deleted meanwhile: the step-by-step load says so
     tr.check_thread_owner(main, subject.resource_id)
@@ -264,7 +265,7 @@ def _load_at_once(
     reached = before  # by_seq holds every message after ``reached``
     if batch.read_after is not None:
         for row in next(found):
-            message = message_from_row(row)
+            message = MESSAGES.parse(row)
             by_seq.setdefault(message.seq or 0, message)
         reached = min(reached, batch.read_after)
     resource: dict[str, Any] = {}
@@ -304,7 +305,7 @@ def _unobserved(
     if after < reached:
         between = yield Op(sql.SELECT_MESSAGES_BETWEEN, (main.id, after, reached))
         for row in between:
-            message = message_from_row(row)
+            message = MESSAGES.parse(row)
             by_seq.setdefault(message.seq or 0, message)
     try:
         new = tuple(by_seq[seq] for seq in range(after + 1, main.message_count + 1))
@@ -344,7 +345,7 @@ def read_state(
     threads = [main]
     if subject.scope == "resource":
         rows = yield Op(sql.SELECT_THREADS_OF_RESOURCE, (subject.resource_id,))
-        threads += [t for t in map(thread_from_row, rows) if t.id != main.id]
+        threads += [t for t in map(THREADS.parse, rows) if t.id != main.id]
     states: list[ThreadState] = []
     for thread in threads:
         cursor = record.cursor.get(thread.id, 0)
@@ -361,7 +362,7 @@ def read_state(
         new: tuple[Message, ...] = ()
         if after < thread.message_count:
             rows = yield Op(sql.SELECT_MESSAGES_AFTER, (thread.id, after))
-            new = tuple(message_from_row(r) for r in rows)
+            new = tuple(MESSAGES.parse(r) for r in rows)
         states.append(ThreadState(thread=thread, unobserved=(*known, *new)))
     resource = (yield from get_resource(subject.resource_id)) if resource_metadata else {}
     last_reply_at: datetime | None = None

@@ -87,24 +87,19 @@ class InMemoryStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         self._check_open()
-        with self._lock:
-            return self._create_thread(thread_id, resource_id, title=title, metadata=metadata)
-
-    def _create_thread(
-        self,
-        thread_id: str,
-        resource_id: str,
-        *,
-        title: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> Thread:
-        existing = self._threads.get(thread_id)
-        if existing is not None:
-            tr.check_thread_owner(existing, resource_id)
-            return existing
         thread = tr.new_thread(thread_id, resource_id, now=utcnow(), title=title, metadata=metadata)
-        self._threads[thread_id] = thread
-        self._messages[thread_id] = []
+        with self._lock:
+            return self._create_thread(thread)
+
+    def _create_thread(self, thread: Thread) -> Thread:
+        """Store ``thread`` unless its id is stored: then the stored thread (a StoreError when
+        it belongs to another resource)."""
+        existing = self._threads.get(thread.id)
+        if existing is not None:
+            tr.check_thread_owner(existing, thread.resource_id)
+            return existing
+        self._threads[thread.id] = thread
+        self._messages[thread.id] = []
         return thread
 
     async def list_threads(self, resource_id: str) -> list[Thread]:
@@ -127,11 +122,7 @@ class InMemoryStore:
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
         self._check_open()
-        patch = ThreadPatch(
-            thread_id=thread_id,
-            title=title,
-            set=tuple(((k,), v) for k, v in (metadata or {}).items()),
-        )
+        patch = ThreadPatch.merging(thread_id, metadata, title=title)
         with self._lock:
             return self._patch_thread(patch).after
 
@@ -149,9 +140,7 @@ class InMemoryStore:
         self, resource_id: str, metadata: Mapping[str, Any]
     ) -> dict[str, Any]:
         self._check_open()
-        patch = ResourcePatch(
-            resource_id=resource_id, set=tuple(((k,), v) for k, v in metadata.items())
-        )
+        patch = ResourcePatch.merging(resource_id, metadata)
         with self._lock:
             return self._patch_resource(patch)
 
@@ -223,7 +212,9 @@ class InMemoryStore:
             if request.incarnation is not None:
                 expected = ((subject.thread_id, request.incarnation),)
                 tr.check_incarnations(expected, self._incarnations(expected))
-            main = self._create_thread(subject.thread_id, subject.resource_id)
+            main = self._create_thread(
+                tr.new_thread(subject.thread_id, subject.resource_id, now=utcnow())
+            )
             stored: tuple[Message, ...] = ()
             if request.append:
                 stored = self._append(main, request.append).stored

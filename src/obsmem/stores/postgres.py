@@ -18,7 +18,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import MissingExtraError, StoreError
@@ -26,7 +26,7 @@ from ..messages import utcnow
 from . import flows
 from . import schema as sql
 from .codec import dt_to_text
-from .flows import Batch, Flow, Op, Rows
+from .flows import Batch, Call, Flow, Op, Rows
 from .sqlstore import SQLStore
 
 if TYPE_CHECKING:
@@ -185,21 +185,14 @@ class _PostgresDriver:
                 self._ready = True
         return self._pool
 
-    async def run(
-        self,
-        make: Callable[[bool], Flow[T]],
-        *,
-        write: bool,
-        quick: bool = False,
-        records: int = 0,
-    ) -> T:
-        limit = self._timeout_for(records)
+    async def run(self, call: Call[T]) -> T:
+        limit = self._timeout_for(call.records)
         try:
             await self._prepare()
             conn = await self._getconn()
             try:
                 async with asyncio.timeout(limit):
-                    return await self._drive(conn, make, write=write)
+                    return await self._drive(conn, call.make, write=call.write)
             finally:
                 await self._pool.putconn(conn)
         except StoreError:
@@ -316,7 +309,7 @@ class _PostgresDriver:
             rows = yield Op("SELECT max(version) FROM obsmem_schema")
             return int(rows[0][0] or 0)
 
-        return await self.run(read, write=False)
+        return await self.run(Call(read, write=False))
 
     async def aclose(self) -> None:
         if self._closed:

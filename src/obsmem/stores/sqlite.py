@@ -38,7 +38,7 @@ from typing import Any, Literal, TypeAlias, TypeVar
 from ..errors import ConfigError, StoreError
 from . import flows
 from . import schema as sql
-from .flows import Batch, Flow, NeedsWrite, Op, Rows
+from .flows import Batch, Call, Flow, NeedsWrite, Op, Rows
 from .sqlstore import SQLStore
 
 __all__ = ["SQLiteStore"]
@@ -138,19 +138,13 @@ class _SQLiteDriver:
         self._gone_lock = threading.Lock()
         self._wal_released = False
 
-    async def run(
-        self,
-        make: Callable[[bool], Flow[T]],
-        *,
-        write: bool,
-        quick: bool = False,
-        records: int = 0,
-    ) -> T:
+    async def run(self, call: Call[T]) -> T:
         if self._closed:
             raise StoreError(f"SQLiteStore({self.path!r}) was closed")
         inline = self._inline
+        make, write = call.make, call.write
         if (
-            quick
+            call.quick
             and inline is not None
             and self._inline_writes < INLINE_WRITES_PER_CHECKPOINT
             and self._inline_lock.acquire(blocking=False)
@@ -171,11 +165,7 @@ class _SQLiteDriver:
         if self._check() is not None:
             raise _ToWorker
         try:
-            try:
-                result = _drive(conn, make(write), write=write)
-            except NeedsWrite:
-                write = True
-                result = _drive(conn, make(True), write=True)
+            result, write = _drive_or_write(conn, make, write)
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
                 raise _ToWorker from exc
@@ -190,12 +180,7 @@ class _SQLiteDriver:
 
     def _run(self, make: Callable[[bool], Flow[T]], write: bool) -> T:
         try:
-            conn = self._connection()
-            try:
-                result = _drive(conn, make(write), write=write)
-            except NeedsWrite:
-                write = True
-                result = _drive(conn, make(True), write=True)
+            result, write = _drive_or_write(self._connection(), make, write)
         except sqlite3.Error as exc:
             raise StoreError(f"SQLite error on {self.path}: {exc}") from exc
         if write and (gone := self._check()) is not None:
@@ -395,7 +380,7 @@ class _SQLiteDriver:
             rows = yield Op("PRAGMA user_version")
             return int(rows[0][0])
 
-        return await self.run(read, write=False)
+        return await self.run(Call(read, write=False))
 
     async def aclose(self) -> None:
         if self._closed:
@@ -427,6 +412,17 @@ def _execute(conn: sqlite3.Connection, op: Op) -> Rows:
         conn.executemany(op.sql, op.params)
         return []
     return conn.execute(op.sql, op.params).fetchall()
+
+
+def _drive_or_write(
+    conn: sqlite3.Connection, make: Callable[[bool], Flow[T]], write: bool
+) -> tuple[T, bool]:
+    """Run ``make(write)``, or ``make(True)`` as a write when a read flow raises NeedsWrite:
+    the result, and whether it ran as a write."""
+    try:
+        return _drive(conn, make(write), write=write), write
+    except NeedsWrite:
+        return _drive(conn, make(True), write=True), True
 
 
 def _drive(conn: sqlite3.Connection, flow: Flow[T], *, write: bool) -> T:

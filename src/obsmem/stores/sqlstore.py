@@ -14,16 +14,10 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from ..messages import Message, holds_much, utcnow
-from ..records import (
-    CycleRecord,
-    GroupEmbedding,
-    ModelExchange,
-    ObservationGroup,
-    OMRecord,
-    Thread,
-)
+from ..records import CycleRecord, GroupEmbedding, ModelExchange, ObservationGroup, OMRecord, Thread
 from ..snapshot import Snapshot
 from . import commit_flow, erase_flow, flows, import_flow, load_flow
+from . import transitions as tr
 from .changes import (
     Commit,
     CommitResult,
@@ -34,7 +28,7 @@ from .changes import (
     ThreadPatch,
 )
 from .erasure import Erasure
-from .flows import Flow
+from .flows import Call, Flow
 from .rows import RecordCache
 
 __all__ = ["Driver", "SQLStore"]
@@ -51,18 +45,8 @@ class Driver(Protocol):
     jobs: bool
     """The database holds the job queue's tables (PostgreSQL, migration 9)."""
 
-    async def run(
-        self,
-        make: Callable[[bool], Flow[T]],
-        *,
-        write: bool,
-        quick: bool = False,
-        records: int = 0,
-    ) -> T:
-        """Run ``make(write)`` in one transaction (a write transaction when ``write``); when a
-        read flow raises ``flows.NeedsWrite``, run ``make(True)`` in a write transaction.
-        ``quick``: a turn's load or a cycle's commit, a few indexed statements. ``records``: a
-        bulk write of that many records (an import), given time in proportion to its size."""
+    async def run(self, call: Call[T]) -> T:
+        """Run ``call`` in one transaction (see :class:`~obsmem.stores.flows.Call`)."""
         ...
 
     async def schema_version(self) -> int: ...
@@ -90,10 +74,10 @@ class SQLStore:
                 self._heads.popitem(last=False)
 
     async def _read(self, make: Callable[[], Flow[T]]) -> T:
-        return await self._driver.run(lambda _: make(), write=False)
+        return await self._driver.run(Call(lambda _: make(), write=False))
 
     async def _write(self, make: Callable[[], Flow[T]], *, records: int = 0) -> T:
-        return await self._driver.run(lambda _: make(), write=True, records=records)
+        return await self._driver.run(Call(lambda _: make(), write=True, records=records))
 
     async def schema_version(self) -> int:
         """How many migrations the database has had."""
@@ -115,11 +99,8 @@ class SQLStore:
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
-        return await self._write(
-            lambda: flows.create_thread(
-                thread_id, resource_id, now=utcnow(), title=title, metadata=metadata
-            )
-        )
+        thread = tr.new_thread(thread_id, resource_id, now=utcnow(), title=title, metadata=metadata)
+        return await self._write(lambda: flows.create_thread(thread))
 
     async def list_threads(self, resource_id: str) -> list[Thread]:
         return await self._read(lambda: flows.list_threads(resource_id))
@@ -134,11 +115,7 @@ class SQLStore:
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> Thread:
-        patch = ThreadPatch(
-            thread_id=thread_id,
-            title=title,
-            set=tuple(((k,), v) for k, v in (metadata or {}).items()),
-        )
+        patch = ThreadPatch.merging(thread_id, metadata, title=title)
         change = await self._write(lambda: flows.patch_thread(patch, now=utcnow()))
         return change.after
 
@@ -148,9 +125,7 @@ class SQLStore:
     async def update_resource(
         self, resource_id: str, metadata: Mapping[str, Any]
     ) -> dict[str, Any]:
-        patch = ResourcePatch(
-            resource_id=resource_id, set=tuple(((k,), v) for k, v in metadata.items())
-        )
+        patch = ResourcePatch.merging(resource_id, metadata)
         return await self._write(lambda: flows.patch_resource(patch, now=utcnow()))
 
     # -- messages ------------------------------------------------------------------------------
@@ -186,22 +161,26 @@ class SQLStore:
         now = utcnow()
         known = self._heads.get(request.subject.key)
         snapshot = await self._driver.run(
-            lambda write: load_flow.load(
-                request, now=now, write=write, records=self._records, known_head=known
-            ),
-            write=bool(
-                request.append or request.patches or request.resource_patch or request.cycles
-            ),
-            quick=not holds_much(request.append),  # writing megabytes is not quick
+            Call(
+                lambda write: load_flow.load(
+                    request, now=now, write=write, records=self._records, known_head=known
+                ),
+                write=bool(
+                    request.append or request.patches or request.resource_patch or request.cycles
+                ),
+                quick=not holds_much(request.append),  # writing megabytes is not quick
+            )
         )
         self._seen(snapshot)
         return snapshot
 
     async def commit(self, change: Commit) -> CommitResult:
         result = await self._driver.run(
-            lambda _: commit_flow.commit(change, now=utcnow(), records=self._records),
-            write=True,
-            quick=True,
+            Call(
+                lambda _: commit_flow.commit(change, now=utcnow(), records=self._records),
+                write=True,
+                quick=True,
+            )
         )
         if result.snapshot is None:
             self._heads.pop(change.key, None)  # the next load reads the head whole
