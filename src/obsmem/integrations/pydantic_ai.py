@@ -1,46 +1,28 @@
-"""Observational memory for a plain ``pydantic_ai.Agent``.
-
-Two front doors, both built from a :class:`~obsmem.Memory` and the thread/resource ids:
+"""Observational memory for a plain ``pydantic_ai.Agent``: two front doors, both built from a
+:class:`~obsmem.Memory` and the thread/resource ids.
 
 * :class:`ObservationalMemoryCapability` for ``Agent(..., capabilities=[...])`` (recommended).
   Before **every** model request of a run it stores what is new (the run's prompt once, then each
-  step's tool calls and results, as they happen) and sends the model what memory assembled for
-  that step (observations, then the raw messages, this run's included): activation, synchronous
-  observation and background buffering happen between the steps of one run, so a long tool loop
-  stays inside memory's bounds. After the run it stores the final answer. The agent's message
-  history stays as pydantic-ai keeps it: only the request changes. Pass the new prompt only: the
-  thread is the history (a ``message_history`` you do pass is stored once, then memory's context
-  is sent instead).
-* :func:`history_processor` for ``ProcessHistory(...)``. pydantic-ai 2.x removed the
-  ``history_processors=`` argument of ``Agent``; its ``ProcessHistory`` capability runs the same
-  kind of function, so use ``Agent(..., capabilities=[ProcessHistory(history_processor(...))])``.
-  It too stores each step and assembles memory before every request. It cannot store a run's
-  final answer by itself: pydantic-ai calls a history processor only before a model request,
-  and the final answer comes after the last one, so no call ever shows it the answer. It is
-  stored when the processor next sees it: pass ``message_history=result.all_messages()`` to the
-  next run. The capability has an ``after_run`` hook and stores it at once; prefer it.
-
-One module-level agent serves every user: give the capability ``resource`` and ``thread`` as
-functions of the run context (``thread=lambda ctx: ctx.deps.chat_id``) or leave them out and pass
-them per run as ``metadata={"resource": ..., "thread": ...}``. The thread's memory events reach
-the run's event stream (``event_stream_handler``, ``run_stream_events``, the UI adapters) as
-:class:`MemoryEvent` capability events.
+  step's tool traffic) and sends the model what memory assembled for that step, so memory works
+  between the steps of a tool loop; after the run it stores the final answer. Only the request
+  changes: the agent's message history stays as pydantic-ai keeps it. Pass the new prompt only
+  (the thread is the history). With retrieval on it gives the agent the ``recall`` tool
+  (``recall=False``: it does not), and the thread's memory events reach the run's event stream
+  as :class:`MemoryEvent` s.
+* :func:`history_processor` for ``ProcessHistory(...)`` (pydantic-ai 2.x removed
+  ``history_processors=``). It too stores each step and assembles memory before every request,
+  but a history processor never sees the run's final answer: it is stored when the processor
+  next sees it, so pass ``message_history=result.all_messages()`` to the next run. It offers no
+  tool: give the agent ``memory.recall_tool(...)`` yourself and pass ``recall=True``.
 
 What is new is told by a mark in the pydantic-ai messages' ``metadata``: every message this module
-stored or sent is marked with the thread it belongs to, and every unmarked message is new. System
-prompt parts (``system_prompt=``) are sent first on every request and never stored; prefer
-``instructions=``, which pydantic-ai sends outside the message history.
-
-With retrieval on (``Memory(observational_memory={"retrieval": True})``) the capability also
-gives the agent the ``recall`` tool, bound to its resource and thread, and the context tells the
-model how to use it (``recall=False`` offers neither). The context never mentions recall to an
-agent that does not have it: ``history_processor`` offers no tool, so give the agent
-``memory.recall_tool(resource=..., thread=...)`` yourself and pass ``recall=True``.
+stored or sent is marked with its thread, and every unmarked message is new. System prompt parts
+(``system_prompt=``) are sent first on every request and never stored; prefer ``instructions=``,
+which pydantic-ai sends outside the message history.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, cast
@@ -56,7 +38,7 @@ from pydantic_ai.tools import DeferredToolRequests, RunContext
 from obsmem.convert.pydantic_ai import from_pydantic_ai, to_pydantic_ai
 from obsmem.errors import ConfigError
 from obsmem.events import Event
-from obsmem.integrations.door import Door, concerns
+from obsmem.integrations.door import Door
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
@@ -77,8 +59,6 @@ MARK_KEY = "obsmem_integration"
 """Key of a pydantic-ai message's ``metadata`` marking it as stored in (or sent from) a thread."""
 
 _Mark = Literal["stored", "context"]
-
-log = logging.getLogger("obsmem")
 
 
 def _mark_of(message: pa.ModelMessage, thread: str) -> _Mark | None:
@@ -128,21 +108,14 @@ def merged_requests(messages: Sequence[pa.ModelMessage]) -> list[pa.ModelMessage
     return out
 
 
-def _strict_template(model: Model | None) -> bool:
-    """Whether ``model``'s server takes one leading system message and alternating turns (its
-    profile says so: obsmem's models for an ``OPENAI_BASE_URL`` server do; set
-    ``openai_chat_supports_multiple_system_messages=False`` on your own)."""
-    if model is None:
-        return False
-    profile: Any = model.profile
-    return profile.get("openai_chat_supports_multiple_system_messages") is False
-
-
 def for_model(messages: list[pa.ModelMessage], model: Model | None) -> list[pa.ModelMessage]:
     """``messages`` (their requests already merged, :func:`merged_requests`) as ``model``'s
-    server takes them: for a strict chat template, each run of text-only user parts joined
-    into one user turn."""
-    if not _strict_template(model):
+    server takes them: for a strict chat template (one leading system message and alternating
+    turns, as the model's profile says with ``openai_chat_supports_multiple_system_messages=
+    False``; obsmem's models for an ``OPENAI_BASE_URL`` server do), each run of text-only user
+    parts joined into one user turn."""
+    profile: Any = model.profile if model is not None else {}
+    if profile.get("openai_chat_supports_multiple_system_messages") is not False:
         return messages
     return [_joined_user_text(m) for m in messages]
 
@@ -216,6 +189,16 @@ class _Thread(Door):
             await self.reply(storable, actor_model=model)
         _mark(messages, self.ref.thread, "stored")
 
+    async def refresh(
+        self, messages: Sequence[pa.ModelMessage], model: Model | None
+    ) -> list[pa.ModelMessage] | None:
+        """Memory's context for a request of ``messages``, storing what is new in them; None
+        when nothing is new and the context was sent already."""
+        reply, new_input = self.new(messages)
+        if reply or new_input or not _has_context(messages, self.ref.thread):
+            return await self.context(messages, [*reply, *new_input], model)
+        return None
+
     async def context(
         self,
         all_messages: Sequence[pa.ModelMessage],
@@ -255,16 +238,13 @@ class MemoryEvent(CapabilityEvent, namespace="obsmem", name="memory"):
 
 
 class ObservationalMemoryCapability(AbstractCapability[Any]):
-    """Gives a pydantic-ai agent observational memory.
+    """Gives a pydantic-ai agent observational memory (see the module docstring).
 
     ``pydantic_ai.Agent(model, capabilities=[ObservationalMemoryCapability(memory,
-    resource="user-1", thread="chat-1")])``; then ``await agent.run("...")`` each turn.
-
-    One module-level agent can serve every user: give ``resource`` and ``thread`` as functions of
-    the run context (``thread=lambda ctx: ctx.deps.chat_id``), or leave them out and pass them
-    per run as metadata (``agent.run(..., metadata={"resource": "user-1", "thread":
-    "chat-1"})``). Memory events of the thread reach the run's event stream as
-    :class:`MemoryEvent` s.
+    resource="user-1", thread="chat-1")])``; then ``await agent.run("...")`` each turn. One
+    module-level agent can serve every user: give ``resource`` and ``thread`` as functions of the
+    run context (``thread=lambda ctx: ctx.deps.chat_id``), or leave them out and pass them per
+    run as ``agent.run(..., metadata={"resource": "user-1", "thread": "chat-1"})``.
     """
 
     def __init__(
@@ -302,12 +282,10 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
 
     def get_toolset(self) -> Any:
         """The ``recall`` tool, when the memory has retrieval on (bound to the run's thread)."""
-        if not (self.recall and self.memory.retrieval):
-            return None
+        if self.ref is None or not (self.recall and self.memory.retrieval):
+            return None  # without fixed ids, each run's capability (``for_run``) offers it
         from pydantic_ai.toolsets import FunctionToolset
 
-        if self.ref is None:  # known per run: each run's capability (``for_run``) offers it
-            return None
         return FunctionToolset([self.memory.recall_tool(self.ref)])
 
     def ref_for(self, ctx: RunContext[Any]) -> ThreadRef:
@@ -339,13 +317,7 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
 
     async def wrap_run(self, ctx: RunContext[Any], *, handler: Any) -> AgentRunResult[Any]:
         """Collect the thread's memory events while the run lasts (sent on at each hook)."""
-        ref = self.ref_for(ctx)
-
-        def collect(event: Event) -> None:
-            if concerns(event, ref.thread):
-                self._events.append(event)
-
-        unsubscribe = self.memory.subscribe(collect)
+        unsubscribe = self._state.subscribe(self._events.append)
         try:
             return await handler()
         finally:
@@ -368,23 +340,18 @@ class ObservationalMemoryCapability(AbstractCapability[Any]):
     ) -> ModelRequestContext:
         """Store what happened since the last request and send memory's context for this
         step (one memory step: one store round trip, plus any memory work that is due)."""
-        state = self._state
-        messages = ctx.messages
-        reply, new_input = state.new(messages)
-        if reply or new_input or not _has_context(messages, state.ref.thread):
-            request_context.messages = await state.context(
-                messages, [*reply, *new_input], request_context.model
-            )
+        managed = await self._state.refresh(ctx.messages, request_context.model)
+        if managed is not None:
+            request_context.messages = managed
         await self._emit_events(ctx)
         return request_context
 
     async def on_model_request_error(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, error: Exception
     ) -> pa.ModelResponse:
-        """When the model refuses the request as longer than its context, compact the thread
-        once and make the request again (pydantic-ai's ``RetryModelRequest``: same step, and
-        the model never sees the failed attempt). Any other error, a second overflow of the
-        same step, or a compaction that cannot shrink the context raises the model's error."""
+        """After a "too long" refusal, compact the thread once and make the request again
+        (pydantic-ai's ``RetryModelRequest``: same step, the failed attempt unseen). Any other
+        error, or a second overflow of the same step, raises the model's error."""
         from pydantic_ai import exceptions
 
         retry: object = getattr(exceptions, "RetryModelRequest", None)
@@ -432,16 +399,11 @@ _CACHE_SETTINGS = (
 
 
 def prompt_cache_settings(ctx: RunContext[Any]) -> ModelSettings | None:
-    """pydantic-ai's portable ``cache`` setting, unless caching is configured already.
-
-    Memory keeps the front of every request stable: the agent's instructions, then memory
-    (preamble, observation log, task and hints), unchanged from turn to turn until the next
-    memory cycle, then the raw messages, which only grow between cycles. Providers that cache
-    only at explicit breakpoints (Anthropic, Bedrock, OpenRouter's Anthropic and Gemini models)
-    then get one at the end of that stable prefix (the system prompt) and one on the newest
-    message; providers that cache every prefix on their own (OpenAI, Gemini) need nothing. A
-    ``cache`` key (or a provider's own cache setting) in the model's or agent's settings,
-    ``False`` included, is left alone."""
+    """pydantic-ai's portable ``cache`` setting, unless the model's or agent's settings say
+    anything about caching (``False`` included). Memory keeps the front of every request stable
+    until the next memory cycle, so providers that cache at explicit breakpoints (Anthropic,
+    Bedrock, OpenRouter) get one at the end of the system prompt and one on the newest message;
+    those that cache every prefix (OpenAI, Gemini) need nothing."""
     settings: Mapping[str, Any] = ctx.model_settings or {}
     if any(key.startswith(_CACHE_SETTINGS) for key in settings):
         return None
@@ -472,16 +434,9 @@ HistoryProcessorFunc: TypeAlias = Callable[
 def history_processor(
     memory: Memory, *, resource: str, thread: str, recall: bool = False
 ) -> HistoryProcessorFunc:
-    """A history processor giving an agent observational memory of one thread.
-
-    Use it with ``pydantic_ai.capabilities.ProcessHistory`` (pydantic-ai 2.x has no
-    ``history_processors=`` argument any more). The processor replaces the run's history with what
-    memory assembled, so ``result.all_messages()`` is the managed context plus the run's traffic;
-    pass it as ``message_history`` to the next run so the last answer is stored.
-
-    ``recall=True``: the agent has the ``recall`` tool (``memory.recall_tool(resource=...,
-    thread=...)``), so the context tells the model how to use it.
-    """
+    """A history processor giving an agent observational memory of one thread, for
+    ``pydantic_ai.capabilities.ProcessHistory`` (see the module docstring). ``recall=True``: the
+    agent has ``memory.recall_tool(...)``, so the context tells the model how to use it."""
     state = _Thread(memory, ThreadRef.of({"resource": resource, "thread": thread}), recall=recall)
 
     async def process(
@@ -492,9 +447,7 @@ def history_processor(
             # The last run's answer, stored as the reply of the model that gave it, so the
             # thread records that model (a provider change of this run is noticed).
             await state.save(reply, state.actor_model)
-            reply = []
-        if reply or new_input or not _has_context(messages, state.ref.thread):
-            return await state.context(messages, [*reply, *new_input], _actor(ctx))
-        return messages
+        managed = await state.refresh(messages, _actor(ctx))
+        return messages if managed is None else managed
 
     return process
