@@ -1,14 +1,8 @@
-"""A model that compacts memory and asks again when its request is refused as too long.
-
-The Agents SDK's Runner calls the agent's model itself, and ``call_model_input_filter`` only
-shapes the input, so no session hook sees the model refuse a request as longer than its context.
-:meth:`ObservationalSession.compacting` wraps the agent's model: when a call fails with a
-context-length refusal (OpenAI's ``context_length_exceeded``, Anthropic's prompt-too-long,
-llama.cpp's and vLLM's context-size errors), memory compacts the thread once (everything before
-the current step observed down to the retention floor) and the same step is sent again with the
-smaller context, as ``Agent`` and the other front doors do. A second refusal, or a compaction
-that cannot shrink the context, raises the model's error. ``Runner.run``, ``run_sync`` and
-``run_streamed`` all get this (a streamed step is refused before its first event).
+"""The agent's model, wrapped (:meth:`ObservationalSession.compacting`): the Runner calls the
+model itself and no session hook sees it refuse a request as too long, so the wrapper does.
+Memory compacts the thread once and the same step is sent again with the smaller context; a
+second refusal, or a compaction that cannot shrink the context, raises the model's error.
+``Runner.run``, ``run_sync`` and ``run_streamed`` all get this.
 """
 
 from __future__ import annotations
@@ -62,14 +56,13 @@ class CompactingModel(Model):
             ):
                 passed = True
                 yield event
+            return
         except Exception as error:
             if passed:
                 raise
             smaller = await self.session.after_overflow(error, _tools(args, kwargs))
             if smaller is None:
                 raise
-        else:
-            return
         async for event in self.inner.stream_response(
             system_instructions, smaller, *args, **kwargs
         ):

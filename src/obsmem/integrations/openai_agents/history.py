@@ -178,8 +178,7 @@ def after_tools(items: Sequence[Any], after_tool: bool) -> tuple[bool, bool]:
     call): whether the model answered the tool output an earlier batch ended with
     (``after_tool``), so the run made more than one model call; and whether this batch ends
     with a tool's output."""
-    roles = [item_role(raw) for raw in items]
-    steps = [r for r in roles if r in ("assistant", "tool")]
+    steps = [r for r in map(item_role, items) if r in ("assistant", "tool")]
     answered = after_tool and "assistant" in steps
     ends_with_tool = steps[-1] == "tool" if steps else after_tool
     return answered, ends_with_tool

@@ -77,10 +77,8 @@ def cache_breakpoint(actor: ModelSpec | None, *, litellm: bool) -> dict[str, str
 
 
 def with_cache_breakpoint(items: Sequence[Any], mark: dict[str, str] | None) -> list[Any]:
-    """``items`` with ``mark`` (a :func:`cache_breakpoint`) on the last part of their leading
-    system messages: the end of memory's prefix, which changes only with a memory cycle.
-    Leading system messages that have a breakpoint already are left alone; the items given are
-    not changed."""
+    """A copy of ``items`` with ``mark`` (a :func:`cache_breakpoint`) on the last part of their
+    leading system messages (the end of memory's prefix), unless they have a breakpoint."""
     out = list(items)
     if mark is None:
         return out

@@ -7,7 +7,7 @@ import logging
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, TypeVar, Unpack, cast
 
 from obsmem.convert.openai_agents import (
     METADATA_KEY,
@@ -17,21 +17,8 @@ from obsmem.convert.openai_agents import (
 )
 from obsmem.events import Event
 from obsmem.integrations.door import Door
-from obsmem.integrations.openai_agents.history import (
-    UNFILTERED,
-    UNSET,
-    ClearChoice,
-    SettingsAttribute,
-    after_tools,
-    answered_elsewhere,
-    bounded,
-    call_names,
-    clear_choice,
-    limit_of,
-    next_thread,
-    offers_recall,
-    waiting_calls,
-)
+from obsmem.integrations.openai_agents import history
+from obsmem.integrations.openai_agents.history import UNSET, ClearChoice
 from obsmem.integrations.openai_agents.models import (
     actor_model_of,
     cache_breakpoint,
@@ -41,7 +28,7 @@ from obsmem.integrations.openai_agents.models import (
 from obsmem.integrations.openai_agents.tracing import MemoryStreamEvent, RunTrace, spans_of
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
-from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, parse_request
+from obsmem.recall import RECALL_DESCRIPTION, RecallRequest
 
 if TYPE_CHECKING:
     from agents import FunctionTool, Tool
@@ -65,7 +52,6 @@ _WITHOUT_FILTER = (
 
 log = logging.getLogger("obsmem")
 T = TypeVar("T")
-_Item = dict[str, Any]
 
 
 class InnerSession(Protocol):
@@ -82,22 +68,25 @@ class InnerSession(Protocol):
     async def clear_session(self) -> None: ...
 
 
+class _Options(TypedDict, total=False):
+    """The options :meth:`ObservationalSession.wrap` passes on."""
+
+    on_clear: ClearChoice | None
+    session_settings: SessionSettings | Mapping[str, Any] | None
+    own_loop: bool
+    model: Any
+
+
 class ObservationalSession:
-    """An OpenAI Agents SDK session whose history is a Memory thread (see the module docstring).
+    """An OpenAI Agents SDK session whose history is a Memory thread (see the package
+    docstring): ``Runner.run(agent, "...", session=session,
+    run_config=RunConfig(call_model_input_filter=session.call_model_input_filter))``.
 
-    ``session = ObservationalSession(memory, session_id="chat-1", resource="user-1")``, then
-    ``Runner.run(agent, "...", session=session,
-    run_config=RunConfig(call_model_input_filter=session.call_model_input_filter))`` (the
-    filter gives memory at every model call of a run).
-
-    ``on_clear``: what :meth:`clear_session` does (:data:`ClearChoice`): ``"new_thread"`` (the
-    default, also given by None) forgets nothing, ``"forget"`` forgets this thread's memory.
-    ``session_settings``: ``SessionSettings(limit=n)`` sends at most ``n`` items of the history
-    from before each run, after memory's notes. ``own_loop``: memory's work runs on the
-    memory's own loop thread (sync code; ``with session:`` turns it on). ``model``: the model
-    the Runner calls when it is not the agent's own (a ``RunConfig.model``, or the Runner's
-    default model for an agent that names none), which the input filter cannot see: memory
-    then knows the actor (images by its provider's rules, its prompt-cache breakpoint).
+    ``on_clear``: what :meth:`clear_session` does (:data:`ClearChoice`; None: ``"new_thread"``).
+    ``session_settings``: ``SessionSettings(limit=n)``. ``own_loop``: memory's work runs on the
+    memory's own loop thread (``with session:`` turns it on). ``model``: the model the Runner
+    calls when it is not the agent's own (a ``RunConfig.model``, the Runner's default), which
+    the input filter cannot see, so memory knows the actor.
     """
 
     def __init__(
@@ -118,80 +107,51 @@ class ObservationalSession:
         self._ref = ThreadRef.of({"resource": resource, "thread": session_id})
         self.session_id = session_id
         self.inner = inner
-        self.on_clear: ClearChoice = clear_choice(memory, on_clear)
-        self.limit = limit_of(session_settings)
+        self.on_clear: ClearChoice = history.clear_choice(memory, on_clear)
+        self.limit = history.limit_of(session_settings)
         """Most items of the history from before a run sent to the model (None: no limit)."""
         self.own_loop = own_loop
         self._resolved = False
         """The thread this session goes on in (after clears) was read from the store."""
         self._step_from: int | None = None
-        """The seq of the first message stored since the last model call (the step the
-        next call answers: it stays raw)."""
+        """The first seq stored since the last model call (the step the next call answers)."""
         self._run_from: int | None = None
-        """The seq of the first message the current run stored (its items are never cut by
-        the limit)."""
+        """The first seq the current run stored (its items are never cut by the limit)."""
         self._run_starting = False
         self._input: list[Any] | None = None
-        """The run's input, handed over by the Runner and not stored yet: the input filter
-        stores it in the step it assembles (one store call), else the next batch does."""
+        """The run's input, not stored yet: the input filter stores it in its step (one store
+        call), else the next batch does."""
         self._filtered_before = False
-        """The last run called the input filter, so the Runner's read of the history at the
-        start of a run is replaced by the filter's: :meth:`get_items` reads no store then."""
+        """The last run called the input filter, so :meth:`get_items` at the start of a run
+        reads no store: the filter replaces what it returns."""
         self._shown: list[Any] | None = None
-        """What the filter last sent the model, and the items stored since: the history a
-        run gets when the filter replaces it (None: read it from memory)."""
+        """What the filter last sent the model, and the items stored since (None: read it
+        from memory)."""
         self._door = Door(memory, self._ref, actor_model=actor_model_of(model))
         self._run_limit: int | None = None
-        """The limit of the current run (the session's, or its RunConfig's)."""
         self._limit_for_next_run: int | None = UNSET
         """The limit a RunConfig set for the run being prepared (see ``settings_class``)."""
         self._litellm = through_litellm(model)
-        """Whether the agent's model is LiteLLM's (which takes a breakpoint for Anthropic)."""
+        """The agent's model is LiteLLM's (which takes a breakpoint for Anthropic)."""
         self._approving: frozenset[str] = frozenset()
-        """The agent's tools that may wait for an approval (``needs_approval``): a call of one
-        stored without its output is held back until the output comes."""
+        """The agent's tools that may wait for an approval (``needs_approval``)."""
         self._recall_tool: FunctionTool | None = None
         self.recall_offered = False
-        """This session made a ``recall`` tool (:meth:`tools`), so ``get_items()`` tells the
-        model how to use it. The input filter looks at the agent's own tools instead."""
+        """This session made a ``recall`` tool, so ``get_items()`` tells the model about it."""
         self._spans = spans_of(memory)
         self._trace = RunTrace(self._spans)
-        """Where memory work of this session's runs outside any trace goes."""
         self._spans.runs[session_id] = self._trace
-        self._in_run = False
-        """A run started (the Runner read ``get_items()``)."""
-        self._run_filtered = False
-        """The current run called :meth:`call_model_input_filter`."""
-        self._after_tool = False
-        """The current run's last stored batch ended with a tool's output."""
+        self._in_run = self._run_filtered = self._after_tool = False
+        """A run started; it called the input filter; its last batch ended with a tool output."""
         self._warned_unfiltered = False
-        """This session logged that a run went through a tool loop without the input filter
-        (it says so once)."""
 
     @classmethod
     def wrap(
-        cls,
-        inner: InnerSession,
-        memory: Memory,
-        *,
-        resource: str,
-        on_clear: ClearChoice | None = "new_thread",
-        session_settings: SessionSettings | Mapping[str, Any] | None = None,
-        own_loop: bool = False,
-        model: Any = None,
+        cls, inner: InnerSession, memory: Memory, *, resource: str, **options: Unpack[_Options]
     ) -> ObservationalSession:
         """Observational memory over ``inner``, which keeps the full history (thread id: the inner
         session's ``session_id``). Adding, popping and clearing apply to both."""
-        return cls(
-            memory,
-            session_id=inner.session_id,
-            resource=resource,
-            inner=inner,
-            on_clear=on_clear,
-            session_settings=session_settings,
-            own_loop=own_loop,
-            model=model,
-        )
+        return cls(memory, session_id=inner.session_id, resource=resource, inner=inner, **options)
 
     def __repr__(self) -> str:
         wrapped = f", inner={self.inner!r}" if self.inner is not None else ""
@@ -213,8 +173,8 @@ class ObservationalSession:
         """The SDK's settings, as the Runner must see them: without a limit (memory applies
         :attr:`limit` itself, and a RunConfig's limit through these settings). Setting
         ``SessionSettings(limit=n)`` sets :attr:`limit`."""
-    else:  # the protocol's plain attribute, read and set through SettingsAttribute
-        session_settings = SettingsAttribute()
+    else:  # the protocol's plain attribute, read and set through history.SettingsAttribute
+        session_settings = history.SettingsAttribute()
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The managed context (no ``limit``: the Runner's read at the start of a run), or the
@@ -251,7 +211,7 @@ class ObservationalSession:
         if called is not None:
             self._litellm = through_litellm(called)
         items = await self._on_memory(
-            self._context(recall=offers_recall(tools), keep_raw_from=step, new=new)
+            self._context(recall=history.offers_recall(tools), keep_raw_from=step, new=new)
         )
         self._shown = list(items)
         return ModelInputData(input=items, instructions=data.model_data.instructions)
@@ -259,9 +219,8 @@ class ObservationalSession:
     # -- a request the model refused as too long --------------------------------------------------
 
     def compacting(self, model: Model) -> CompactingModel:
-        """``model`` (an SDK ``Model``) for ``Agent(model=...)``: when the model refuses a step's
-        request as longer than its context, memory compacts the thread once and the step is
-        sent again with the smaller context (see :mod:`.compacting`)."""
+        """``model`` (an SDK ``Model``) for ``Agent(model=...)``, compacting once and sending
+        again a step refused as too long (see :mod:`.compacting`)."""
         from .compacting import CompactingModel
 
         return CompactingModel(model, self)
@@ -269,13 +228,12 @@ class ObservationalSession:
     async def after_overflow(
         self, error: BaseException, tools: Sequence[Any]
     ) -> list[TResponseInputItem] | None:
-        """The current step's input again, after ``error`` refused it as too long and memory
-        compacted the thread; None when ``error`` is something else or nothing could be
-        compacted (the caller raises it)."""
+        """The current step's input again after ``error`` refused it as too long and memory
+        compacted the thread; None otherwise (the caller raises ``error``)."""
         if not await self._on_memory(self._door.retry_after(error)):
             return None
         items = await self._on_memory(
-            self._context(recall=offers_recall(tools), keep_raw_from=self._door.step_from)
+            self._context(recall=history.offers_recall(tools), keep_raw_from=self._door.step_from)
         )
         self._shown = list(items)
         return items
@@ -283,26 +241,20 @@ class ObservationalSession:
     # -- tools -----------------------------------------------------------------------------------
 
     def tools(self) -> list[Tool]:
-        """The tools memory gives the agent, to pass in one go:
-        ``Agent(tools=[*your_tools, *session.tools()])``. The ``recall`` tool when the memory
-        has retrieval on; none otherwise."""
+        """The tools memory gives the agent (``Agent(tools=[*your_tools, *session.tools()])``):
+        the ``recall`` tool when the memory has retrieval on."""
         return [self.recall_tool()] if self.memory.retrieval else []
 
     def recall_tool(self) -> FunctionTool:
-        """The ``recall`` tool for this session's conversation, as an SDK ``FunctionTool``
-        (the same one each time; :meth:`tools` gives it only when retrieval is on). It only
-        reads this session's resource (and thread, in thread scope); arguments that do not fit
-        come back to the model as a message saying what to send. Needs retrieval on."""
+        """The ``recall`` tool for this session's conversation, as an SDK ``FunctionTool`` (the
+        same one each time). Needs retrieval on."""
         from agents import FunctionTool
 
         self.memory.require_retrieval()
         if self._recall_tool is None:
 
             async def invoke(ctx: Any, arguments: str) -> str:
-                request = parse_request(arguments)
-                if isinstance(request, str):
-                    return request
-                return await self._on_memory(self._recall(request))
+                return await self._on_memory(self._answer_recall(arguments))
 
             self._recall_tool = FunctionTool(
                 name="recall",
@@ -333,10 +285,9 @@ class ObservationalSession:
         await self._on_memory(self._store(items))
 
     async def pop_item(self) -> TResponseInputItem | None:
-        """Take back the newest item and return it (None when there is none). Memory keeps it in
-        storage, marked: it leaves the context and is never observed (a message observed
-        before stays in the observations). Wrapped, the inner session pops its newest item
-        too, and that is the one returned."""
+        """Take back the newest item and return it (None when there is none): storage keeps it,
+        marked, and memory never observes it. Wrapped, the inner session's popped item is
+        returned."""
         popped = await self.inner.pop_item() if self.inner is not None else None
         await self._on_memory(self._store_input())
         self._shown = None
@@ -348,11 +299,10 @@ class ObservationalSession:
         return cast("TResponseInputItem", item)
 
     async def clear_session(self) -> None:
-        """Start the conversation over, as ``on_clear`` says. ``"new_thread"`` (the default)
-        forgets nothing: the session goes on in a new memory thread (remembered in the store,
-        so every process goes on there) and the old thread keeps its messages and what memory
-        learned (in resource scope, the resource's notes are still shown). ``"forget"`` also
-        forgets this thread's memory. Wrapped, the inner session is cleared too."""
+        """Start the conversation over, as ``on_clear`` says: ``"new_thread"`` goes on in a new
+        memory thread (remembered in the store, so every process goes on there), the old one
+        kept; ``"forget"`` also forgets this thread's memory. Wrapped, the inner session is
+        cleared too."""
         await self._on_memory(self._clear(self.on_clear))
         if self.inner is not None:
             await self.inner.clear_session()
@@ -361,22 +311,15 @@ class ObservationalSession:
 
     def subscribe(self, listener: Callable[[Event], object]) -> Callable[[], None]:
         """Hand ``listener`` every ``data-om-*`` event of this session's thread (called where
-        memory works: on memory's own loop thread with ``own_loop``); returns the function that
-        stops it."""
-
-        def relay(event: Event) -> None:
-            if self._door.concerns(event):
-                listener(event)
-
-        return self.memory.subscribe(relay)
+        memory works); returns the function that stops it."""
+        return self._door.subscribe(listener)
 
     async def stream_events(
         self, result: RunResultStreaming
     ) -> AsyncIterator[StreamEvent | MemoryStreamEvent]:
         """``result.stream_events()`` (of ``Runner.run_streamed(..., session=this)``) with this
-        session's memory events among them, as :class:`MemoryStreamEvent`, each before the SDK
-        event that follows it. Background work that ends after the run is not in the stream
-        (see :meth:`subscribe` and the spans)."""
+        session's memory events among them, as :class:`MemoryStreamEvent` s (background work
+        that ends after the run is not in the stream: see :meth:`subscribe`)."""
         waiting: deque[MemoryStreamEvent] = deque()
         unsubscribe = self.subscribe(lambda event: waiting.append(MemoryStreamEvent(event)))
         try:
@@ -422,9 +365,8 @@ class ObservationalSession:
     # -- memory's side ---------------------------------------------------------------------------
 
     async def _on_memory(self, work: Coroutine[Any, Any, T]) -> T:
-        """Await ``work`` where memory lives: on its own loop thread (``own_loop``: a framework
-        loop that only runs during a call would stall or end memory's background work), else
-        on the caller's loop."""
+        """Await ``work`` where memory lives: on its own loop thread with ``own_loop`` (a loop
+        that only runs during a call would stall memory's background work)."""
         if self.own_loop:
             return await self.memory.on_own_loop(work)
         return await work
@@ -442,29 +384,30 @@ class ObservationalSession:
 
     def _note_steps(self, items: Sequence[Any]) -> None:
         """Say once, loudly, that a run went through a tool loop without the input filter: the
-        model answered a tool's output (stored in an earlier batch, as the Runner stores each
-        step) and the filter was never called in this run."""
+        model answered a tool's output stored in an earlier batch and the filter was never
+        called in this run (with observational memory off there is nothing to miss)."""
         if not self._in_run:
             return
-        answered, self._after_tool = after_tools(items, self._after_tool)
-        if not answered or self._run_filtered or self._warned_unfiltered:
-            return
-        if self.memory.om is None:  # no observational memory: nothing to give between steps
+        answered, self._after_tool = history.after_tools(items, self._after_tool)
+        if not answered or self._run_filtered or self._warned_unfiltered or self.memory.om is None:
             return
         self._warned_unfiltered = True
-        log.warning(UNFILTERED, self.session_id)
+        log.warning(history.UNFILTERED, self.session_id)
 
     async def _thread_ref(self, *, refresh: bool = False) -> ThreadRef:
         """The thread this session is on: the one its first thread names after a clear."""
         if self._resolved and not refresh:
             return self._ref
         first = await self.memory.thread(self.session_id)
-        current, _ = next_thread(first.metadata if first is not None else {})
-        self._ref = ThreadRef(thread=current or self.session_id, resource=self._ref.resource)
-        self._door.ref = self._ref
+        current, _ = history.next_thread(first.metadata if first is not None else {})
+        self._go_on_in(current or self.session_id)
         self._resolved = True
-        self._spans.runs[self._ref.thread] = self._trace
         return self._ref
+
+    def _go_on_in(self, thread: str) -> None:
+        """This session's conversation is ``thread`` from now on."""
+        self._ref = self._door.ref = ThreadRef(thread=thread, resource=self._ref.resource)
+        self._spans.runs[thread] = self._trace
 
     async def _context(
         self,
@@ -480,24 +423,28 @@ class ObservationalSession:
         self._door.recall = recall and self.memory.retrieval
         messages = await self._messages(new) if new else []
         context = await self._door.step(
-            messages, step_from=keep_raw_from, waiting=waiting_calls(messages, self._approving)
+            messages,
+            step_from=keep_raw_from,
+            waiting=history.waiting_calls(messages, self._approving),
         )
         self._stored(context.stored_input)
-        shown = bounded(context.messages, self._run_limit, self._run_from)
+        shown = history.bounded(context.messages, self._run_limit, self._run_from)
         mark = cache_breakpoint(self._door.actor_model, litellm=self._litellm)
         items = with_cache_breakpoint(to_agents_items(shown), mark)
         return cast("list[TResponseInputItem]", items)
 
     async def _messages(self, items: Sequence[Any]) -> list[Message]:
         ref = await self._thread_ref()
-        wanted = answered_elsewhere(items)
-        names = await call_names(self.memory, ref.thread, wanted) if wanted else {}
+        wanted = history.answered_elsewhere(items)
+        names = await history.call_names(self.memory, ref.thread, wanted) if wanted else {}
         return from_agents_items(items, tool_names=names)
 
-    def _stored(self, stored: Sequence[Message]) -> None:
+    def _stored(self, stored: Sequence[Message]) -> int | None:
+        """The first seq of what was just stored (the run's first, when it starts)."""
         first = next((m.seq for m in stored if m.seq is not None), None)
         if self._run_starting and first is not None:
             self._run_from, self._run_starting = first, False
+        return first
 
     async def _store_input(self) -> None:
         """Store the run's input if the filter has not (the Runner reads its writes back)."""
@@ -509,33 +456,34 @@ class ObservationalSession:
         pending, self._input = self._input or [], None
         batch = [*pending, *items]
         messages = await self._messages(batch)
-        stored = await self._door.reply(messages, waiting=waiting_calls(messages, self._approving))
-        first = next((m.seq for m in stored if m.seq is not None), None)
+        stored = await self._door.reply(
+            messages, waiting=history.waiting_calls(messages, self._approving)
+        )
+        first = self._stored(stored)
         if self._step_from is None:
             self._step_from = first
-        self._stored(stored)
         if self._shown is not None:
             self._shown += batch
 
     async def _raw_tail(self, limit: int) -> list[TResponseInputItem]:
         """The newest ``limit`` stored items, without those taken back."""
+        if limit <= 0:
+            return []
         shown: list[Message] = []
-        if limit > 0:
-            ref = await self._thread_ref()
-            async with aclosing(self.memory.shown_tail(ref.thread, page=limit)) as tail:
-                async for message in tail:
-                    shown.append(message)
-                    if sum(map(item_count, shown)) >= limit:
-                        break
-        items = to_agents_items(shown[::-1])
-        return cast("list[TResponseInputItem]", items[-limit:] if limit > 0 else [])
+        ref = await self._thread_ref()
+        async with aclosing(self.memory.shown_tail(ref.thread, page=limit)) as tail:
+            async for message in tail:
+                shown.append(message)
+                if sum(map(item_count, shown)) >= limit:
+                    break
+        return cast("list[TResponseInputItem]", to_agents_items(shown[::-1])[-limit:])
 
     async def _retract(self) -> Message | None:
         return await self.memory.retract_last(await self._thread_ref())
 
-    async def _recall(self, request: Mapping[str, Any]) -> str:
-        recall = self.memory.recall_function(await self._thread_ref())
-        return await recall(**request)
+    async def _answer_recall(self, arguments: str) -> str:
+        await self._thread_ref()
+        return await self._door.answer_recall(arguments)
 
     async def _clear(self, choice: ClearChoice) -> None:
         ref = await self._thread_ref(refresh=True)
@@ -543,14 +491,12 @@ class ObservationalSession:
             await self.memory.forget_thread(ref)
         else:
             first = await self.memory.open_thread(self.session_id, ref.resource)
-            _, clears = next_thread(first.metadata)
+            _, clears = history.next_thread(first.metadata)
             thread = f"{self.session_id}~{clears + 1}"
             await self.memory.open_thread(thread, ref.resource)
             moved = {METADATA_KEY: {"thread": thread, "clears": clears + 1}}
             await self.memory.open_thread(self.session_id, ref.resource, **moved)
-            self._ref = ThreadRef(thread=thread, resource=ref.resource)
-            self._door.ref = self._ref
-            self._spans.runs[thread] = self._trace
+            self._go_on_in(thread)
         self._step_from = self._run_from = None
         self._run_starting = False
         self._input, self._shown = None, None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
@@ -40,6 +41,7 @@ _UNTRACED = frozenset(
 """Event fields a span leaves out: what memory wrote (traces leave the process; the recall tool
 and ``memory.om`` show it) and the options."""
 
+_Buffering: TypeAlias = BufferingStartEvent | BufferingEndEvent | BufferingFailedEvent
 _CycleEnd: TypeAlias = (
     ObservationEndEvent | BufferingEndEvent | ObservationFailedEvent | BufferingFailedEvent
 )
@@ -51,7 +53,7 @@ _MAX_EARLY = 256
 
 def _span_name(event: Event) -> str:
     operation = str(getattr(event, "operation_type", "observation"))
-    if isinstance(event, BufferingStartEvent | BufferingEndEvent | BufferingFailedEvent):
+    if isinstance(event, _Buffering):
         return f"obsmem.buffering.{operation}"
     if isinstance(event, ActivationEvent):
         return f"obsmem.activation.{operation}"
@@ -61,8 +63,8 @@ def _span_name(event: Event) -> str:
 def _cycle_key(event: Event) -> tuple[str, str]:
     """Which open span an event belongs to (a buffered cycle and a synchronous one may share
     no id, but keep them apart anyway)."""
-    buffered = isinstance(event, BufferingStartEvent | BufferingEndEvent | BufferingFailedEvent)
-    return ("buffering" if buffered else "cycle", str(getattr(event, "cycle_id", "")))
+    kind = "buffering" if isinstance(event, _Buffering) else "cycle"
+    return (kind, str(getattr(event, "cycle_id", "")))
 
 
 def _span_fields(event: Event) -> dict[str, Any]:
@@ -81,19 +83,19 @@ def _current_parent() -> Trace | Span[Any] | None:
 
 class RunTrace:
     """Where a session's memory work outside any trace goes: under the run the session last
-    saw, or, at the start of a run (the Runner reads a session's history before it starts the
-    run's trace), held until the run's trace shows up."""
+    saw, or, at the start of a run (before the Runner starts its trace), held until it shows."""
 
     def __init__(self, spans: CycleSpans) -> None:
         self._spans = spans
         self.parent: Trace | Span[Any] | None = None
         """The span of the run this session last worked in."""
-        self._early: list[Event] | None = None
-        """Memory events of a run that started before its trace did (the history read)."""
+        self._early: deque[Event] | None = None
+        """Memory events of a run that started before its trace did (the history read; the
+        newest :data:`_MAX_EARLY`)."""
 
     def start_run(self) -> None:
         """A run starts: its trace is not there yet."""
-        self.parent, self._early = None, []
+        self.parent, self._early = None, deque(maxlen=_MAX_EARLY)
 
     def see(self) -> None:
         """A call inside a run: remember the run's current span, and record there the memory
@@ -109,24 +111,17 @@ class RunTrace:
     def take(self, event: Event) -> bool:
         """Whether memory work outside any trace is recorded now (under :attr:`parent`), or
         held until the trace of the run that is starting shows up."""
-        early = self._early
-        if early is None:
+        if self._early is None:
             return True
-        early.append(event)
-        if len(early) > _MAX_EARLY:
-            del early[0]
+        self._early.append(event)
         return False
 
 
 class CycleSpans:
-    """Memory cycles as custom spans of the Agents SDK trace of the run they belong to.
-
-    A cycle's start event opens a span under the span current where the work runs (a
-    background task, and work sent to memory's own loop thread, carry the context they were
-    started from). Work that runs outside any trace goes to the :class:`RunTrace` of its
-    thread's session. An end or failed event closes the span with the token counts and the
-    memory model's usage; an activation is a span of its own. With tracing disabled the SDK
-    hands out no-op spans."""
+    """Memory cycles as custom spans of the Agents SDK trace they run in (work outside any
+    trace goes to the :class:`RunTrace` of its thread's session). A cycle's start event opens a
+    span, its end or failed event closes it with the token counts and the memory model's usage;
+    an activation is a span of its own."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -150,10 +145,7 @@ class CycleSpans:
             span = self._started(event, parent)
             with self._lock:
                 self._open[_cycle_key(event)] = span
-        elif isinstance(
-            event,
-            ObservationEndEvent | BufferingEndEvent | ObservationFailedEvent | BufferingFailedEvent,
-        ):
+        elif isinstance(event, _CycleEnd):
             self._finish(event, parent)
         elif isinstance(event, ActivationEvent):
             self._started(event, parent).finish()
@@ -197,15 +189,7 @@ class CycleSpans:
         span.finish()
 
 
-_TRACED_EVENTS = (
-    ObservationStartEvent,
-    ObservationEndEvent,
-    ObservationFailedEvent,
-    BufferingStartEvent,
-    BufferingEndEvent,
-    BufferingFailedEvent,
-    ActivationEvent,
-)
+_TRACED_EVENTS = ObservationStartEvent | BufferingStartEvent | _CycleEnd | ActivationEvent
 _TRACED: weakref.WeakKeyDictionary[Memory, CycleSpans] = weakref.WeakKeyDictionary()
 _TRACED_LOCK = threading.Lock()
 
