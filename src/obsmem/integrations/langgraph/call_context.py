@@ -19,7 +19,7 @@ from langchain_core.runnables import RunnableConfig
 from obsmem.errors import ConfigError
 from obsmem.events import Event
 from obsmem.integrations.door import Door
-from obsmem.memory import Memory, ThreadRef
+from obsmem.memory import ThreadRef
 
 __all__ = [
     "RESOURCE_KEYS",
@@ -82,10 +82,7 @@ def find_ref(
     thread: str | IdFrom | None,
     resource: str | IdFrom | None,
 ) -> ThreadRef:
-    """The conversation of a call: ``thread``/``resource`` when given (a function of them is
-    called with the runtime ``context``); otherwise ``thread_id`` and ``resource_id`` (or
-    ``user_id``, :data:`RESOURCE_KEYS`) of the runtime ``context``, then of
-    ``config["configurable"]``."""
+    """The conversation of a call (see the module docstring)."""
     configurable = (config or {}).get("configurable") or {}
     sources = (context, configurable)
     found_thread = _given("thread", thread, context) or _first_id(sources, ("thread_id",))
@@ -143,9 +140,8 @@ def stream_writer() -> StreamWriter:
 
 def run_sync(door: Door, work: Coroutine[Any, Any, T]) -> T:
     """``door.run_sync(work)`` for a sync graph run, also on a thread whose event loop is
-    running (a notebook cell, an async server calling ``invoke``): there a helper thread hands
-    the work to memory's loop and this thread blocks until it is done, as LangGraph's sync
-    ``invoke`` blocks anyway."""
+    running (a notebook cell, an async server calling ``invoke``): a helper thread hands the
+    work over and this thread blocks, as LangGraph's sync ``invoke`` blocks anyway."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -156,24 +152,14 @@ def run_sync(door: Door, work: Coroutine[Any, Any, T]) -> T:
 
 class BoundCall:
     """One hook call: its :class:`Door`, and, while open (``with``), the door's memory events
-    passed to LangGraph's custom stream.
-
-    Events are queued as memory emits them (on memory's loop thread in a sync run) and written
-    from the hook's own thread at :meth:`flush` and at the end, as LangGraph expects."""
+    queued as memory emits them (on memory's loop thread in a sync run) and written to
+    LangGraph's custom stream from the hook's own thread, at :meth:`flush` and at the end."""
 
     def __init__(self, door: Door, write: StreamWriter) -> None:
         self.door = door
         self._write = write
         self._pending: deque[dict[str, Any]] = deque()
         self._unsubscribe: Callable[[], None] | None = None
-
-    @property
-    def memory(self) -> Memory:
-        return self.door.memory
-
-    @property
-    def ref(self) -> ThreadRef:
-        return self.door.ref
 
     def _listen(self, event: Event) -> None:
         self._pending.append(event.to_dict())

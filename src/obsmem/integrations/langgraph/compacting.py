@@ -1,40 +1,26 @@
-"""``create_react_agent``'s model, wrapped so a request refused as too long is compacted once and
-sent again.
+"""``create_react_agent``'s model, wrapped (:meth:`LangGraphMemory.compacting`).
 
 ``create_react_agent`` calls its model itself, after the pre-model hook, and tells the hook
-nothing of the answer, so the hook cannot retry. ``create_react_agent(lg.compacting(llm), tools,
-pre_model_hook=lg.pre_model_hook, ...)`` wraps the chat model instead: when the model refuses
-the request as longer than its context (OpenAI's ``context_length_exceeded``, Anthropic's
-prompt-too-long, llama.cpp's and vLLM's context-size errors), memory compacts the thread once
-and the wrapper sends the model memory's new, smaller context, with whatever the agent's
-``prompt`` put in front of the hook's messages. It binds tools as the chat model does, and it
-tells ``lg`` the actor's model (so the hooks know it too). It is not a ``BaseChatModel``:
-``create_react_agent(response_format=...)`` needs the chat model itself.
-
-It stores the answer at once, as the post-model hook does (so ``create_react_agent`` needs no
-``post_model_hook`` for that; with one, the hook finds the answer stored and makes no store
-call).
-
-It also sends one system message: ``create_react_agent`` puts its ``prompt`` in front of the
-hook's messages, which start with memory's system message once there are observations, and
-strict chat templates (llama.cpp's, vLLM's) refuse a second one. The wrapper joins them (the
-prompt first, memory's last, its prompt-cache breakpoint kept).
+nothing of the answer, so only a wrapped model can retry a request refused as too long (memory
+compacts the thread once and the wrapper sends the smaller context), store the answer at once
+(a post-model hook then finds it stored), tell ``lg`` the actor's model, and join the agent's
+``prompt`` and memory's system message into one (strict chat templates refuse a second). It is
+not a ``BaseChatModel``: ``create_react_agent(response_format=...)`` needs the chat model itself.
 """
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any
 
-from langchain_core.messages import BaseMessage, SystemMessage
+from langchain_core.messages import BaseMessage
 from langchain_core.prompt_values import PromptValue
 from langchain_core.runnables import Runnable, RunnableConfig
 
 from obsmem.errors import ConfigError
 
 from .call_context import BoundCall, current_config, runtime_context
-from .model_input import joined_system
+from .model_input import joined_system, leading_system, with_id
 
 if TYPE_CHECKING:
     from .memory import KeptInput, LangGraphMemory
@@ -47,20 +33,10 @@ def _one_system(value: Any) -> Any:
     messages = _messages(value)
     if messages is None:
         return value
-    lead = next(
-        (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), len(messages)
-    )
+    lead = leading_system(messages)
     if lead < 2:
         return value
     return [joined_system(messages[:lead]), *messages[lead:]]
-
-
-def _with_id(reply: BaseMessage) -> BaseMessage:
-    """``reply`` with an id (LangGraph keeps it in the state), so the post-model hook and the
-    next run know the stored answer by it."""
-    if not reply.id:
-        reply.id = f"run-{uuid.uuid4()}"
-    return reply
 
 
 def _messages(value: Any) -> list[Any] | None:
@@ -72,9 +48,7 @@ def _messages(value: Any) -> list[Any] | None:
 
 
 class CompactingChatModel(Runnable[Any, BaseMessage]):
-    """A chat model (tools bound or not) that, refused as too long, has memory compact the
-    thread once and is called again with the smaller context; made by
-    :meth:`LangGraphMemory.compacting`."""
+    """A chat model (tools bound or not) wrapped by :meth:`LangGraphMemory.compacting`."""
 
     def __init__(self, lg: LangGraphMemory, model: Runnable[Any, BaseMessage]) -> None:
         self.lg = lg
@@ -98,7 +72,7 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
                 self._attempts(call, input, kept),
                 lambda sent: self.model.invoke(_one_system(sent), config, **kwargs),
             )
-            call.run(self.lg.store_new(call.door, [*kept.state, _with_id(reply)]))
+            call.run(self.lg.store_new(call.door, [*kept.state, with_id(reply)]))
         return reply
 
     async def ainvoke(
@@ -112,13 +86,12 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
                 self._attempts(call, input, kept),
                 lambda sent: self.model.ainvoke(_one_system(sent), config, **kwargs),
             )
-            await self.lg.store_new(call.door, [*kept.state, _with_id(reply)])
+            await self.lg.store_new(call.door, [*kept.state, with_id(reply)])
         return reply
 
     def _kept(self, input: Any, config: RunnableConfig | None) -> KeptInput | None:
         """What the pre-model hook made ``input`` (the model's whole input) from, or None when
-        it did not (a call outside a graph run, or without the hook): the answer is then
-        stored by the post-model hook or at the next run."""
+        it did not (outside a graph run, or without the hook)."""
         sent = _messages(input)
         if sent is None:
             return None
@@ -132,8 +105,7 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
         self, call: BoundCall, input: Any, kept: KeptInput
     ) -> Callable[[], Coroutine[Any, Any, Any]]:
         """The begin phase of the exchange: the hook's input as it came, then (after a
-        compaction that keeps the current step raw) what the agent's prompt put in front of
-        the hook's messages, and memory's new context."""
+        compaction) what the agent's prompt put in front of it, and memory's new context."""
         sent = _messages(input) or []
         lead = sent[: len(sent) - len(kept.sent)]
         call.door.step_from = kept.step_from

@@ -4,70 +4,59 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 
 from obsmem.memory import Memory
 
-from .memory import LangGraphMemory
+from .call_context import IdFrom
+from .memory import LangGraphMemory, ModelHook
 from .models import ActorModel
-from .runnables import ModelHook
 
-__all__ = ["ModelHook", "hold_waiting_calls", "post_model_hook", "pre_model_hook", "recall_tool"]
+__all__ = [
+    "HookOptions",
+    "ModelHook",
+    "hold_waiting_calls",
+    "post_model_hook",
+    "pre_model_hook",
+    "recall_tool",
+]
 
 
-def pre_model_hook(
-    memory: Memory,
-    *,
-    resource: str | None = None,
-    thread: str | None = None,
-    model: ActorModel | None = None,
-    recall: bool = False,
-    trim_checkpoint: bool = False,
-) -> ModelHook:
+class HookOptions(TypedDict, total=False):
+    """The :class:`LangGraphMemory` options a hook function takes (see there)."""
+
+    resource: str | IdFrom | None
+    thread: str | IdFrom | None
+    model: ActorModel | None
+    recall: bool
+    trim_checkpoint: bool
+
+
+def pre_model_hook(memory: Memory, **options: Unpack[HookOptions]) -> ModelHook:
     """A ``pre_model_hook`` for ``create_react_agent`` giving it observational memory
     (``model``: the agent's chat model, so memory knows the actor; ``recall=True`` when the
     agent has :func:`recall_tool`). See :class:`LangGraphMemory`."""
-    return LangGraphMemory(
-        memory,
-        resource=resource,
-        thread=thread,
-        model=model,
-        recall=recall,
-        trim_checkpoint=trim_checkpoint,
-    ).pre_model_hook
+    return LangGraphMemory(memory, **options).pre_model_hook
 
 
-def post_model_hook(
-    memory: Memory,
-    *,
-    resource: str | None = None,
-    thread: str | None = None,
-    model: ActorModel | None = None,
-) -> ModelHook:
+def post_model_hook(memory: Memory, **options: Unpack[HookOptions]) -> ModelHook:
     """A ``post_model_hook`` that stores each model answer at once (pair it with
     :func:`pre_model_hook`; both find what is new in the store, so they share no state)."""
-    return LangGraphMemory(memory, resource=resource, thread=thread, model=model).post_model_hook
+    return LangGraphMemory(memory, **options).post_model_hook
 
 
 async def hold_waiting_calls(
-    memory: Memory,
-    state: Any,
-    config: RunnableConfig,
-    *,
-    resource: str | None = None,
-    thread: str | None = None,
+    memory: Memory, state: Any, config: RunnableConfig, **options: Unpack[HookOptions]
 ) -> list[str]:
     """After ``ainvoke`` returned on an interrupt: hold the waiting calls back until their
     results come (see :meth:`LangGraphMemory.ahold`)."""
-    return await LangGraphMemory(memory, resource=resource, thread=thread).ahold(state, config)
+    return await LangGraphMemory(memory, **options).ahold(state, config)
 
 
-def recall_tool(
-    memory: Memory, *, resource: str | None = None, thread: str | None = None
-) -> BaseTool:
+def recall_tool(memory: Memory, **options: Unpack[HookOptions]) -> BaseTool:
     """The ``recall`` tool as a LangChain tool for the call's conversation (or the one given);
     see :meth:`LangGraphMemory.recall_tool`. Pass ``recall=True`` to the pre-model hook too."""
-    return LangGraphMemory(memory, resource=resource, thread=thread).recall_tool()
+    return LangGraphMemory(memory, **options).recall_tool()

@@ -6,10 +6,10 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeAlias
 
 from langchain_core.messages import BaseMessage, SystemMessage
-from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.runnables import Runnable, RunnableConfig, RunnableLambda
 from langchain_core.tools import BaseTool
 
 from obsmem.convert.langchain import stored_id, to_langchain
@@ -18,30 +18,18 @@ from obsmem.integrations.door import Door
 from obsmem.memory import Memory, ThreadRef
 from obsmem.messages import Message
 from obsmem.models import ModelSpec
+from obsmem.recall import RECALL_DESCRIPTION, RecallRequest, invalid_request
 
-from . import runnables
-from .call_context import (
-    BoundCall,
-    IdFrom,
-    StreamWriter,
-    current_config,
-    find_ref,
-    run_sync,
-    runtime_context,
-    stream_writer,
-)
-from .model_input import (
-    ModelInput,
-    checked,
-    joined_system,
-    observed_ids,
-    since_input,
-    step_from,
-    storable,
-)
+from . import call_context
+from . import model_input as inputs
+from .call_context import BoundCall, IdFrom, StreamWriter
+from .model_input import ModelInput
 from .models import ActorModel, actor_model_of, with_cache_breakpoint
 
-__all__ = ["KEPT_INPUTS", "KNOWN_THREADS", "KeptInput", "LangGraphMemory"]
+__all__ = ["KEPT_INPUTS", "KNOWN_THREADS", "KeptInput", "LangGraphMemory", "ModelHook"]
+
+ModelHook: TypeAlias = Runnable[Any, dict[str, Any]]
+"""A LangGraph node as a runnable: ``state -> state update``, sync and async."""
 
 KNOWN_THREADS = 1_000
 """How many threads' stored LangChain ids a :class:`LangGraphMemory` remembers (the rest are
@@ -64,19 +52,22 @@ class KeptInput:
     """The current step's first seq (what a compaction keeps raw)."""
 
 
-class LangGraphMemory:
-    """Observational memory for LangGraph graphs: ``model_input``/``save`` for a hand-built
-    model node, ``.pre_model_hook``/``.post_model_hook`` for ``create_react_agent``.
+def _keep_recent(cache: OrderedDict[str, Any], key: str, most: int) -> None:
+    """Mark ``key`` the most recent in ``cache`` and let the oldest beyond ``most`` go."""
+    cache.move_to_end(key)
+    while len(cache) > most:
+        cache.popitem(last=False)
 
-    ``resource``/``thread`` fix the conversation, or read it from the run's runtime context when
-    they are functions (``resource=lambda ctx: ctx.user.id``); left ``None`` (the default) they
-    are read on every call (see :meth:`ref`), so one compiled graph serves every user.
-    ``model``: the chat model the graph calls (``ChatAnthropic(...)``) or its spec
-    (``"anthropic/claude-sonnet-4-5"``), so memory counts images by its provider's rules,
-    notices a provider change and sets the prompt-cache breakpoint it needs.
-    ``recall=True``: the model has the ``recall`` tool (:meth:`recall_tool`).
-    ``trim_checkpoint=True``: messages memory has observed leave the graph state (the pre-model
-    hook removes them; a hand-built node returns ``sent.removals``)."""
+
+class LangGraphMemory:
+    """Observational memory for LangGraph graphs (see the package docstring and
+    ``docs/langgraph.md``).
+
+    ``resource``/``thread`` fix the conversation (ids, or functions of the runtime context);
+    left None they are read on every call (:meth:`ref`). ``model``: the chat model the graph
+    calls, or its spec, so memory knows the actor. ``recall=True``: the model has the
+    ``recall`` tool (:meth:`recall_tool`). ``trim_checkpoint=True``: messages memory has
+    observed leave the graph state (a hand-built node returns ``sent.removals``)."""
 
     def __init__(
         self,
@@ -107,10 +98,14 @@ class LangGraphMemory:
         """Per thread, what :meth:`prepare` made last (kept only for :meth:`compacting`)."""
         self._keep_inputs = False
         self._lock = threading.Lock()
-        self.pre_model_hook = runnables.pre_hook(self)
+        self.pre_model_hook: ModelHook = RunnableLambda(
+            self._pre, self._apre, name="obsmem_pre_model_hook"
+        )
         """``create_react_agent(pre_model_hook=...)``: stores what is new and returns
         ``{"llm_input_messages": [...]}`` (plus the removals, with ``trim_checkpoint``)."""
-        self.post_model_hook = runnables.post_hook(self)
+        self.post_model_hook: ModelHook = RunnableLambda(
+            self._post, self._apost, name="obsmem_post_model_hook"
+        )
         """``create_react_agent(post_model_hook=...)``: stores the model's answer at once."""
 
     def __repr__(self) -> str:
@@ -119,11 +114,8 @@ class LangGraphMemory:
     # -- which conversation ------------------------------------------------------------------
 
     def ref(self, config: RunnableConfig | None = None, context: Any = None) -> ThreadRef:
-        """The conversation of a call: ``thread=``/``resource=`` when given (a function of them
-        is called with the runtime ``context``); otherwise ``thread_id`` and ``resource_id`` (or
-        ``user_id``, :data:`RESOURCE_KEYS`) of the runtime ``context`` (a mapping or an object),
-        then of ``config["configurable"]``."""
-        return find_ref(config, context, thread=self.thread, resource=self.resource)
+        """The conversation of a call (:func:`~.call_context.find_ref`)."""
+        return call_context.find_ref(config, context, thread=self.thread, resource=self.resource)
 
     def door(
         self, ref: ThreadRef, *, model: ActorModel | None = None, recall: bool | None = None
@@ -138,6 +130,10 @@ class LangGraphMemory:
             recall=self.recall if recall is None else recall,
         )
 
+    def _door_of(self, config: RunnableConfig) -> Door:
+        """The :meth:`door` of the call with ``config`` in the running graph's context."""
+        return self.door(self.ref(config, call_context.runtime_context()))
+
     def bind(
         self,
         config: RunnableConfig | None = None,
@@ -150,11 +146,11 @@ class LangGraphMemory:
         """The :class:`BoundCall` of the running node (its config, runtime context and custom
         stream, unless given), with its :meth:`door`."""
         if config is None:
-            config = current_config()
+            config = call_context.current_config()
         if context is None:
-            context = runtime_context()
+            context = call_context.runtime_context()
         door = self.door(self.ref(config, context), model=model, recall=recall)
-        return BoundCall(door, writer or stream_writer())
+        return BoundCall(door, writer or call_context.stream_writer())
 
     # -- the memory work -------------------------------------------------------------------------
 
@@ -186,11 +182,8 @@ class LangGraphMemory:
 
     def _remember(self, ref: ThreadRef, seqs: Mapping[str, int | None]) -> None:
         with self._lock:
-            seen = self._known.setdefault(ref.thread, {})
-            seen.update(seqs)
-            self._known.move_to_end(ref.thread)
-            while len(self._known) > KNOWN_THREADS:
-                self._known.popitem(last=False)
+            self._known.setdefault(ref.thread, {}).update(seqs)
+            _keep_recent(self._known, ref.thread, KNOWN_THREADS)
 
     def _remember_stored(self, ref: ThreadRef, stored: Sequence[Message]) -> None:
         prefix = stored_id(ref.thread, "")
@@ -199,22 +192,23 @@ class LangGraphMemory:
     async def prepare(self, door: Door, messages: Sequence[Any]) -> ModelInput:
         """Store what of ``messages`` (the graph's, in order) is new and assemble the model's
         input, in one memory step (one store round trip, plus any memory work that is due)."""
-        messages = checked(messages)
+        messages = inputs.checked(messages)
         ref = door.ref
         known = await self.stored(ref, messages)
         new = [m for m in messages if m.id not in known and not isinstance(m, SystemMessage)]
         context = await door.step(
-            storable(new, ref.thread, messages), step_from=step_from(messages, new, known)
+            inputs.storable(new, ref.thread, messages),
+            step_from=inputs.step_from(messages, new, known),
         )
         self._remember_stored(ref, context.stored_input)
         sent = to_langchain(context.messages)
-        lead = next((i for i, m in enumerate(sent) if not isinstance(m, SystemMessage)), len(sent))
-        system = joined_system(
+        lead = inputs.leading_system(sent)
+        system = inputs.joined_system(
             [*(m for m in messages if isinstance(m, SystemMessage)), *sent[:lead]]
         )
         observed: tuple[str, ...] = ()
         if self.trim_checkpoint:
-            observed = observed_ids(
+            observed = inputs.observed_ids(
                 ref.thread, messages, known, context.stored_input, context.observed_through
             )
         made = ModelInput(
@@ -226,14 +220,11 @@ class LangGraphMemory:
             kept = KeptInput(state=messages, sent=made.messages, step_from=door.step_from)
             with self._lock:
                 self._inputs[ref.thread] = kept
-                self._inputs.move_to_end(ref.thread)
-                while len(self._inputs) > KEPT_INPUTS:
-                    self._inputs.popitem(last=False)
+                _keep_recent(self._inputs, ref.thread, KEPT_INPUTS)
         return made
 
     def last_input(self, thread: str, sent: Sequence[Any]) -> KeptInput | None:
-        """What :meth:`prepare` made last for ``thread``, when ``sent`` (a model's whole input)
-        ends with that input; None otherwise."""
+        """What :meth:`prepare` made last for ``thread``, when ``sent`` ends with it."""
         with self._lock:
             kept = self._inputs.get(thread)
         if kept is None or len(sent) < len(kept.sent):
@@ -249,11 +240,11 @@ class LangGraphMemory:
         """Store what of the turn's traffic in ``messages`` (after its last human message) the
         thread does not have: the model's answer, at once. ``waiting``: tool calls memory holds
         until their results come."""
-        messages = checked(messages)
-        turn = since_input(messages)
+        messages = inputs.checked(messages)
+        turn = inputs.since_input(messages)
         known = await self.stored(door.ref, turn)
         new = [m for m in turn if m.id not in known]
-        stored = await door.reply(storable(new, door.thread, messages), waiting=waiting)
+        stored = await door.reply(inputs.storable(new, door.thread, messages), waiting=waiting)
         self._remember_stored(door.ref, stored)
         return stored
 
@@ -315,19 +306,39 @@ class LangGraphMemory:
     def model_node(
         self, model: Any, *, recall: bool | None = None
     ) -> Runnable[Any, dict[str, Any]]:
-        """A whole model node calling ``model`` (``graph.add_node("model", lg.model_node(llm))``):
-        memory's context in, the answer stored at once and returned as the state update, and a
-        request the model refused as too long compacted once and sent again (see
-        :mod:`.node`). Sync and async."""
-        from .node import model_node
+        """A whole model node calling ``model``, a chat model with tools bound or not
+        (``graph.add_node("model", lg.model_node(llm))``), sync and async: ``model_input``, the
+        model call and ``save`` in one, plus what a node written by hand does not do: a request
+        the model refuses as too long is compacted once and sent again. Its state update is the
+        answer (and, with ``trim_checkpoint``, the removals of what memory observed)."""
 
-        return model_node(self, model, recall=recall)
+        def node(state: Any, config: RunnableConfig) -> dict[str, Any]:
+            messages = inputs.state_messages(state)
+            with self.bind(config, model=model, recall=recall) as call:
+                sent, reply = call.exchange(
+                    lambda: self.prepare(call.door, messages),
+                    lambda sent: model.invoke(sent.messages, config),
+                )
+                reply = inputs.with_id(reply)
+                call.run(self.store_new(call.door, [*messages, reply]))
+            return {"messages": [*sent.removals, reply]}
+
+        async def anode(state: Any, config: RunnableConfig) -> dict[str, Any]:
+            messages = inputs.state_messages(state)
+            with self.bind(config, model=model, recall=recall) as call:
+                sent, reply = await call.aexchange(
+                    lambda: self.prepare(call.door, messages),
+                    lambda sent: model.ainvoke(sent.messages, config),
+                )
+                reply = inputs.with_id(reply)
+                await self.store_new(call.door, [*messages, reply])
+            return {"messages": [*sent.removals, reply]}
+
+        return RunnableLambda(node, anode, name="obsmem_model_node")
 
     def compacting(self, model: Any) -> Runnable[Any, BaseMessage]:
         """``model`` (a chat model) for ``create_react_agent(lg.compacting(llm), tools,
-        pre_model_hook=lg.pre_model_hook, ...)``: a request it refuses as too long is compacted
-        once and sent again (see :mod:`.compacting`), and memory knows the actor's model (when
-        :attr:`actor_model` was not given). It binds tools as ``model`` does."""
+        pre_model_hook=lg.pre_model_hook, ...)`` (see :mod:`.compacting`)."""
         from .compacting import CompactingChatModel
 
         if self.actor_model is None:
@@ -339,22 +350,61 @@ class LangGraphMemory:
 
     async def ahold(self, state: Any, config: RunnableConfig) -> list[str]:
         """After a run stopped on an ``interrupt``: hold its waiting tool calls back until their
-        results come, even if the thread goes on elsewhere meanwhile (memory never observes
-        them as interrupted). Not needed for a plain pause and resume: the waiting calls are
-        the latest step, which memory keeps waiting anyway. Returns the held call ids."""
-        return await runnables.hold(self, state, config)
+        results come, even if the thread goes on elsewhere meanwhile (a plain pause and resume
+        needs no hold). Returns the held call ids."""
+        messages = inputs.state_messages(state)
+        waiting = inputs.waiting_calls(messages)
+        await self.store_new(self._door_of(config), messages, waiting=waiting)
+        return waiting
 
     def hold(self, state: Any, config: RunnableConfig) -> list[str]:
         """:meth:`ahold` for sync code."""
-        door = self.door(self.ref(config, runtime_context()))
-        return run_sync(door, self.ahold(state, config))
+        door = self._door_of(config)
+        return call_context.run_sync(door, self.ahold(state, config))
 
     def recall_tool(self) -> BaseTool:
-        """The ``recall`` tool as a LangChain tool (sync and async), for ``create_react_agent``
-        or a hand-built graph's model; making it tells this object's context to mention it. It
-        reads only the call's resource (and, in thread scope, its thread), found as
-        :meth:`ref` finds them; arguments that do not fit come back to the model as a message
-        saying what to send. Needs retrieval on."""
+        """The ``recall`` tool as a LangChain tool (sync and async) for the call's conversation;
+        making it tells this object's context to mention it. Needs retrieval on."""
+        from langchain_core.tools import StructuredTool
+
         self.memory.require_retrieval()
         self.recall = True
-        return runnables.recall_tool_of(self)
+
+        async def arecall(config: RunnableConfig, **arguments: Any) -> str:
+            return await self._door_of(config).answer_recall(arguments)
+
+        def recall(config: RunnableConfig, **arguments: Any) -> str:
+            door = self._door_of(config)
+            return call_context.run_sync(door, door.answer_recall(arguments))
+
+        return StructuredTool.from_function(
+            func=recall,
+            coroutine=arecall,
+            name="recall",
+            description=RECALL_DESCRIPTION,
+            args_schema=RecallRequest,
+            handle_validation_error=invalid_request,
+        )
+
+    # -- the create_react_agent hooks ------------------------------------------------------------
+
+    def _pre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return _pre_update(self.model_input(inputs.state_messages(state), config))
+
+    async def _apre(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        return _pre_update(await self.amodel_input(inputs.state_messages(state), config))
+
+    def _post(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        self.save(inputs.state_messages(state), config)
+        return {}
+
+    async def _apost(self, state: Any, config: RunnableConfig) -> dict[str, Any]:
+        await self.asave(inputs.state_messages(state), config)
+        return {}
+
+
+def _pre_update(sent: ModelInput) -> dict[str, Any]:
+    update: dict[str, Any] = {"llm_input_messages": sent.messages}
+    if sent.observed:
+        update["messages"] = sent.removals
+    return update

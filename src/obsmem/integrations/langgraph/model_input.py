@@ -24,11 +24,14 @@ __all__ = [
     "ModelInput",
     "checked",
     "joined_system",
+    "leading_system",
     "observed_ids",
     "since_input",
     "state_messages",
     "step_from",
     "storable",
+    "waiting_calls",
+    "with_id",
 ]
 
 
@@ -75,6 +78,21 @@ def joined_system(messages: Sequence[BaseMessage | None]) -> SystemMessage | Non
     return SystemMessage(content=blocks)
 
 
+def with_id(reply: BaseMessage) -> BaseMessage:
+    """A model's answer with an id of its own (the graph state keeps it), so the answer stored
+    at once is known as stored at the next model call and by the post-model hook."""
+    if not reply.id:
+        reply.id = f"run-{uuid.uuid4()}"
+    return reply
+
+
+def leading_system(messages: Sequence[BaseMessage]) -> int:
+    """How many system messages ``messages`` start with."""
+    return next(
+        (i for i, m in enumerate(messages) if not isinstance(m, SystemMessage)), len(messages)
+    )
+
+
 def checked(messages: Sequence[Any]) -> list[BaseMessage]:
     """``messages`` as LangChain messages, each with an id (given in place, so the graph state
     keeps it: it is what tells a stored message from a new one)."""
@@ -100,6 +118,14 @@ def since_input(messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """The messages after the last human message (the turn's traffic so far)."""
     last = max((i for i, m in enumerate(messages) if isinstance(m, HumanMessage)), default=-1)
     return list(messages[last + 1 :])
+
+
+def waiting_calls(messages: Sequence[BaseMessage]) -> list[str]:
+    """The ids of the last model message's calls that have no result in ``messages``."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    last = next((m for m in reversed(messages) if isinstance(m, AIMessage)), None)
+    calls = last.tool_calls if last is not None else []
+    return [str(c["id"]) for c in calls if c.get("id") and str(c["id"]) not in answered]
 
 
 def step_from(

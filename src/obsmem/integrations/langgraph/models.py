@@ -1,11 +1,7 @@
 """The actor's model as memory names it, from a LangChain chat model, and the prompt-cache
-breakpoint its provider needs.
-
-``ChatOpenAI(model="gpt-5-mini")`` is ``"openai/gpt-5-mini"``, ``ChatAnthropic(model=...)``
-``"anthropic/..."``: the provider is read from the model's tracing parameters
-(``_get_ls_params()["ls_provider"]``, which every LangChain chat model sets), else from its
-``_llm_type``; the name from ``ls_model_name``, else its ``model_name``/``model``/``model_id``.
-A model whose provider memory cannot tell (a fake, a custom model) names no actor.
+breakpoint its provider needs. The provider is read from the model's tracing parameters
+(``ls_provider``), else its ``_llm_type``; the name from ``ls_model_name``, else its
+``model_name``/``model``/``model_id``. A model whose provider cannot be told names no actor.
 """
 
 from __future__ import annotations
@@ -23,48 +19,30 @@ ActorModel: TypeAlias = Any
 """The actor's model as a front door may give it: a LangChain chat model, or a model spec
 (``"anthropic/claude-sonnet-4-5"``, a pydantic-ai ``Model``, ``ModelByInputTokens``)."""
 
+_SAME_NAME = ("openai", "anthropic", "groq", "xai", "deepseek", "fireworks", "together", "ollama")
+"""Providers LangChain and obsmem name alike (also as an ``_llm_type`` fragment)."""
+
 _PROVIDERS: Mapping[str, str] = {
-    "openai": "openai",
-    "azure": "azure",
-    "anthropic": "anthropic",
+    **{name: name for name in (*_SAME_NAME, "azure", "google", "bedrock", "mistral", "cohere")},
+    **{name: name for name in ("openrouter", "perplexity", "huggingface")},
     "google_genai": "google",
     "google_vertexai": "google-vertex",
-    "google": "google",
     "vertexai": "google-vertex",
     "amazon_bedrock": "bedrock",
-    "bedrock": "bedrock",
-    "mistral": "mistral",
     "mistralai": "mistral",
-    "groq": "groq",
-    "xai": "xai",
-    "deepseek": "deepseek",
-    "fireworks": "fireworks",
-    "together": "together",
-    "ollama": "ollama",
-    "cohere": "cohere",
-    "openrouter": "openrouter",
-    "perplexity": "perplexity",
-    "huggingface": "huggingface",
 }
 """LangChain's ``ls_provider`` names -> obsmem's provider names."""
 
 _LLM_TYPES: tuple[tuple[str, str], ...] = (
     ("azure-openai", "azure"),
-    ("openai", "openai"),
-    ("anthropic", "anthropic"),
     ("chat-google-generative-ai", "google"),
     ("vertexai", "google-vertex"),
     ("amazon_bedrock", "bedrock"),
     ("mistralai", "mistral"),
-    ("groq", "groq"),
-    ("xai", "xai"),
-    ("deepseek", "deepseek"),
-    ("fireworks", "fireworks"),
-    ("together", "together"),
-    ("ollama", "ollama"),
-    ("cohere", "cohere"),
+    *((name, name) for name in (*_SAME_NAME, "cohere")),
 )
-"""``_llm_type`` fragments -> providers, for a model whose tracing parameters do not say."""
+"""``_llm_type`` fragments -> providers, for a model whose tracing parameters do not say; the
+first found wins, so a fragment that contains another (``vertexai``, ``xai``) comes first."""
 
 _NAME_ATTRIBUTES = ("model_name", "model", "model_id")
 
@@ -146,10 +124,9 @@ def with_cache_breakpoint(
     system: SystemMessage | None, actor: ModelSpec | None
 ) -> SystemMessage | None:
     """``system`` with a prompt-cache breakpoint on its last block when the actor's provider
-    takes one (Anthropic's ``cache_control``, OpenAI's ``prompt_cache_breakpoint`` for GPT-5.6
-    and later: :func:`obsmem.models.prompt_cache_mark`), so the agent's instructions and
-    memory's observations, which change only with a memory cycle, are read from the cache. A
-    system message that has a breakpoint already is left alone."""
+    takes one (:func:`obsmem.models.prompt_cache_mark`), so the agent's instructions and
+    memory's observations, which change only with a memory cycle, are read from the cache
+    (a system message that has a breakpoint already is left alone)."""
     mark = prompt_cache_mark(actor)
     if system is None or mark is None or _marked(system.content):
         return system
