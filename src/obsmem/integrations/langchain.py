@@ -1,55 +1,30 @@
-"""Observational memory for ``langchain.agents.create_agent``, as middleware.
+"""Observational memory for ``langchain.agents.create_agent``, as middleware (the guide is
+``docs/langgraph.md``).
 
 ``create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(memory)],
 checkpointer=...)``; then ``agent.invoke(...)`` or ``await agent.ainvoke(...)`` (streaming too)
-with ``config={"configurable": {"thread_id": ..., "resource_id": ...}}``.
+with ``config={"configurable": {"thread_id": ..., "resource_id": ...}}``. Before every model
+call it stores what is new and sends the agent's system prompt and memory's observations as one
+system message, then the raw messages (a request refused as too long is compacted once and sent
+again); after every model call it stores the model's message at once. The conversation is read
+per call as :class:`~obsmem.integrations.langgraph.LangGraphMemory` reads it; the thread's memory
+events go to LangGraph's custom stream. With retrieval on the middleware gives the agent the
+``recall`` tool, and the context mentions recall only when a model call offers it. The actor is
+``request.model`` (its provider's image rules and prompt-cache breakpoint; add
+``AnthropicPromptCachingMiddleware`` after this one for a breakpoint on the newest message too).
 
-* Before **every** model call of a run (``wrap_model_call``) it stores what is new in the agent's
-  messages (the turn's input once, then each step's tool results, as they happen) and sends the
-  model what memory assembled for that step: the agent's system prompt and memory's observations
-  as one system message, then the raw messages, this turn's included. Activation, synchronous
-  observation and buffering happen between the steps of a tool loop.
-* After every model call (``after_model``) it stores the model's message at once, so the final
-  answer is in memory when the run returns, not at the next call.
-* One compiled agent serves every user: the thread is ``thread_id`` and the resource (the user)
-  ``resource_id`` (or ``user_id``) of the run's runtime context (``context={...}``, a mapping or
-  an object with those attributes) or ``config["configurable"]``, read on every call (see
-  :meth:`~obsmem.integrations.langgraph.LangGraphMemory.ref`). ``resource=``/``thread=`` fix them,
-  or read them from the runtime context as functions (``resource=lambda ctx: ctx.user.id``).
-* The thread's memory events (``data-om-*``, as ``event.to_dict()``) that happen during a model
-  call or while its answer is stored go to LangGraph's custom stream:
-  ``agent.stream(..., stream_mode="custom")`` shows them.
-* ``trim_checkpoint=True``: messages memory has observed leave the agent's state
-  (``RemoveMessage``), so the checkpointer keeps only what memory still sends raw; the whole
-  conversation stays in obsmem's store.
-* With retrieval on (``Memory(observational_memory={"retrieval": True})``) the middleware gives
-  the agent the ``recall`` tool (``recall=False``: it does not). The context mentions recall only
-  when the model call offers a tool named ``recall``.
-* The actor is the agent's model (``request.model`` of each model call, as ``create_agent`` was
-  given it): ``ChatAnthropic(...)`` is ``anthropic/...`` to memory, so images are counted by its
-  provider's rules and a provider change activates buffered observations early (with
-  ``activateOnProviderChange``). For Anthropic models, and OpenAI's from GPT-5.6 on, the one
-  system message (the agent's prompt and memory's observations, which change only with a memory
-  cycle) ends with a prompt-cache breakpoint (``cache_control``, ``prompt_cache_breakpoint``);
-  Gemini and earlier OpenAI models cache prefixes on their own.
-  For a breakpoint on the newest message too, add langchain-anthropic's
-  ``AnthropicPromptCachingMiddleware`` after this one.
-* Approvals (``HumanInTheLoopMiddleware``, or ``interrupt()`` in a tool) pause a run with its
-  tool calls waiting as the thread's latest step (listed before ``HumanInTheLoopMiddleware``,
-  whose ``after_model`` then runs first, this middleware stores the model message at the resume
-  instead): memory never observes them as interrupted, and on ``Command(resume=...)`` each
-  result is stored with its call, once. A new input instead of the resume abandons them:
-  LangGraph drops the interrupt, and memory shows the model those calls as interrupted.
-
-Order in ``middleware=[...]``: middleware that edits the messages of a request (reminders,
-context editing) belongs after this one, so it edits memory's context and nothing it adds is
-stored; middleware that chooses a request's tools (``LLMToolSelectorMiddleware``) belongs before
-it, so the context mentions ``recall`` only when the tool is still offered.
+Order in ``middleware=[...]``: middleware that edits a request's messages (reminders, context
+editing) belongs after this one, so nothing it adds is stored; middleware that chooses a
+request's tools (``LLMToolSelectorMiddleware``) belongs before it, so the context mentions
+``recall`` only when the tool is still offered. Listed before ``HumanInTheLoopMiddleware``, it
+stores the model message of an approval at the resume instead (memory never observes waiting
+calls as interrupted, and each result is stored with its call, once).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from importlib.util import find_spec
 from typing import Any, cast
 
 from obsmem.errors import MissingExtraError
@@ -59,22 +34,20 @@ from obsmem.models import ModelSpec
 from .langgraph import BoundCall, IdFrom, LangGraphMemory, ModelInput, joined_system
 from .langgraph.models import actor_model_of, with_cache_breakpoint
 
-try:
-    from langchain.agents.middleware import (
-        AgentMiddleware,
-        AgentState,
-        ExtendedModelResponse,
-        ModelRequest,
-        ModelResponse,
-    )
-    from langchain_core.messages import AIMessage, AnyMessage
-    from langchain_core.tools import BaseTool
-    from langgraph.runtime import Runtime
-    from langgraph.types import Command
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise MissingExtraError(
-        "obsmem.integrations.langchain", "langgraph", package="langchain"
-    ) from exc
+if find_spec("langchain") is None:  # pragma: no cover - depends on the environment
+    raise MissingExtraError("obsmem.integrations.langchain", "langgraph", package="langchain")
+
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    AgentState,
+    ExtendedModelResponse,
+    ModelRequest,
+    ModelResponse,
+)
+from langchain_core.messages import AIMessage, AnyMessage
+from langchain_core.tools import BaseTool
+from langgraph.runtime import Runtime
+from langgraph.types import Command
 
 __all__ = ["ObservationalMemoryMiddleware"]
 
@@ -84,11 +57,9 @@ _Result = ModelResponse[Any] | AIMessage | ExtendedModelResponse[Any]
 class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     """Gives a ``create_agent`` agent observational memory (see the module docstring).
 
-    ``resource``/``thread``: fix the conversation, or read it from the runtime context with a
-    function (``resource=lambda ctx: ctx.user.id``); by default ``thread_id`` and
-    ``resource_id``/``user_id`` are read per call, so one agent serves every user.
-    ``recall``: offer the ``recall`` tool when the memory has retrieval on.
-    ``trim_checkpoint``: keep the checkpointed messages to those memory has not observed.
+    ``resource``/``thread``: fix the conversation (ids, or functions of the runtime context);
+    left None they are read per call. ``recall``: offer the ``recall`` tool when the memory has
+    retrieval on. ``trim_checkpoint``: messages memory has observed leave the agent's state.
     """
 
     def __init__(
@@ -122,11 +93,10 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def _bind(self, runtime: Runtime[Any] | None, *, recall: bool = False) -> BoundCall:
         """The call's door (its conversation from the config and runtime context, the actor's
         model, the recall flag) and its custom stream."""
-        model, lg = self.actor_model, self.langgraph
-        if runtime is None:
-            return lg.bind(model=model, recall=recall)
-        context, writer = runtime.context, runtime.stream_writer
-        return lg.bind(context=context, writer=writer, model=model, recall=recall)
+        context, writer = getattr(runtime, "context", None), getattr(runtime, "stream_writer", None)
+        return self.langgraph.bind(
+            context=context, writer=writer, model=self.actor_model, recall=recall
+        )
 
     def _request_bind(self, request: ModelRequest[Any]) -> BoundCall:
         """:meth:`_bind` for a model call: its model is the actor's."""
