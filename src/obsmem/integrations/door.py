@@ -1,29 +1,15 @@
 """Door: the step protocol every front door follows, for one (memory, conversation).
 
-A front door (``Agent``, the pydantic-ai capability and history processor, LangGraph, LangChain,
-the Agents SDK, ``obsmem proxy``, ``obsmem mcp``) adapts a framework's hooks to memory. The
-protocol is written here once, as phases:
-
-- **begin** (:meth:`Door.step`): store what is new in one memory step, hold the calls that
-  wait, and return what the model sees; remember the current step's first seq (``step_from``);
-- **send**: the framework's own model call;
-- **finish** (:meth:`Door.reply`): store the model's answer and its tool traffic;
-- **on overflow** (:meth:`Door.retry_after`): when the model refused the request as longer than
-  its context, compact once, warn, and say whether to send again.
-
-:meth:`Door.exchange` (and :meth:`Door.exchange_sync`) composes begin, send and the overflow
-retry for the doors that make the call themselves; the doors that never see the send (the
-LangGraph hooks, the Agents SDK session, the pydantic-ai history processor, MCP) use the phases
-they see. Beside the protocol:
-
-- :meth:`Door.concerns` is the one event filter: a thread's stream gets the events whose
-  ``thread_id`` is the thread, or whose ``thread_ids`` contain it (a resource-scope cycle
-  covering the thread);
-- :meth:`Door.recall_function` is the ``recall`` tool's answer, bound to the conversation, and
-  :meth:`Door.answer_recall` answers a model's raw arguments with it;
-- :meth:`Door.run_sync` is how sync framework code reaches memory's own loop.
-
-Each framework file keeps only what is its own: hook signatures, framework state, channels.
+The protocol is written here once, as phases (the guide is ``docs/writing-a-door.md``):
+**begin** (:meth:`Door.step`: store what is new, hold the calls that wait, return what the model
+sees), **send** (the framework's own model call), **finish** (:meth:`Door.reply`: store the
+answer and its tool traffic) and **on overflow** (:meth:`Door.retry_after`: compact once, warn,
+and say whether to send again). :meth:`Door.exchange` (and :meth:`Door.exchange_sync`) composes
+begin, send and the overflow retry for the doors that make the call; the doors that never see
+the send use the phases they see. Beside the protocol: the one event filter
+(:func:`concerns`), the ``recall`` tool's answer, and the way from sync framework code to
+memory's own loop. Each framework file keeps only what is its own: hook signatures, framework
+state, channels.
 """
 
 from __future__ import annotations
@@ -44,7 +30,6 @@ __all__ = ["Door", "concerns", "step_start"]
 
 P = TypeVar("P")
 R = TypeVar("R")
-
 T = TypeVar("T")
 
 log = logging.getLogger("obsmem")
@@ -140,12 +125,10 @@ class Door:
     async def exchange(
         self, begin: Callable[[], Awaitable[P]], send: Callable[[P], Awaitable[R]]
     ) -> tuple[P, R]:
-        """Begin the step (``begin``: memory's input for the model, made with :meth:`step`),
-        send it, and when the model refuses it as too long, compact once and begin and send
-        again (:meth:`retry_after`). Returns what was sent last and the model's answer; any
-        other error, a second refusal, or a compaction that cannot shrink raises the model's
-        error. Finishing (:meth:`reply`) is the door's: some frameworks store the answer in a
-        later hook."""
+        """Begin the step (``begin``, made with :meth:`step`), send it, and after a "too long"
+        refusal compact once, begin and send again (:meth:`retry_after`). Returns what was sent
+        last and the model's answer; any other error, or a second refusal, raises the model's
+        error. Finishing (:meth:`reply`) is the door's: some frameworks store it in a later hook."""
         prepared = await begin()
         try:
             return prepared, await send(prepared)
@@ -174,20 +157,17 @@ class Door:
 
     async def retry_after(self, refusal: BaseException | ContextOverflow | None) -> bool:
         """The overflow phase: whether to send the step again after ``refusal`` (a model's
-        error, or the overflow an HTTP answer showed). True only when it refused the request as
-        longer than the model's context and memory compacted the thread
-        (:meth:`compact_after`); the ``obsmem`` logger says what happened either way."""
+        error, or the overflow an HTTP answer showed): True only when it was a "too long"
+        refusal and memory compacted the thread (:meth:`compact_after`)."""
         if isinstance(refusal, BaseException):
             refusal = context_overflow(refusal)
         return refusal is not None and await self.compact_after(refusal)
 
     async def compact_after(self, overflow: ContextOverflow) -> bool:
-        """Compact the thread once because the actor's model refused a request as longer than
-        its context: everything before the current step is observed down to the retention floor
-        (at most a quarter of the model's context, when its answer names it), and the
-        ``obsmem`` logger says so with the thresholds that would fit. True when the context
-        shrank, so the front door sends the request again; False when memory is off or nothing
-        could be observed (the front door raises the model's error)."""
+        """Compact the thread once after an overflow: everything before the current step is
+        observed down to the retention floor (at most a quarter of the model's context, when its
+        answer names it), and the ``obsmem`` logger says so with the thresholds that would fit.
+        True when the context shrank; False when memory is off or nothing could be observed."""
         om = self.memory.om
         if om is None:
             return False
@@ -201,52 +181,35 @@ class Door:
         )
         requested = overflow.requested
         request = f"the request ({requested:,} tokens)" if requested else "a request"
-        window = (
-            f"the model's context is {limit:,} tokens"
-            if limit
-            else "the model refused it as too long"
-        )
-        advice = (
-            fit_advice(
+        window, tail = "the model refused it as too long", ""
+        if limit:
+            window = f"the model's context is {limit:,} tokens"
+            options = om.options
+            advice = fit_advice(
                 limit,
-                message_tokens=om.options.observation.message_tokens,
-                observation_tokens=om.options.reflection.observation_tokens,
+                message_tokens=options.observation.message_tokens,
+                observation_tokens=options.reflection.observation_tokens,
             )
-            if limit
-            else None
+            tail = f"; {advice}" if advice else ""
+        if not shrank:
+            window += f" ({overflow.message})"
+        template = (
+            "obsmem compacted thread %s because %s did not fit: %s%s"
+            if shrank
+            else "obsmem could not compact thread %s (nothing before the current step is left to "
+            "observe), so %s that did not fit is not sent again: %s%s"
         )
-        tail = f"; {advice}" if advice else ""
-        if shrank:
-            log.warning(
-                "obsmem compacted thread %s because %s did not fit: %s%s",
-                self.ref.thread,
-                request,
-                window,
-                tail,
-            )
-        else:
-            log.warning(
-                "obsmem could not compact thread %s (nothing before the current step is left to "
-                "observe), so %s that did not fit is not sent again: %s (%s)%s",
-                self.ref.thread,
-                request,
-                window,
-                overflow.message,
-                tail,
-            )
+        log.warning(template, self.ref.thread, request, window, tail)
         return shrank
 
     # -- events ----------------------------------------------------------------------------------
 
-    def concerns(self, event: object) -> bool:
-        """The event belongs in this conversation's stream (see :func:`concerns`)."""
-        return concerns(event, self.ref.thread)
-
     def subscribe(self, listener: Listener) -> Callable[[], None]:
-        """Receive this conversation's events only; returns the unsubscribe function."""
+        """Receive this conversation's events only (:func:`concerns`); returns the unsubscribe
+        function."""
 
         def relay(event: Event) -> None:
-            if self.concerns(event):
+            if concerns(event, self.ref.thread):
                 listener(event)
 
         return self.memory.subscribe(relay)
