@@ -575,31 +575,6 @@ async def test_a_request_too_long_for_the_upstream_is_compacted_and_sent_again(
     assert "the model's context is 1,400 tokens" in compacted[0].getMessage()
 
 
-async def test_a_plain_request_costs_three_store_calls() -> None:
-    """A request that goes on from what this process stored: the thread's read, the memory step
-    and the answer, nothing more (what the process stored itself is not read back)."""
-    from tests.engine.test_round_trips import CountingStore
-
-    counting = CountingStore(InMemoryStore())
-    async with (
-        strict_server(answer=memory_aware(echo)) as upstream,
-        running_proxy(upstream.base_url, store=counting) as proxy,  # type: ignore[arg-type]
-    ):
-        ai = client(proxy.base_url)
-        history: list[dict[str, Any]] = []
-        for i in range(5):
-            history.append({"role": "user", "content": turn(i)})
-            reply = await ai.chat.completions.create(
-                model="local", messages=history, extra_headers=THREAD
-            )
-            history.append({"role": "assistant", "content": reply.choices[0].message.content})
-            await proxy.proxy.settle()
-            calls = counting.take()
-            if i >= 2:  # the first request makes the thread, the second reads it once
-                assert sum(calls.values()) == 3, calls
-                assert "list_messages" not in calls
-
-
 async def _breakpoint_requests(model: str, **config: Any) -> list[dict[str, Any]]:
     """The client's upstream requests of a conversation long enough to observe, sent as
     ``model`` to an upstream that takes list content."""

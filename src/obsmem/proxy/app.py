@@ -36,9 +36,9 @@ import asyncio
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -49,32 +49,27 @@ from starlette.routing import Route
 
 from ..background import abandoned
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
-from ..failures import failures_in
 from ..integrations.door import Door
-from ..memory import Memory, ThreadRef
-from ..messages import Message
-from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from ..memory import Memory, MemoryContext, ThreadRef
 from ..models.capabilities import prompt_cache_mark
 from .admission import MEMORY_HEADER, NOT_ACCEPTED_YET, REFUSED_KEY, UPSTREAM_REFUSED, Admission
-from .apis import CHAT, RESPONSES, Api
+from .apis import CHAT, RESPONSES, Api, StreamReader
 from .config import ProxyConfig
 from .guard import guarding, off_loop, read_json
 from .history import (
-    StoredEntry,
     align,
     fingerprint,
     for_strict_template,
-    message_id,
+    free_id,
     new_messages,
     split_instructions,
     step_from,
-    stored_entries,
     with_cache_breakpoint,
 )
 from .identity import Caller, end_user_of, thread_of
 from .responses import Unsupported
-from .steps import Again, LinedUp, Seen, Step
-from .upstream import Upstream, cause, one_line
+from .steps import MAX_CACHED_THREADS, Step, Threads
+from .upstream import Upstream, cause
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -85,8 +80,6 @@ log = logging.getLogger("obsmem")
 
 PLACEHOLDER_KEY = "obsmem-proxy-no-key"
 """The key memory's own calls send an upstream that needs none (a local server)."""
-MAX_CACHED_THREADS = 1024
-"""Threads whose stored messages' fingerprints one proxy process keeps between requests."""
 OPENAI_API_HOST = "api.openai.com"
 """The upstream that takes OpenAI's prompt-cache breakpoints unless the config says."""
 
@@ -110,9 +103,7 @@ class Proxy:
         self.upstream = Upstream(config.upstream, config.timeout)
         self._memory: Memory | None = None
         self._memory_lock = asyncio.Lock()
-        self._seen: OrderedDict[str, Seen] = OrderedDict()
-        self._thread_locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-        """Per thread in use: its lock and how many requests hold or wait for it (dropped at 0)."""
+        self._threads = Threads()
         self._actors: dict[str, Any] = {}
         self.admission = Admission(config.owners)
         self._continued: OrderedDict[str, ThreadRef] = OrderedDict()
@@ -142,6 +133,7 @@ class Proxy:
                 options.setdefault("observation", {})["model"] = model
                 options.setdefault("reflection", {})["model"] = model
                 self._memory = Memory(self.config.store, observational_memory=options)
+                self._memory.subscribe(self._threads.on_event)
             return self._memory
 
     @property
@@ -165,70 +157,28 @@ class Proxy:
             log.warning("%s", abandoned("obsmem proxy", left, next_step="request"))
         await memory.aclose(cancel=not self.config.finish_memory_work)
 
-    # -- history -----------------------------------------------------------------------------------
-
-    async def _shown(
-        self, memory: Memory, thread_id: str
-    ) -> tuple[list[StoredEntry], dict[str, Any]]:
-        """The thread's stored messages that are still shown, and its metadata."""
-        thread = await memory.thread(thread_id)
-        if thread is None:
-            return [], {}
-        seen = self._seen.pop(thread_id, None) or Seen()
-        if thread.message_count < seen.count:  # cleared and started again
-            seen = Seen()
-        if thread.message_count > seen.count:
-            fresh = await memory.messages(thread_id, after_seq=seen.count)
-            seen.entries.extend(await off_loop(stored_entries, fresh, heavy=len(fresh) > 1_000))
-            seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
-        self._seen[thread_id] = seen
-        while len(self._seen) > MAX_CACHED_THREADS:
-            self._seen.popitem(last=False)
-        meta = thread.metadata
-        through = meta.get(META_RETRACTED_THROUGH)
-        gone = meta.get(META_RETRACTED)
-        taken = cast(dict[str, Any], gone) if isinstance(gone, dict) else {}
-        shown = [
-            e
-            for e in seen.entries
-            if not (isinstance(through, int) and e.seq <= through) and not taken.get(e.id)
-        ]
-        return shown, dict(meta)
+    # -- the step: begin and finish --------------------------------------------------------------
 
     async def prepare(
         self, ref: ThreadRef, raw: list[dict[str, Any]], model_name: str
     ) -> tuple[list[dict[str, Any]], Step]:
-        """The messages to send upstream (the client's instructions and memory's context) for
-        the client's ``raw`` messages, and the step to finish."""
+        """Begin the step: the messages to send upstream (the client's instructions and
+        memory's context) for the client's ``raw`` messages, and the step to finish."""
         memory = await self.memory(model_name)
         instructions, conversation = split_instructions(raw)
         prints = await off_loop(lambda: [fingerprint(m) for m in conversation])
-        lock, users = self._thread_locks.setdefault(ref.thread, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:  # this process: one request of a thread at a time lines it up
-                aligned = await self._line_up(memory, ref, conversation, prints, model_name)
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                self._thread_locks.pop(ref.thread, None)
-        shown_context = aligned.context.messages
-        if aligned.again:  # the client asks again: what it leaves out is not shown to the model
-            left_out = {e.id for e in aligned.tail}
-            shown_context = [m for m in shown_context if m.id not in left_out]
-        messages = for_strict_template([*instructions, *to_openai_chat(shown_context)])
+        line_up = (memory, ref, conversation, prints, model_name)
+        async with self._threads.lock(ref.thread):
+            step, context, followed = await self._line_up(*line_up)
+            if not followed:  # another writer came between: once more, having read the thread
+                step, context, _ = await self._line_up(*line_up)
+        shown = context.messages
+        if step.asked_again:  # the client asks again: what it leaves out is not shown to the model
+            left_out = {e.id for e in step.asked_again}
+            shown = [m for m in shown if m.id not in left_out]
+        messages = for_strict_template([*instructions, *to_openai_chat(shown)])
         if self._breakpoints:
-            messages = with_cache_breakpoint(messages, prompt_cache_mark(aligned.door.actor_model))
-        step = Step(
-            door=aligned.door,
-            after=aligned.after,
-            taken_back=frozenset(aligned.taken),
-            asked_again=aligned.tail if aligned.again else (),
-        )
-        failing = failures_in(aligned.meta)
-        if failing:
-            state = next(iter(failing.values()))
-            step.status = one_line(f"failing; {state.role}: {state.error}")
+            messages = with_cache_breakpoint(messages, prompt_cache_mark(step.door.actor_model))
         return messages, step
 
     async def _line_up(
@@ -238,15 +188,14 @@ class Proxy:
         conversation: list[dict[str, Any]],
         prints: list[str],
         model_name: str,
-    ) -> LinedUp:
+    ) -> tuple[Step, MemoryContext, bool]:
         """Line the client's messages up with the thread, take back what an edit replaced, and
-        run the memory step with what is new (under the thread's lock)."""
-        shown, meta = await self._shown(memory, ref.thread)
+        run the memory step with what is new (under the thread's lock); and whether what it
+        stored followed on from what this process knew."""
+        seen = await self._threads.known(memory, ref.thread)
+        shown = seen.shown()
         alignment = align(prints, shown)
-        gone_before = meta.get(META_RETRACTED)
-        taken: set[str] = (
-            set(cast(dict[str, Any], gone_before)) if isinstance(gone_before, dict) else set()
-        )
+        taken = set(seen.retracted)
         tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
         again = bool(tail) and alignment.known == len(conversation)
         if tail and not again:  # an edit: the thread follows the client now
@@ -261,58 +210,37 @@ class Proxy:
         )
         door = Door(memory, ref, actor_model=self.actor(model_name))
         context = await door.step(new, step_from=step_from(conversation, alignment))
-        await self._saw(ref.thread, context.stored_input)
-        return LinedUp(context, after, taken, tail, again, door, meta)
+        followed = await self._threads.saw(ref.thread, context.stored_input)
+        step = Step(door, after, frozenset(taken), tail if again else (), seen.status)
+        return step, context, followed
 
     async def finish(self, step: Step, answer: Mapping[str, Any] | None) -> None:
-        """Store the upstream's answer (an OpenAI chat assistant message)."""
+        """Finish the step: store the upstream's answer (an OpenAI chat assistant message)."""
         if answer is None or self._memory is None:
             return
-        reply = dict(answer)
-        reply["role"] = "assistant"
+        reply = {**answer, "role": "assistant"}
         print_ = fingerprint(reply)
-        attempt = 0
-        while (mid := message_id(step.ref.thread, step.after, print_, attempt)) in step.taken_back:
-            attempt += 1
+        mid = free_id(step.ref.thread, step.after, print_, step.taken_back)
         if step.asked_again:
             if len(step.asked_again) == 1 and step.asked_again[0].id == mid:
                 return  # the same answer as before (a retry): stored already, once
             taken = set(step.taken_back)
             await self._take_back(self._memory, step.ref, len(step.asked_again), taken)
-            while (mid := message_id(step.ref.thread, step.after, print_, attempt)) in taken:
-                attempt += 1
+            mid = free_id(step.ref.thread, step.after, print_, taken)
         (message,) = from_openai_chat(
             [reply], thread_id=step.ref.thread, resource_id=step.ref.resource
         )
-        message = replace(message, id=mid)
-        stored = await step.door.reply([message])
-        await self._saw(step.ref.thread, stored)
+        stored = await step.door.reply([replace(message, id=mid)])
+        await self._threads.saw(step.ref.thread, stored)
 
-    async def _saw(self, thread_id: str, stored: Sequence[Message]) -> None:
-        """What this process just stored, added to what it knows of the thread when it follows
-        on from it (so the next request needs no read of it); a gap means another writer came
-        between, and the next request reads what it missed."""
-        if thread_id not in self._seen:
-            return
-        entries = await off_loop(stored_entries, stored)
-        seen = self._seen.get(thread_id)
-        if seen is None:
-            return
-        for entry in entries:
-            if entry.seq == seen.count + 1:
-                seen.entries.append(entry)
-                seen.count = entry.seq
-            elif entry.seq > seen.count + 1:
-                return
-
-    @staticmethod
-    async def _take_back(memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
+    async def _take_back(self, memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
         """Take back the thread's ``count`` newest shown messages (adding their ids to
-        ``taken``)."""
+        ``taken``); the thread's next request reads what is shown again."""
         for _ in range(count):
             gone = await memory.retract_last(ref)
             if gone is not None:
                 taken.add(gone.id)
+        self._threads.stale(ref.thread)
 
     # -- HTTP ----------------------------------------------------------------------------------
 
@@ -357,31 +285,93 @@ class Proxy:
     ) -> Response:
         """The request with memory's context in place of the client's history; its answer
         stored."""
-        model_name = body.get("model") if isinstance(body.get("model"), str) else "default"
+        model_name = body["model"] if isinstance(body.get("model"), str) else "default"
+
+        async def begin(ref: ThreadRef) -> tuple[bytes, Step]:
+            sent, step = await self.prepare(ref, api.messages_of(body), model_name)
+            return json.dumps(api.with_messages(body, sent)).encode(), step
+
         step: Step | None = None
-
-        async def again(step: Step, answer: httpx.Response) -> tuple[bytes, Step] | None:
-            """The request once more, after the upstream refused it as longer than its
-            context and memory compacted the thread (None: not that, or nothing to compact)."""
-            if not await self._compacted(step, answer):
-                return None
-            sent, fresh = await self.prepare(step.ref, api.messages_of(body), cast(str, model_name))
-            return json.dumps(api.with_messages(body, sent)).encode(), fresh
-
         try:
-            memory = await self.memory(cast(str, model_name))
-            continued = await self._thread_ref(memory, ref, legacy)
-            sent, step = await self.prepare(continued, api.messages_of(body), cast(str, model_name))
-            payload = json.dumps(api.with_messages(body, sent)).encode()
+            memory = await self.memory(model_name)
+            payload, step = await begin(await self._thread_ref(memory, ref, legacy))
             status = step.status
         except Unsupported as exc:
             return await self.upstream.forward(request, raw, f"off; memory cannot read {exc}")
         except Exception as exc:
             log.warning("obsmem proxy: memory failed for thread %s: %s", ref.thread, cause(exc))
-            payload, status, step = raw, f"failing; {cause(exc)}", None
-        if body.get("stream"):
-            return await self._stream(request, payload, status, step, api, again)
-        return await self._complete(request, payload, status, step, api, again)
+            payload, status = raw, f"failing; {cause(exc)}"
+        stream = bool(body.get("stream"))
+        try:
+            answer = await self.upstream.send(request, payload, stream=stream)
+            if step is not None and (again := await self._again(step, answer, begin)):
+                payload, step = again
+                answer = await self.upstream.send(request, payload, stream=stream)
+        except httpx.HTTPError as exc:
+            return self.upstream.unreachable(exc, status)
+        headers = self.upstream.response_headers(answer, status)
+        if stream and answer.status_code == 200:
+            relay = self._relay(answer, api.reader(), step)
+            return StreamingResponse(relay, status_code=200, headers=headers)
+        content = await answer.aread()
+        await answer.aclose()
+        if answer.status_code == 200 and step is not None:
+            failed = await self._store_answer(step, lambda: api.answer_of(answer.json()))
+            if failed is not None:
+                headers[MEMORY_HEADER] = f"failing; storing the answer: {failed}"
+        return Response(content, status_code=answer.status_code, headers=headers)
+
+    async def _again(
+        self,
+        step: Step,
+        answer: httpx.Response,
+        begin: Callable[[ThreadRef], Awaitable[tuple[bytes, Step]]],
+    ) -> tuple[bytes, Step] | None:
+        """The overflow phase: after the upstream refused the request as longer than the
+        model's context and memory compacted the thread (once: the door says so in the log),
+        the step begun again; None when not that, or nothing could be compacted."""
+        if answer.status_code == 200 or self._memory is None:
+            return None
+        try:
+            if await step.door.retry_after(await self.upstream.overflow(answer)):
+                return await begin(step.ref)
+        except Exception as exc:
+            log.warning(
+                "obsmem proxy: compacting thread %s after the upstream's refusal failed: %s",
+                step.ref.thread,
+                cause(exc),
+            )
+        return None
+
+    async def _relay(
+        self, answer: httpx.Response, reader: StreamReader, step: Step | None
+    ) -> AsyncIterator[bytes]:
+        """A streamed answer as it arrives, read on the side and stored once it ended (not
+        when the client hung up before: it never saw it whole)."""
+        try:
+            async for piece in answer.aiter_bytes():
+                reader.feed(piece)
+                yield piece
+        finally:
+            await answer.aclose()
+        if step is not None:
+            await self._store_answer(step, reader.message)
+
+    async def _store_answer(
+        self, step: Step, answer: Callable[[], Mapping[str, Any] | None]
+    ) -> str | None:
+        """Finish the step with the upstream's ``answer()``. Memory never fails a request: a
+        failure is a WARNING on the ``obsmem`` logger, and its cause is returned."""
+        try:
+            await self.finish(step, answer())
+        except Exception as exc:
+            log.warning(
+                "obsmem proxy: storing the answer failed for thread %s: %s",
+                step.ref.thread,
+                cause(exc),
+            )
+            return cause(exc)
+        return None
 
     async def _thread_ref(
         self, memory: Memory, ref: ThreadRef, legacy: ThreadRef | None
@@ -427,90 +417,6 @@ class Proxy:
             if answer.status_code in REFUSED_KEY:
                 status = UPSTREAM_REFUSED
         return self.upstream.relay(answer, status)
-
-    async def _compacted(self, step: Step, answer: httpx.Response) -> bool:
-        """Whether the upstream's answer refused the request as longer than the model's context
-        and memory then compacted the thread (once: the door says so in the log)."""
-        overflow = await self.upstream.overflow(answer)
-        return self._memory is not None and await step.door.retry_after(overflow)
-
-    async def _complete(
-        self,
-        request: Request,
-        payload: bytes,
-        status: str,
-        step: Step | None,
-        api: Api,
-        again: Again,
-    ) -> Response:
-        url, sent_headers = self.upstream.url(request.url.path), self.upstream.headers_of(request)
-        try:
-            answer = await self.upstream.client.post(url, content=payload, headers=sent_headers)
-            retry = await again(step, answer) if step is not None else None
-            if retry is not None:
-                payload, step = retry
-                answer = await self.upstream.client.post(url, content=payload, headers=sent_headers)
-        except httpx.HTTPError as exc:
-            return self.upstream.unreachable(exc, status)
-        headers = self.upstream.response_headers(answer, status)
-        if answer.status_code == 200 and step is not None:
-            try:
-                await self.finish(step, api.answer_of(answer.json()))
-            except Exception as exc:
-                log.warning(
-                    "obsmem proxy: storing the answer failed for thread %s: %s",
-                    step.ref.thread,
-                    cause(exc),
-                )
-                headers[MEMORY_HEADER] = f"failing; storing the answer: {cause(exc)}"
-        return Response(answer.content, status_code=answer.status_code, headers=headers)
-
-    async def _stream(
-        self,
-        request: Request,
-        payload: bytes,
-        status: str,
-        step: Step | None,
-        api: Api,
-        again: Again,
-    ) -> Response:
-        url, sent_headers = self.upstream.url(request.url.path), self.upstream.headers_of(request)
-        try:
-            answer = await self.upstream.open_stream(url, payload, sent_headers)
-            if answer.status_code != 200 and step is not None:
-                await answer.aread()
-                await answer.aclose()
-                retry = await again(step, answer)
-                if retry is not None:
-                    payload, step = retry
-                    answer = await self.upstream.open_stream(url, payload, sent_headers)
-        except httpx.HTTPError as exc:
-            return self.upstream.unreachable(exc, status)
-        headers = self.upstream.response_headers(answer, status)
-        if answer.status_code != 200:
-            content = await answer.aread()
-            await answer.aclose()
-            return Response(content, status_code=answer.status_code, headers=headers)
-
-        async def relay() -> AsyncIterator[bytes]:
-            reader = api.reader()
-            try:
-                async for piece in answer.aiter_bytes():
-                    reader.feed(piece)
-                    yield piece
-            finally:
-                await answer.aclose()
-            if step is not None:
-                try:
-                    await self.finish(step, reader.message())
-                except Exception as exc:
-                    log.warning(
-                        "obsmem proxy: storing the streamed answer failed for thread %s: %s",
-                        step.ref.thread,
-                        cause(exc),
-                    )
-
-        return StreamingResponse(relay(), status_code=200, headers=headers)
 
     async def passthrough(self, request: Request) -> Response:
         """Any other ``/v1/...`` request, as it came (the upstream judges its key)."""

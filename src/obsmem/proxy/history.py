@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
@@ -48,6 +48,7 @@ __all__ = [
     "StoredEntry",
     "align",
     "fingerprint",
+    "free_id",
     "message_id",
     "new_messages",
     "split_instructions",
@@ -129,6 +130,14 @@ def message_id(thread_id: str, after: str | None, print_: str, attempt: int = 0)
     return "px-" + hashlib.sha256(raw.encode()).hexdigest()[:32]
 
 
+def free_id(thread_id: str, after: str | None, print_: str, taken: Collection[str]) -> str:
+    """The :func:`message_id` of the first ``attempt`` the thread has not taken back."""
+    attempt = 0
+    while (mid := message_id(thread_id, after, print_, attempt)) in taken:
+        attempt += 1
+    return mid
+
+
 def new_messages(
     conversation: Sequence[Mapping[str, Any]],
     known: int,
@@ -142,9 +151,7 @@ def new_messages(
     took back, and the id of the last one."""
     new: list[Message] = []
     for message, print_ in zip(_converted(conversation, known, ref), prints[known:], strict=True):
-        attempt = 0
-        while (mid := message_id(ref.thread, after, print_, attempt)) in taken:
-            attempt += 1
+        mid = free_id(ref.thread, after, print_, taken)
         new.append(replace(message, id=mid))
         after = mid
     return new, after

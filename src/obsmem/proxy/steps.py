@@ -1,48 +1,159 @@
-"""What the proxy keeps while it serves a request: what it knows of a thread's stored
-messages (:class:`Seen`), what lining a request up found (:class:`LinedUp`), and one request's
-memory work from the memory step to the stored answer (:class:`Step`)."""
+"""What the proxy keeps while it serves: what it knows of each thread's stored messages
+(:class:`Seen`, :class:`Threads`), and one request's memory work from the memory step to the
+stored answer (:class:`Step`).
+
+A plain request costs two store calls, the memory step and the answer: the client's history is
+lined up with what this process knows of the thread, unread, while nothing but its own writes
+changed the thread since it last read it. What it stores tells it when another writer came
+between (the seqs it gets do not follow on), and memory's events when a cycle may have changed
+the thread's failure state; a take-back changes what is shown. Each makes the thread's next
+request read it again first.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import asyncio
+import contextlib
+from collections import OrderedDict
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-import httpx
-
+from ..events import (
+    BufferingEndEvent,
+    BufferingFailedEvent,
+    ObservationEndEvent,
+    ObservationFailedEvent,
+)
+from ..failures import failures_in
 from ..integrations.door import Door
-from ..memory import MemoryContext, ThreadRef
-from .history import StoredEntry
+from ..memory import Memory, ThreadRef
+from ..messages import Message
+from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from .guard import off_loop
+from .history import StoredEntry, stored_entries
+from .upstream import one_line
 
-__all__ = ["Again", "LinedUp", "Seen", "Step"]
+if TYPE_CHECKING:
+    from ..records import Thread
+
+__all__ = ["MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
+
+MAX_CACHED_THREADS = 1024
+"""Threads whose stored messages' fingerprints one proxy process keeps between requests."""
+_CYCLE_ENDS = (ObservationEndEvent, ObservationFailedEvent, BufferingEndEvent, BufferingFailedEvent)
+"""The events after which a thread's stored failure state may have changed."""
 
 
 @dataclass(slots=True)
 class Seen:
-    """What this process knows of a thread's stored messages: every one, by seq."""
+    """What this process knows of a thread: every stored message (by seq), the ids it took
+    back, and its failure state, as last read and followed since."""
 
+    incarnation: str = ""
     count: int = 0
     entries: list[StoredEntry] = field(default_factory=list[StoredEntry])
+    retracted: dict[str, Any] = field(default_factory=dict[str, Any])
+    """The thread's taken-back ids (``META_RETRACTED``)."""
+    through: int = 0
+    """Every message up to this seq is taken back (``META_RETRACTED_THROUGH``)."""
+    status: str = "on"
+    """The ``X-Obsmem-Memory`` value its failure state gives."""
+    fresh: bool = True
+    """Nothing but this process's own writes changed the thread since it was read."""
+
+    def read(self, thread: Thread) -> None:
+        """Take the thread's metadata as read (its messages are read apart)."""
+        meta = thread.metadata
+        gone, through = meta.get(META_RETRACTED), meta.get(META_RETRACTED_THROUGH)
+        self.retracted = dict(cast(dict[str, Any], gone)) if isinstance(gone, dict) else {}
+        self.through = through if isinstance(through, int) else 0
+        failing = failures_in(meta)
+        state = next(iter(failing.values()), None)
+        self.status = one_line(f"failing; {state.role}: {state.error}") if state else "on"
+        self.fresh = True
+
+    def shown(self) -> list[StoredEntry]:
+        """The stored messages that are still shown."""
+        return [e for e in self.entries if e.seq > self.through and not self.retracted.get(e.id)]
+
+    def follow(self, stored: Sequence[StoredEntry]) -> bool:
+        """What this process just stored: added when it follows on. False (and stale) on a gap,
+        or another message at a seq it knows: another writer came between."""
+        for entry in stored:
+            if entry.seq == self.count + 1:
+                self.entries.append(entry)
+                self.count = entry.seq
+            elif entry.seq > self.count or entry not in reversed(self.entries):
+                self.fresh = False
+                return False
+        return True
 
 
-@dataclass(frozen=True, slots=True)
-class LinedUp:
-    """What lining a request up with its thread found, and the memory step's context."""
+class Threads:
+    """What this process knows of the threads it serves (the least recently used forgotten
+    first), and a lock per thread in use, so one request of a thread at a time lines it up."""
 
-    context: MemoryContext
-    after: str | None
-    """The id of the last of the client's messages as stored (the answer follows it)."""
-    taken: set[str]
-    """Every id the thread has taken back."""
-    tail: tuple[StoredEntry, ...]
-    """The stored messages after the point the client's history stops matching."""
-    again: bool
-    """The client's history stops before ``tail`` with nothing new (a retry, a regenerate)."""
-    door: Door
-    """The step's door: the actor, and the current step's first seq (it stays raw in a
-    compaction)."""
-    meta: dict[str, Any]
-    """The thread's metadata as read before."""
+    def __init__(self) -> None:
+        self._seen: OrderedDict[str, Seen] = OrderedDict()
+        self._locks: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        """Per thread in use: its lock and how many requests hold or wait for it."""
+
+    @contextlib.asynccontextmanager
+    async def lock(self, thread_id: str) -> AsyncGenerator[None]:
+        lock, users = self._locks.setdefault(thread_id, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                self._locks.pop(thread_id, None)
+
+    async def known(self, memory: Memory, thread_id: str) -> Seen:
+        """What this process knows of the thread, read first unless it is fresh: its
+        metadata, and the messages it has not seen (all of them when the thread was cleared
+        or deleted and made again)."""
+        seen = self._seen.pop(thread_id, None)
+        if seen is None or not seen.fresh:
+            thread = await memory.thread(thread_id)
+            if seen is None or thread is None or seen.incarnation != thread.incarnation:
+                seen = Seen(incarnation=thread.incarnation if thread else "")
+            if thread is not None:
+                if thread.message_count < seen.count:  # cleared and started again
+                    seen = Seen(incarnation=thread.incarnation)
+                if thread.message_count > seen.count:
+                    fresh = await memory.messages(thread_id, after_seq=seen.count)
+                    heavy = len(fresh) > 1_000
+                    seen.entries.extend(await off_loop(stored_entries, fresh, heavy=heavy))
+                    seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
+                seen.read(thread)
+        self._seen[thread_id] = seen
+        while len(self._seen) > MAX_CACHED_THREADS:
+            self._seen.popitem(last=False)
+        return seen
+
+    async def saw(self, thread_id: str, stored: Sequence[Message]) -> bool:
+        """What this process just stored in the thread: whether it followed on from what this
+        process knew (:meth:`Seen.follow`)."""
+        if thread_id not in self._seen:
+            return True
+        entries = await off_loop(stored_entries, stored)
+        seen = self._seen.get(thread_id)
+        return seen is None or seen.follow(entries)
+
+    def stale(self, *thread_ids: str) -> None:
+        """The threads changed other than by this process's appends: read them again."""
+        for thread_id in thread_ids:
+            seen = self._seen.get(thread_id)
+            if seen is not None:
+                seen.fresh = False
+
+    def on_event(self, event: object) -> None:
+        """Memory's listener: a cycle that ended may have changed its threads' failure state."""
+        if isinstance(event, _CYCLE_ENDS):
+            self.stale(event.thread_id, *event.thread_ids)
 
 
 @dataclass(slots=True)
@@ -62,7 +173,3 @@ class Step:
     @property
     def ref(self) -> ThreadRef:
         return self.door.ref
-
-
-Again = Callable[["Step", httpx.Response], Awaitable[tuple[bytes, "Step"] | None]]
-"""After an upstream refusal: the request to send once more, and its step (None: do not)."""

@@ -4,7 +4,7 @@ back, an answer relayed as it arrives, and the 502 when the upstream cannot be r
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 
 import httpx
 from starlette.requests import Request
@@ -86,26 +86,25 @@ class Upstream:
         error = {"message": message, "type": "upstream_unreachable", "code": 502}
         return JSONResponse({"error": error}, status_code=502, headers={MEMORY_HEADER: status})
 
-    async def open_stream(
-        self, url: str, payload: bytes, headers: Mapping[str, str]
-    ) -> httpx.Response:
-        built = self.client.build_request("POST", url, content=payload, headers=headers)
-        return await self.client.send(built, stream=True)
+    async def send(self, request: Request, body: bytes, *, stream: bool = True) -> httpx.Response:
+        """``body`` sent as the client's request (its method, path, query and headers but the
+        proxy's own); a streamed answer's body is still to read."""
+        built = self.client.build_request(
+            request.method,
+            self.url(request.url.path),
+            content=body,
+            headers=self.headers_of(request),
+            params=str(request.query_params),
+        )
+        return await self.client.send(built, stream=stream)
 
     async def send_as_is(
         self, request: Request, raw: bytes, status: str
     ) -> httpx.Response | Response:
-        """The request as the client sent it, sent to the same path upstream (its answer's
-        body still to read), or the 502 that says the upstream is unreachable."""
-        upstream_request = self.client.build_request(
-            request.method,
-            self.url(request.url.path),
-            content=raw,
-            headers=self.headers_of(request),
-            params=str(request.query_params),
-        )
+        """The request as the client sent it (its answer's body still to read), or the 502
+        that says the upstream is unreachable."""
         try:
-            return await self.client.send(upstream_request, stream=True)
+            return await self.send(request, raw)
         except httpx.HTTPError as exc:
             return self.unreachable(exc, status)
 
