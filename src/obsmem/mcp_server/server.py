@@ -56,7 +56,7 @@ def build_server(tools: MemoryTools) -> MCPServer:
     from mcp.server import MCPServer
 
     from .. import __version__
-    from ..recall import RECALL_DESCRIPTION, with_recall_parameters
+    from ..recall import RECALL_DESCRIPTION
 
     server = MCPServer(
         "obsmem",
@@ -64,42 +64,49 @@ def build_server(tools: MemoryTools) -> MCPServer:
         instructions=INSTRUCTIONS.format(resource=tools.resource),
         log_level="WARNING",
     )
-    schemas = _Schemas(tools)
-    answer = _answer
 
-    async def recall(**arguments: Any) -> Any:
-        return await answer(tools.recall(arguments))
+    async def recall(**arguments: Any) -> ToolAnswer:
+        return await tools.recall(arguments)
 
-    async def remember(messages: Any = None, thread_id: Any = None) -> Any:
-        return await answer(tools.remember(messages, thread_id))
-
-    async def memory_context(thread_id: Any = None, include_messages: Any = False) -> Any:
-        return await answer(tools.memory_context(thread_id, include_messages))
-
-    async def memory_status(thread_id: Any = None) -> Any:
-        return await answer(tools.memory_status(thread_id))
-
-    async def update_working_memory(content: Any = None, thread_id: Any = None) -> Any:
-        return await answer(tools.update_working_memory(content, thread_id))
-
-    # The schemas the client sees; the tools check what they are sent themselves, so a bad
-    # argument is answered in words that say what to send.
-    with_recall_parameters(recall, schemas.recall(), returns=schemas.result)
-    remember.__annotations__ = schemas.remember()
-    memory_context.__annotations__ = schemas.memory_context()
-    memory_status.__annotations__ = schemas.memory_status()
-    update_working_memory.__annotations__ = schemas.update_working_memory()
-    server.add_tool(recall, description=RECALL_DESCRIPTION, structured_output=False)
-    named: dict[str, Callable[..., Awaitable[Any]]] = {
-        "remember": remember,
-        "memory_context": memory_context,
-        "memory_status": memory_status,
+    work: dict[str, Callable[..., Awaitable[ToolAnswer]]] = {
+        "recall": recall,
+        "remember": tools.remember,
+        "memory_context": tools.memory_context,
+        "memory_status": tools.memory_status,
     }
     if tools.memory.agent_updates_working_memory:
-        named["update_working_memory"] = update_working_memory
-    for name, tool in named.items():
-        server.add_tool(tool, description=DESCRIPTIONS[name], structured_output=False)
+        work["update_working_memory"] = tools.update_working_memory
+    descriptions = {**DESCRIPTIONS, "recall": RECALL_DESCRIPTION}
+    for name, parameters in _parameters(tools).items():
+        if name in work:
+            tool = _tool(name, work[name], parameters)
+            server.add_tool(tool, description=descriptions[name], structured_output=False)
     return server
+
+
+def _tool(
+    name: str, work: Callable[..., Awaitable[ToolAnswer]], parameters: dict[str, Any]
+) -> Callable[..., Awaitable[Any]]:
+    """The tool function the SDK reads: its signature gives the schemas the client sees
+    (``parameters``: name to ``Annotated`` type, every one optional). The tools check what they
+    are sent themselves, so a bad argument is answered in words that say what to send."""
+    from mcp_types import CallToolResult
+
+    async def tool(**arguments: Any) -> Any:
+        return await _answer(work(**arguments))
+
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    tool.__name__ = name
+    tool.__signature__ = inspect.Signature(  # pyright: ignore[reportFunctionMemberAccess]
+        [
+            inspect.Parameter(
+                p, keyword, annotation=a, default=False if p == "include_messages" else None
+            )
+            for p, a in parameters.items()
+        ],
+        return_annotation=CallToolResult,
+    )
+    return tool
 
 
 async def _answer(work: Awaitable[ToolAnswer]) -> Any:
@@ -128,93 +135,67 @@ async def _answer(work: Awaitable[ToolAnswer]) -> Any:
     )
 
 
-class _Schemas:
-    """The tools' parameters as the SDK reads them (``Annotated`` types with JSON schemas and
-    descriptions), given at run time: the SDK reads a tool's annotations to build its schema."""
+def _parameters(tools: MemoryTools) -> dict[str, dict[str, Any]]:
+    """Each tool's parameters as the SDK reads them: ``Annotated`` types with JSON schemas and
+    descriptions."""
+    from typing import Annotated
 
-    def __init__(self, tools: MemoryTools) -> None:
-        from mcp_types import CallToolResult
-        from pydantic import Field, WithJsonSchema
+    from pydantic import Field, WithJsonSchema
 
-        self.result = CallToolResult
-        self._field = Field
-        self._schema = WithJsonSchema
-        self.thread_help = (
-            f"Leave out: this server serves only the conversation {tools.thread!r}."
-            if tools.locked
-            else f"The conversation (default {tools.thread!r}); a new id starts a new one."
-        )
+    from ..recall import RecallRequest
 
-    def _param(self, schema: dict[str, Any], description: str | None = None) -> Any:
-        from typing import Annotated
-
+    def param(schema: dict[str, Any], description: str | None = None) -> Any:
         if description is None:
-            return Annotated[Any, self._schema(schema)]
-        return Annotated[Any, self._schema(schema), self._field(description=description)]
+            return Annotated[Any, WithJsonSchema(schema)]
+        return Annotated[Any, WithJsonSchema(schema), Field(description=description)]
 
-    def _thread(self) -> Any:
-        return self._param({"type": ["string", "null"]}, self.thread_help)
-
-    def recall(self) -> list[inspect.Parameter]:
-        """The recall tool's parameters, each with its JSON schema and None by default."""
-        from ..recall import RecallRequest, recall_parameters
-
-        properties: dict[str, Any] = RecallRequest.model_json_schema()["properties"]
-        untitled = {
-            name: {k: v for k, v in schema.items() if k != "title"}
-            for name, schema in properties.items()
-        }
-        return [
-            p.replace(annotation=self._param(untitled[p.name]), default=None)
-            for p in recall_parameters()
-        ]
-
-    def remember(self) -> dict[str, Any]:
-        message = {
-            "type": "object",
-            "properties": {
-                "role": {"enum": list(ROLES)},
-                "content": {"type": "string", "description": "the message's text"},
-                "created_at": {
-                    "type": "string",
-                    "description": "when it was said, ISO 8601 with a time zone (default: now)",
-                },
-                "id": {
-                    "type": "string",
-                    "description": "the message's own id: a message sent again with the same id "
-                    "is stored once (send ids to retry safely)",
-                },
+    thread = param(
+        {"type": ["string", "null"]},
+        f"Leave out: this server serves only the conversation {tools.thread!r}."
+        if tools.locked
+        else f"The conversation (default {tools.thread!r}); a new id starts a new one.",
+    )
+    recalled: dict[str, Any] = RecallRequest.model_json_schema()["properties"]
+    message = {
+        "type": "object",
+        "properties": {
+            "role": {"enum": list(ROLES)},
+            "content": {"type": "string", "description": "the message's text"},
+            "created_at": {
+                "type": "string",
+                "description": "when it was said, ISO 8601 with a time zone (default: now)",
             },
-            "required": ["role", "content"],
-            "additionalProperties": False,
-        }
-        messages = {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": message}
-        return {
-            "messages": self._param(
-                messages, 'the messages, e.g. [{"role": "user", "content": "..."}]'
-            ),
-            "thread_id": self._thread(),
-            "return": self.result,
-        }
-
-    def memory_context(self) -> dict[str, Any]:
-        return {
-            "thread_id": self._thread(),
-            "include_messages": self._param(
+            "id": {
+                "type": "string",
+                "description": "the message's own id: a message sent again with the same id "
+                "is stored once (send ids to retry safely)",
+            },
+        },
+        "required": ["role", "content"],
+        "additionalProperties": False,
+    }
+    messages = {"type": "array", "minItems": 1, "maxItems": MAX_MESSAGES, "items": message}
+    return {
+        "recall": {
+            name: param({k: v for k, v in schema.items() if k != "title"})
+            for name, schema in recalled.items()
+        },
+        "remember": {
+            "messages": param(messages, 'the messages, e.g. [{"role": "user", "content": "..."}]'),
+            "thread_id": thread,
+        },
+        "memory_context": {
+            "thread_id": thread,
+            "include_messages": param(
                 {"type": "boolean", "default": False}, "also show the messages not observed yet"
             ),
-            "return": self.result,
-        }
-
-    def memory_status(self) -> dict[str, Any]:
-        return {"thread_id": self._thread(), "return": self.result}
-
-    def update_working_memory(self) -> dict[str, Any]:
-        return {
-            "content": self._param(
+        },
+        "memory_status": {"thread_id": thread},
+        "update_working_memory": {
+            "content": param(
                 {"type": "string", "maxLength": MAX_WORKING_MEMORY_CHARS},
                 "the whole working memory, as memory_context shows it, with your changes",
             ),
-            "thread_id": self._thread(),
-            "return": self.result,
-        }
+            "thread_id": thread,
+        },
+    }
