@@ -4,8 +4,8 @@ and answers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import MAX_ID_LENGTH, ConfigError, check_id
@@ -14,11 +14,14 @@ from .arguments import MAX_WORKING_MEMORY_CHARS, BadArguments, kind, parse_messa
 from .ids import default_thread, legacy_ids, longest_client_id, namespaced
 
 if TYPE_CHECKING:
+    from ..failures import MemoryStatus
     from ..integrations.door import Door
     from ..memory import Memory
     from ..records import Thread
 
 __all__ = ["MemoryTools", "ToolAnswer", "default_thread"]
+
+_NOT_WORKING = "Memory is not working as it should:\n"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -176,9 +179,9 @@ class MemoryTools:
         )
         if len(new) < len(stored):
             text += f" {len(stored) - len(new)} message(s) had ids it had stored already."
-        problems = _problems(status.lines()) if not status.healthy else []
+        problems = _problems(status)
         if problems:
-            text += "\nMemory is not working as it should:\n" + "\n".join(problems)
+            text += "\n" + _NOT_WORKING + "\n".join(problems)
         return ToolAnswer(
             text=text,
             data={
@@ -222,9 +225,9 @@ class MemoryTools:
         if include_messages:
             shown = [left_out, *raw] if left_out is not None else raw
             parts.append("Messages not observed yet:\n" + "\n".join(_line(m) for m in shown))
-        problems = _problems(status.lines()) if not status.healthy else []
+        problems = _problems(status)
         if problems:
-            parts.append("Memory is not working as it should:\n" + "\n".join(problems))
+            parts.append(_NOT_WORKING + "\n".join(problems))
         data: dict[str, Any] = {
             "thread_id": thread,
             "context": "\n\n".join(m.text for m in memory if m.text.strip()),
@@ -248,21 +251,11 @@ class MemoryTools:
                 [f"conversation {thread!r} of resource {self.resource!r}", *status.lines()]
             ),
             data={
+                **{f.name: getattr(status, f.name) for f in fields(status) if f.name != "queue"},
                 "thread_id": thread,
                 "resource_id": self.resource,
                 "state": status.state,
-                "observer_model": status.observer_model,
-                "reflector_model": status.reflector_model,
-                "model_choice": status.model_choice,
-                "credentials": status.credentials,
                 "failures": [f.summary() for f in status.failures],
-                "left_out": status.left_out,
-                "unobserved_tokens": status.unobserved_tokens,
-                "message_threshold": status.message_threshold,
-                "observation_tokens": status.observation_tokens,
-                "observation_threshold": status.observation_threshold,
-                "generation": status.generation,
-                "buffered_chunks": status.buffered_chunks,
             },
         )
 
@@ -320,6 +313,9 @@ def _message_data(message: Message) -> dict[str, Any]:
     }
 
 
-def _problems(lines: Sequence[str]) -> list[str]:
+def _problems(status: MemoryStatus) -> list[str]:
     """The status lines that say what is wrong (the first two give models and windows)."""
-    return list(lines[2:]) or list(lines[:1])
+    if status.healthy:
+        return []
+    lines = status.lines()
+    return lines[2:] or lines[:1]

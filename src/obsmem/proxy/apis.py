@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 from .responses import (
     ResponsesStreamReader,
@@ -15,17 +15,9 @@ from .responses import (
     items_to_chat,
     upstream_holds_history,
 )
-from .streaming import StreamAssembler
+from .streaming import EventReader, StreamAssembler
 
-__all__ = ["CHAT", "RESPONSES", "Api", "StreamReader"]
-
-
-class StreamReader(Protocol):
-    """Reads a streamed answer on the side: fed the bytes as they pass, then the answer."""
-
-    def feed(self, data: bytes) -> None: ...
-
-    def message(self) -> Mapping[str, Any] | None: ...
+__all__ = ["CHAT", "RESPONSES", "Api"]
 
 
 def _chat_messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -49,7 +41,7 @@ class Api:
     """The request with memory's chat messages in place of the client's."""
     answer_of: Callable[[Any], Mapping[str, Any] | None]
     """The answer of a reply body, as a chat assistant message."""
-    reader: Callable[[], StreamReader]
+    reader: Callable[[], EventReader]
     memory_off: Callable[[Mapping[str, Any]], str | None] = lambda _: None
     """Why memory stays off for a request (it passes through unchanged), or None."""
 

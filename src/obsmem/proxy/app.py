@@ -53,7 +53,7 @@ from ..integrations.door import Door
 from ..memory import Memory, MemoryContext, ThreadRef
 from ..models.capabilities import prompt_cache_mark
 from .admission import MEMORY_HEADER, NOT_ACCEPTED_YET, REFUSED_KEY, UPSTREAM_REFUSED, Admission
-from .apis import CHAT, RESPONSES, Api, StreamReader
+from .apis import CHAT, RESPONSES, Api
 from .config import ProxyConfig
 from .guard import guarding, off_loop, read_json
 from .history import (
@@ -69,6 +69,7 @@ from .history import (
 from .identity import Caller, end_user_of, thread_of
 from .responses import Unsupported
 from .steps import MAX_CACHED_THREADS, Step, Threads
+from .streaming import EventReader
 from .upstream import Upstream, cause
 
 if TYPE_CHECKING:
@@ -344,7 +345,7 @@ class Proxy:
         return None
 
     async def _relay(
-        self, answer: httpx.Response, reader: StreamReader, step: Step | None
+        self, answer: httpx.Response, reader: EventReader, step: Step | None
     ) -> AsyncIterator[bytes]:
         """A streamed answer as it arrives, read on the side and stored once it ended (not
         when the client hung up before: it never saw it whole)."""

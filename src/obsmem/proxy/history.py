@@ -164,11 +164,17 @@ def _converted(
     calls their first tool results answer (so each result gets its tool's name)."""
     start = known
     if known < len(conversation) and conversation[known].get("role") == "tool":
-        while start > 0 and conversation[start - 1].get("role") == "tool":
-            start -= 1
-        start = max(0, start - 1)  # the assistant message that made the calls
+        start = max(0, _run_start(conversation, known) - 1)  # the message that made the calls
     out = from_openai_chat(conversation[start:], thread_id=ref.thread, resource_id=ref.resource)
     return out[known - start :]
+
+
+def _run_start(conversation: Sequence[Mapping[str, Any]], at: int) -> int:
+    """Where the run of messages of ``conversation[at]``'s role that holds ``at`` starts."""
+    role = conversation[at].get("role")
+    while at > 0 and conversation[at - 1].get("role") == role:
+        at -= 1
+    return at
 
 
 def split_instructions(messages: Sequence[Mapping[str, Any]]) -> tuple[list[_JSON], list[_JSON]]:
@@ -238,12 +244,9 @@ def step_from(conversation: Sequence[Mapping[str, Any]], alignment: Alignment) -
     at = len(conversation) - 1
     role = conversation[at].get("role")
     if role == "tool":
-        while at > 0 and conversation[at - 1].get("role") == "tool":
-            at -= 1
-        at = max(0, at - 1)  # the assistant message that called them
+        at = max(0, _run_start(conversation, at) - 1)  # the assistant message that called them
     elif role == "user":
-        while at > 0 and conversation[at - 1].get("role") == "user":
-            at -= 1
+        at = _run_start(conversation, at)
     if at < alignment.known:
         return alignment.matched[at].seq or None
     return None

@@ -22,6 +22,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
+from .streaming import EventReader
+
 __all__ = [
     "ResponsesStreamReader",
     "Unsupported",
@@ -110,6 +112,12 @@ def _output_text(output: object) -> str:
     return text if text is not None else json.dumps(output)
 
 
+def _chat_call(item: Mapping[str, Any], call_id: str) -> _JSON:
+    """A ``function_call`` item as a chat tool call."""
+    function = {"name": str(item.get("name", "")), "arguments": str(item.get("arguments", ""))}
+    return {"id": call_id, "type": "function", "function": function}
+
+
 def items_to_chat(value: object) -> list[_JSON]:
     """A Responses ``input`` (a string, or a list of items) as chat messages: messages by role,
     consecutive ``function_call`` items as one assistant message's ``tool_calls`` (after its
@@ -129,14 +137,7 @@ def items_to_chat(value: object) -> list[_JSON]:
         if kind == "message" and isinstance(item.get("role"), str):
             out.append({"role": item["role"], "content": _chat_content(item.get("content", ""))})
         elif kind == "function_call":
-            call = {
-                "id": str(item.get("call_id") or item.get("id") or ""),
-                "type": "function",
-                "function": {
-                    "name": str(item.get("name", "")),
-                    "arguments": str(item.get("arguments", "")),
-                },
-            }
+            call = _chat_call(item, str(item.get("call_id") or item.get("id") or ""))
             last = out[-1] if out else None
             if last is not None and last["role"] == "assistant":
                 last.setdefault("tool_calls", []).append(call)
@@ -221,16 +222,7 @@ def answer_of(response: object) -> _JSON | None:
             if text:
                 texts.append(text)
         elif item.get("type") == "function_call":
-            calls.append(
-                {
-                    "id": str(item.get("call_id", "")),
-                    "type": "function",
-                    "function": {
-                        "name": str(item.get("name", "")),
-                        "arguments": str(item.get("arguments", "")),
-                    },
-                }
-            )
+            calls.append(_chat_call(item, str(item.get("call_id", ""))))
     if not texts and not calls:
         return None
     answer: _JSON = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
@@ -239,28 +231,17 @@ def answer_of(response: object) -> _JSON | None:
     return answer
 
 
-class ResponsesStreamReader:
+class ResponsesStreamReader(EventReader):
     """A streamed Responses answer, read on the side while its bytes pass through: the final
     response from the ``response.completed`` (or ``response.incomplete``) event."""
 
     def __init__(self) -> None:
-        self._buffer = b""
+        super().__init__()
         self._response: object = None
 
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-        while (at := self._buffer.find(b"\n")) >= 0:
-            line, self._buffer = self._buffer[:at].rstrip(b"\r"), self._buffer[at + 1 :]
-            if not line.startswith(b"data:"):
-                continue
-            try:
-                event = json.loads(line[5:].strip())
-            except ValueError:
-                continue
-            if isinstance(event, dict):
-                e = cast(_JSON, event)
-                if e.get("type") in ("response.completed", "response.incomplete"):
-                    self._response = e.get("response")
+    def event(self, event: _JSON) -> None:
+        if event.get("type") in ("response.completed", "response.incomplete"):
+            self._response = event.get("response")
 
     def message(self) -> _JSON | None:
         return answer_of(self._response)

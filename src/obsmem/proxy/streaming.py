@@ -12,56 +12,55 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
-__all__ = ["StreamAssembler"]
+__all__ = ["EventReader", "StreamAssembler"]
 
 _JSON = dict[str, Any]
 
 
-class StreamAssembler:
+class EventReader:
+    """Reads a stream of server-sent events on the side: fed the bytes as they pass (any
+    split), it hands :meth:`event` each ``data:`` line that is a JSON object; then
+    :meth:`message` is the answer as an OpenAI chat assistant message (None: nothing came)."""
+
     def __init__(self) -> None:
         self._buffer = b""
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        while (at := self._buffer.find(b"\n")) >= 0:
+            line, self._buffer = self._buffer[:at].rstrip(b"\r"), self._buffer[at + 1 :]
+            if not line.startswith(b"data:"):
+                continue
+            try:
+                event = json.loads(line[5:].strip())
+            except ValueError:
+                continue  # ``[DONE]``, or what is not JSON
+            if isinstance(event, dict):
+                self.event(cast(_JSON, event))
+
+    def event(self, event: _JSON) -> None:
+        raise NotImplementedError
+
+    def message(self) -> _JSON | None:
+        raise NotImplementedError
+
+
+class StreamAssembler(EventReader):
+    def __init__(self) -> None:
+        super().__init__()
         self._content: list[str] = []
         self._refusal: list[str] = []
         self._reasoning: list[str] = []
         self._calls: dict[int, _JSON] = {}
-        self.done = False
-        """The stream said ``[DONE]``."""
-        self.finish_reason: str | None = None
-        self.chunks = 0
 
-    def feed(self, data: bytes) -> None:
-        self._buffer += data
-        while True:
-            at = self._buffer.find(b"\n")
-            if at < 0:
-                return
-            line, self._buffer = self._buffer[:at].rstrip(b"\r"), self._buffer[at + 1 :]
-            self._line(line)
-
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
-            return
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        try:
-            chunk = json.loads(payload)
-        except ValueError:
-            return
-        if not isinstance(chunk, dict):
-            return
-        choices = cast(_JSON, chunk).get("choices")
-        if not isinstance(choices, list):
-            return
-        self.chunks += 1
-        for choice in cast(list[Any], choices):
-            if isinstance(choice, dict) and cast(_JSON, choice).get("index", 0) == 0:
-                self._choice(cast(_JSON, choice))
+    def event(self, event: _JSON) -> None:
+        choices = event.get("choices")
+        if isinstance(choices, list):
+            for choice in cast(list[Any], choices):
+                if isinstance(choice, dict) and cast(_JSON, choice).get("index", 0) == 0:
+                    self._choice(cast(_JSON, choice))
 
     def _choice(self, choice: _JSON) -> None:
-        if isinstance(choice.get("finish_reason"), str):
-            self.finish_reason = choice["finish_reason"]
         delta = choice.get("delta")
         if not isinstance(delta, dict):
             return
