@@ -1,33 +1,22 @@
 """The proxy: an OpenAI-compatible server that gives every conversation observational memory.
 
 A chat request (``POST /v1/chat/completions`` or ``/v1/responses``) first meets the door
-(:mod:`.admission`): one the operator's rules give no owner gets a 401, and memory starts for a
-client key only once the upstream has accepted that key. One with a thread id and an accepted
-key (whose thread and resource :mod:`.identity` names):
-
-1. the client's messages are lined up with the stored thread and what is new is found
-   (:mod:`.history`; an edited history takes back what it replaced);
-2. one memory step (``Memory.context``) stores the new messages and assembles the context: the
-   client's instructions (its leading system messages), memory's observations, the raw messages;
-   the current step (the last user message, or a tool call's results with the call) stays raw;
-3. the request goes upstream with that context in place of the client's messages and every other
-   field as the client sent it (tools, ``tool_choice``, ``response_format``, temperature, ...);
-4. the answer comes back as the upstream sent it (a stream passes through as it arrives,
-   :mod:`.streaming` reading it on the side) and is stored, tool calls included.
+(:mod:`.admission`); one with a thread id (:mod:`.identity`) and an accepted key takes the door
+protocol's phases (``docs/inspector-and-proxy.md`` walks through them): **begin** lines the
+client's messages up with the thread (:mod:`.history`; an edit takes back what it replaced) and
+runs one memory step with what is new; **send** forwards the request with memory's context in
+place of the client's messages, every other field as sent; on a refusal as longer than the
+model's context, memory compacts once and it is sent again; **finish** stores the answer (a
+stream passes through as it arrives, :mod:`.streaming` reading it on the side).
 
 Memory never fails a request: when a memory step fails the client's own request goes upstream
 unchanged, and the ``X-Obsmem-Memory`` response header says ``failing; <cause>`` (also logged as a
-WARNING on the ``obsmem`` logger); an Observer or Reflector that fails is reported the same way
-from the thread's failure state. ``on`` when memory served the request, ``off; <why>`` when it
-did not (no thread id, a key the upstream has not accepted yet). A refusal at the door is not a
-memory failure. Upstream errors reach the client with the upstream's status and body. Every
-other ``/v1/...`` request (``GET /v1/models``, embeddings, ...) passes through. A request
-:mod:`.guard` refuses (foreign host or origin, too large, nested too deep, not JSON) is answered
-by the proxy with the status that says why, and nothing of it is stored or forwarded.
-
-Several proxy processes can share one database (PostgreSQL) with nothing else shared: new
-messages get ids from their content and place (:func:`.history.message_id`), so two requests that
-store the same message store it once.
+WARNING on the ``obsmem`` logger), as it does for an Observer or Reflector that fails. ``on``
+when memory served the request, ``off; <why>`` when it did not. Upstream errors reach the client
+with the upstream's status and body; every other ``/v1/...`` request passes through. A request
+:mod:`.guard` refuses is answered with the status that says why, and nothing of it is stored or
+forwarded. Several processes can share one database: new messages get ids from their content
+and place (:func:`.history.message_id`), so two requests storing one message store it once.
 """
 
 from __future__ import annotations

@@ -6,27 +6,16 @@ what the model would see (role, text, tool calls with their arguments, the resul
 lenient about what clients rewrite when they echo a reply (``content: null`` or ``""``, a list of
 text items or one string, spacing of the arguments' JSON, a dropped ``reasoning_content``).
 
-The client's messages (after its leading system messages, which are its instructions and are
-not stored) are lined up against the thread's stored messages that are still shown:
+The client's messages (after its leading system messages, its instructions, never stored) are
+lined up against the thread's shown messages (:func:`align`): a run that goes on from the
+thread's end is known and the rest is new; a run that stops earlier means the client rewrote
+history, and the thread follows the client (the stored messages after that point are **taken
+back**, ``Memory.retract_last``); nothing matching means every message is new. So every message
+the client shows is stored exactly once, and the context never holds two versions of one turn.
 
-* **It goes on from the end** (the usual case, also when it dropped its oldest messages): the
-  longest run of the client's first messages equal to the thread's last ones is known; the rest
-  is new.
-* **It rewrote history** (an edited earlier message, a regenerated answer): its messages match
-  the thread up to some point and then differ. The thread follows the client: the stored
-  messages after that point are **taken back** (``Memory.retract_last``: storage keeps them,
-  marked, and recall shows them as taken back; what memory had already observed stays in the
-  observations, since it was said), and the client's messages from that point on are stored as
-  new. So every message the client shows is stored exactly once, and the context never holds
-  two versions of one turn.
-* **Nothing matches** (a new thread, or a client that sends only what is new): every message
-  is new.
-
-New messages get ids derived from the thread, the stored message they follow and their
-fingerprint (:func:`message_id`). Two requests that carry the same new message (a client's
-retry, two proxy processes answering one conversation at once) therefore give it the same id,
-and the store keeps it once; the same goes for an answer stored by the proxy and then echoed by
-the client before the proxy stored it.
+New messages get ids from the thread, the stored message they follow and their fingerprint
+(:func:`message_id`), so two requests that carry one new message (a retry, two proxy processes)
+give it the same id, and the store keeps it once.
 """
 
 from __future__ import annotations
@@ -261,27 +250,19 @@ def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str,
         message = dict(raw)
         last = out[-1] if out else None
         role = "system" if message.get("role") == "developer" else message.get("role")
+        plain = {"role", "content"}
         if (
             last is not None
-            and role == "system"
-            and all(m.get("role") in ("system", "developer") for m in out)
             and isinstance(last.get("content"), str)
             and isinstance(message.get("content"), str)
+            and (
+                (role == "system" and all(m.get("role") in ("system", "developer") for m in out))
+                or (role == last.get("role") == "user" and set(last) | set(message) <= plain)
+            )
         ):
             last["content"] = f"{last['content']}\n\n{message['content']}"
-            continue
-        if (
-            last is not None
-            and role == "user"
-            and last.get("role") == "user"
-            and isinstance(last.get("content"), str)
-            and isinstance(message.get("content"), str)
-            and set(last) <= {"role", "content"}
-            and set(message) <= {"role", "content"}
-        ):
-            last["content"] = f"{last['content']}\n\n{message['content']}"
-            continue
-        out.append(message)
+        else:
+            out.append(message)
     return out
 
 

@@ -19,12 +19,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from ..events import (
-    BufferingEndEvent,
-    BufferingFailedEvent,
-    ObservationEndEvent,
-    ObservationFailedEvent,
-)
+from .. import events
 from ..failures import failures_in
 from ..integrations.door import Door
 from ..memory import Memory, ThreadRef
@@ -41,7 +36,12 @@ __all__ = ["MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
 
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
-_CYCLE_ENDS = (ObservationEndEvent, ObservationFailedEvent, BufferingEndEvent, BufferingFailedEvent)
+_CYCLE_ENDS = (
+    events.ObservationEndEvent,
+    events.ObservationFailedEvent,
+    events.BufferingEndEvent,
+    events.BufferingFailedEvent,
+)
 """The events after which a thread's stored failure state may have changed."""
 
 
