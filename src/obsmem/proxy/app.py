@@ -22,10 +22,11 @@ and place (:func:`.history.message_id`), so two requests storing one message sto
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -33,7 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import Response, StreamingResponse
+from starlette.responses import Response
 from starlette.routing import Route
 
 from ..background import abandoned
@@ -58,7 +59,6 @@ from .history import (
 from .identity import Caller, end_user_of, thread_of
 from .responses import Unsupported
 from .steps import MAX_CACHED_THREADS, Step, Threads
-from .streaming import EventReader
 from .upstream import Upstream, cause
 
 if TYPE_CHECKING:
@@ -299,10 +299,13 @@ class Proxy:
                 answer = await self.upstream.send(request, payload, stream=stream)
         except httpx.HTTPError as exc:
             return self.upstream.unreachable(exc, status)
-        headers = self.upstream.response_headers(answer, status)
         if stream and answer.status_code == 200:
-            relay = self._relay(answer, api.reader(), step)
-            return StreamingResponse(relay, status_code=200, headers=headers)
+            if step is None:
+                return self.upstream.relay(answer, status)
+            reader = api.reader()
+            finish = functools.partial(self._store_answer, step, reader.message)
+            return self.upstream.relay(answer, status, reader.feed, finish)
+        headers = self.upstream.response_headers(answer, status)
         content = await answer.aread()
         await answer.aclose()
         if answer.status_code == 200 and step is not None:
@@ -332,20 +335,6 @@ class Proxy:
                 cause(exc),
             )
         return None
-
-    async def _relay(
-        self, answer: httpx.Response, reader: EventReader, step: Step | None
-    ) -> AsyncIterator[bytes]:
-        """A streamed answer as it arrives, read on the side and stored once it ended (not
-        when the client hung up before: it never saw it whole)."""
-        try:
-            async for piece in answer.aiter_bytes():
-                reader.feed(piece)
-                yield piece
-        finally:
-            await answer.aclose()
-        if step is not None:
-            await self._store_answer(step, reader.message)
 
     async def _store_answer(
         self, step: Step, answer: Callable[[], Mapping[str, Any] | None]

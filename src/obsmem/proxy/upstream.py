@@ -4,7 +4,7 @@ back, an answer relayed as it arrives, and the 502 when the upstream cannot be r
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
 from starlette.requests import Request
@@ -108,16 +108,27 @@ class Upstream:
         except httpx.HTTPError as exc:
             return self.unreachable(exc, status)
 
-    def relay(self, answer: httpx.Response, status: str) -> Response:
-        """The upstream's answer to the client, as it comes."""
+    def relay(
+        self,
+        answer: httpx.Response,
+        status: str,
+        seen: Callable[[bytes], object] | None = None,
+        then: Callable[[], Awaitable[object]] | None = None,
+    ) -> Response:
+        """The upstream's answer to the client as it comes: each piece ``seen`` on the way,
+        and, once it ended (not when the client hung up before), ``then``."""
         headers = self.response_headers(answer, status)
 
         async def pieces() -> AsyncIterator[bytes]:
             try:
                 async for piece in answer.aiter_bytes():
+                    if seen is not None:
+                        seen(piece)
                     yield piece
             finally:
                 await answer.aclose()
+            if then is not None:
+                await then()
 
         return StreamingResponse(pieces(), status_code=answer.status_code, headers=headers)
 
