@@ -118,11 +118,14 @@ class Threads:
         seen = self._seen.pop(thread_id, None)
         if seen is None or not seen.fresh:
             thread = await memory.thread(thread_id)
-            if seen is None or thread is None or seen.incarnation != thread.incarnation:
+            if (
+                seen is None
+                or thread is None
+                or seen.incarnation != thread.incarnation
+                or thread.message_count < seen.count  # cleared and started again
+            ):
                 seen = Seen(incarnation=thread.incarnation if thread else "")
             if thread is not None:
-                if thread.message_count < seen.count:  # cleared and started again
-                    seen = Seen(incarnation=thread.incarnation)
                 if thread.message_count > seen.count:
                     fresh = await memory.messages(thread_id, after_seq=seen.count)
                     heavy = len(fresh) > 1_000
