@@ -7,6 +7,7 @@ the check sees exactly what would be sent.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -31,16 +32,33 @@ async def unpaired_calls(messages: Sequence[Message], provider: str) -> list[str
     history = to_pydantic_ai(messages)
     params = ModelRequestParameters()
     if provider == "openai-chat":
-        chat = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(api_key="test"))
+        chat = _models().chat
         mapped: list[Any] = await chat._map_messages(history, params)  # pyright: ignore[reportPrivateUsage]
         return _openai_chat(mapped)
     if provider == "openai-responses":
-        responses = OpenAIResponsesModel("gpt-4o", provider=OpenAIProvider(api_key="test"))
+        responses = _models().responses
         _, items = await responses._map_messages(history, {}, params)  # pyright: ignore[reportPrivateUsage]
         return _responses(list(items))
-    anthropic = AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(api_key="test"))
+    anthropic = _models().anthropic
     _, turns = await anthropic._map_message(history, params, {})  # pyright: ignore[reportPrivateUsage]
     return _anthropic(list(turns))
+
+
+class _Models:
+    """The three providers' models, whose message mappers the check calls (no request is made)."""
+
+    def __init__(self) -> None:
+        self.chat = OpenAIChatModel("gpt-4o", provider=OpenAIProvider(api_key="test"))
+        self.responses = OpenAIResponsesModel("gpt-4o", provider=OpenAIProvider(api_key="test"))
+        self.anthropic = AnthropicModel(
+            "claude-sonnet-4-5", provider=AnthropicProvider(api_key="test")
+        )
+
+
+@functools.cache
+def _models() -> _Models:
+    """Made once: building a provider (its HTTP client) costs more than mapping a request."""
+    return _Models()
 
 
 def _openai_chat(messages: list[Any]) -> list[str]:
