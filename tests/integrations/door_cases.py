@@ -142,8 +142,6 @@ class DoorCase:
     """Row -> a guarantee the door does not keep yet: the row runs and must fail (strict
     xfail), so it is noticed the day the door keeps it."""
     plain_turn_calls: int = 2
-    stores_reply_next_turn: bool = False
-    """The door stores a turn's answer at the next turn (the history processor)."""
 
 
 # -- the framework doors -------------------------------------------------------------------------
@@ -198,7 +196,7 @@ class AgentRun(Library, AgentDriver):
         return result.text
 
 
-def _streaming_model(brain: Brain) -> Any:
+def streaming_model(brain: Brain) -> Any:
     """The brain as a pydantic-ai FunctionModel that also streams (text, then tool calls)."""
     from pydantic_ai.models.function import DeltaToolCall, FunctionModel
 
@@ -229,7 +227,7 @@ class CapabilityRun(Library, CapabilityDriver):
             self.memory, resource=RESOURCE, thread=self.thread, recall=self.recall
         )
         agent = PydanticAgent(
-            _streaming_model(self.brain), instructions="Be brief.", capabilities=[capability]
+            streaming_model(self.brain), instructions="Be brief.", capabilities=[capability]
         )
         agent.tool_plain(self.tools.lookup)
         events = self.events

@@ -99,9 +99,6 @@ class ProxyRun:
         assert reply.status_code == 413, reply.text
         return str(reply.json()["error"]["message"])
 
-    def close(self) -> None:
-        """Nothing to stop: the proxy stops with its context."""
-
 
 @contextlib.asynccontextmanager
 async def open_proxy(
@@ -201,9 +198,6 @@ class McpRun:
         result = await self.client.call_tool("remember", {"messages": too_long})
         assert result.is_error, result.content
         return "\n".join(c.text for c in result.content)
-
-    def close(self) -> None:
-        """Nothing to stop: the server stops with its client."""
 
 
 @contextlib.asynccontextmanager

@@ -90,7 +90,6 @@ DOOR_CASES = [
             "the capability is the pydantic-ai door with events",
             "servers_limits": LIBRARY_LIMITS,
         },
-        stores_reply_next_turn=True,
     ),
     DoorCase(
         "agents_sdk_session",

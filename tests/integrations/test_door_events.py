@@ -24,6 +24,7 @@ from obsmem.messages import Message, TextPart
 from obsmem.stores import InMemoryStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
+from .door_cases import as_fields, streaming_model
 from .drivers import (
     DOORS,
     Brain,
@@ -72,16 +73,6 @@ def _answer(messages: list[Message]) -> Reply:
     return Reply(text="Noted, and glad to help.")
 
 
-def _fields(event: Any) -> dict[str, Any]:
-    """An event as a dict, whatever the door hands over (an Event, a MemoryEvent, a dict)."""
-    if isinstance(event, dict):
-        return dict(event)  # pyright: ignore[reportUnknownArgumentType]
-    fields = getattr(event, "fields", None)
-    if isinstance(fields, dict):
-        return dict(fields)  # pyright: ignore[reportUnknownArgumentType]
-    return event.to_dict()
-
-
 async def _turn_collecting(door: str, memory: Memory, text: str) -> list[dict[str, Any]]:
     """One turn on ``tb`` through ``door``; the memory events its own stream handed over."""
     brain, tools = Brain(_answer), Tools()
@@ -94,14 +85,10 @@ async def _turn_collecting(door: str, memory: Memory, text: str) -> list[dict[st
         got += result.events
     elif door == "pydantic-ai":
         from pydantic_ai import Agent as PydanticAgent
-        from pydantic_ai.models.function import FunctionModel
 
         from obsmem.integrations.pydantic_ai import MemoryEvent, ObservationalMemoryCapability
 
-        async def stream(messages: Any, info: Any) -> Any:
-            yield "Noted, and glad to help."
-
-        model = FunctionModel(_pydantic_ai_model(brain).function, stream_function=stream)
+        model = streaming_model(brain)
         capability = ObservationalMemoryCapability(memory, resource=RESOURCE, thread="tb")
         agent = PydanticAgent(model, capabilities=[capability])
 
@@ -125,7 +112,7 @@ async def _turn_collecting(door: str, memory: Memory, text: str) -> list[dict[st
             {"messages": [("user", text)]}, config=graph_driver.config(), stream_mode="custom"
         ):
             got.append(chunk)
-    return [_fields(e) for e in got]
+    return [as_fields(e) for e in got]
 
 
 @pytest.mark.parametrize("door", DOORS)
