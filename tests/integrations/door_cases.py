@@ -141,7 +141,6 @@ class DoorCase:
     known_gaps: Mapping[str, str] = field(default_factory=dict[str, str])
     """Row -> a guarantee the door does not keep yet: the row runs and must fail (strict
     xfail), so it is noticed the day the door keeps it."""
-    plain_turn_calls: int = 2
 
 
 # -- the framework doors -------------------------------------------------------------------------
