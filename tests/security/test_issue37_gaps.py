@@ -5,7 +5,9 @@ loses no notes; the parser keeps an answer's lines around a
 out of its count, and retries before it fails; the Observer's and the Reflector's own inputs
 (the previous log, prior hints, prior extracted values) are neutral; and an unexpected error in
 the proxy is a JSON 500 and one log line, never a traceback; the README's limits are the
-defaults; and parsing a large body never holds up another client's request."""
+defaults; parsing a large body never holds up another client's request; and the command's door
+flags (``--allow-host``, ``--allow-origin``, the limits, ``--known-keys-only``) are the ones its
+requests meet."""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ from obsmem.tokens import HeuristicEstimator
 from tests.loopback_openai import is_memory_call
 from tests.proxy.helpers import KEY, memory_aware, running_proxy, system_of
 from tests.proxy.test_door import OWNER
+from tests.proxy.test_processes import proxy_process
 from tests.strict_server import strict_server
 
 
@@ -344,3 +347,39 @@ async def test_a_small_request_is_served_while_a_large_one_is_parsed(
         await large
         await proxy.proxy.settle()
     assert not held.timed_out
+
+
+# -- the command's flags reach the door ------------------------------------------------------------
+
+
+async def test_the_commands_door_flags_are_the_ones_its_requests_meet(tmp_path: Path) -> None:
+    """``obsmem proxy`` started with the door's flags, in its own process: each flag is what a
+    request meets (the library's checks alone would pass if the command dropped one)."""
+    keys = tmp_path / "keys.json"
+    keys.write_text(json.dumps({"sk-alice": "alice"}))
+    flags = (
+        *("--allow-host", "proxy.internal", "--allow-origin", "https://app.example.com"),
+        *("--max-request-bytes", "65536", "--max-json-depth", "16"),
+        *("--keys", str(keys), "--known-keys-only"),
+    )
+    said = {"model": "local", "messages": [{"role": "user", "content": "hi"}]}
+    alice = {"Authorization": "Bearer sk-alice"}
+    async with (
+        strict_server(answer=memory_aware(lambda _: "ok")) as upstream,
+        proxy_process(upstream.base_url, str(tmp_path / "proxy.db"), *flags) as (url, _),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+
+        async def status(body: Any = said, **headers: str) -> int:
+            reply = await http.post(f"{url}/chat/completions", json=body, headers=headers)
+            return reply.status_code
+
+        assert await status(**alice, Host="proxy.internal:8766") == 200
+        assert await status(**alice, Host="other.example") == 421
+        assert await status(**alice, Origin="https://app.example.com") == 200
+        assert await status(**alice, Origin="https://other.example") == 403
+        assert await status({**said, "pad": "x" * 70_000}, **alice) == 413
+        assert await status({**said, "deep": json.loads("[" * 20 + "]" * 20)}, **alice) == 400
+        assert await status(Authorization="Bearer sk-mallory") == 401
+        assert await status() == 401  # no key, and no --resource
+    assert len(upstream.requests) == 2  # only the two requests the door let through
