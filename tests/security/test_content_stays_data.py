@@ -1,13 +1,12 @@
-"""Issue 37's guarantees that no other test held on its own (found by an audit that broke each
-one by hand): a pasted ``<think>`` or ``</think>`` in a user message through ``obsmem proxy``
-loses no notes; the parser keeps an answer's lines around a
-``</think>`` inside its own block; the lossy-answer check leaves tool output and one long paste
-out of its count, and retries before it fails; the Observer's and the Reflector's own inputs
-(the previous log, prior hints, prior extracted values) are neutral; and an unexpected error in
-the proxy is a JSON 500 and one log line, never a traceback; the README's limits are the
-defaults; parsing a large body never holds up another client's request; and the command's door
-flags (``--allow-host``, ``--allow-origin``, the limits, ``--known-keys-only``) are the ones its
-requests meet."""
+"""Content stays data, and the servers hold: the guarantees no other test held on its own (each was
+broken by hand to find them): a pasted ``<think>`` or ``</think>`` in a user message through
+``obsmem proxy`` loses no notes; the parser keeps an answer's lines around a ``</think>`` inside
+its own block; the lossy-answer check leaves tool output and one long paste out of its count, and
+retries before it fails; the Observer's and the Reflector's own inputs (the previous log, prior
+hints, prior extracted values) are neutral; and an unexpected error in the proxy is a JSON 500
+and one log line, never a traceback; the README's limits are the defaults; parsing a large body
+never holds up another client's request; and the command's door flags (``--allow-host``,
+``--allow-origin``, the limits, ``--known-keys-only``) are the ones its requests meet."""
 
 from __future__ import annotations
 
