@@ -14,7 +14,8 @@ stored ``</observations>`` or ``<system-reminder>`` as memory's own. So:
   ``x <= 3`` and ``<3`` stay as written (:func:`neutral_text`);
 * in a memory model's transcript, every line of a part after its first starts with
   :data:`QUOTED` (``"> "``), so no line of content starts where a date header, a role label or a
-  bookkeeping line starts (:func:`neutral_block`);
+  bookkeeping line starts, and no line ends in the log's own ``… [truncated]`` mark (shown as
+  ``… (truncated)``) (:func:`neutral_block`);
 * names and ids shown in a label or an attribute are kept on one line and quoted
   (:func:`neutral_line`, :func:`neutral_attribute`);
 * a stored log keeps its own thread-block lines (:func:`neutral_log`).
@@ -45,6 +46,7 @@ TAG_LOOK_ALIKE = "\u2039"
 """What a tag-opening ``<`` in conversation or stored text is shown as (``‹``)."""
 
 _TAG_OPENING = re.compile(r"<(?=[^\W\d]|[:/!?])")
+_TRUNCATED_MARK = re.compile(r"… \[truncated\](?=\s*$)")
 _NEWLINES = re.compile(r"\r\n?|[\n\v\f\x1c-\x1e\x85\u2028\u2029]")
 # The structure a stored log holds itself: thread blocks, alone on their lines, as the parser
 # writes them (the input side and the parser keep content from writing such a line).
@@ -58,9 +60,12 @@ def neutral_text(text: str) -> str:
 
 
 def neutral_block(text: str) -> str:
-    """``text`` for a transcript line that a label starts: :func:`neutral_text`, and every line
-    after the first quoted (every kind of line break counts, as models see them)."""
-    lines = _NEWLINES.split(neutral_text(text))
+    """``text`` for a transcript line that a label starts: :func:`neutral_text`, every line
+    after the first quoted (every kind of line break counts, as models see them), and a line's
+    closing ``… [truncated]`` (the mark of a shortened observation) shown as ``… (truncated)``."""
+    lines = [
+        _TRUNCATED_MARK.sub("… (truncated)", line) for line in _NEWLINES.split(neutral_text(text))
+    ]
     return "\n".join([lines[0], *(f"{QUOTED}{line}".rstrip() for line in lines[1:])])
 
 
