@@ -99,6 +99,9 @@ def _groups_unnamed(text: str) -> str:
     return re.sub(r"group [0-9a-f]{16}", "group …", text)
 
 
+_UPDATED = re.compile(r"updated \d{4}-\d\d-\d\d \d\d:\d\d")
+
+
 async def next_turn(memory: Memory, ref: dict[str, str]) -> dict[str, Any]:
     """The context of a next turn and what recall finds, as comparable values."""
     recall = memory.recall_function(ref)
@@ -111,5 +114,6 @@ async def next_turn(memory: Memory, ref: dict[str, str]) -> dict[str, Any]:
         "context": shown(context.messages),
         "search": _groups_unnamed(await recall(mode="search", query="zanzibar note")),
         "messages": await recall(mode="messages", cursor=f"{ref['thread']}-0"),
-        "threads": await recall(mode="threads"),
+        # The probe just stored makes each thread "updated" now, on each store's own clock.
+        "threads": _UPDATED.sub("updated (now)", await recall(mode="threads")),
     }
