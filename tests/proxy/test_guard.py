@@ -161,6 +161,18 @@ def test_allowed_hosts_and_origins_are_read_at_start() -> None:
 
 
 @pytest.mark.parametrize(
+    "options", [{"scope": "resource"}, {"observation": "fast"}, {"observations": {}}]
+)
+def test_memory_options_other_than_the_two_sections_are_refused_at_start(
+    options: dict[str, object],
+) -> None:
+    """Before, such options passed and every request then said ``X-Obsmem-Memory: failing;
+    ValueError: dictionary update sequence…``, naming neither cause nor fix."""
+    with pytest.raises(ConfigError, match="one log per conversation"):
+        ProxyConfig(upstream="http://127.0.0.1:1/v1", store=InMemoryStore(), options=options)
+
+
+@pytest.mark.parametrize(
     ("flags", "says"),
     [
         (["--max-json-depth", "500"], "--max-json-depth 500: give a number from 16"),

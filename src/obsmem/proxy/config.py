@@ -76,6 +76,14 @@ class ProxyConfig:
     past it)."""
 
     def __post_init__(self) -> None:
+        for name, section in cast(Mapping[object, object], self.options).items():
+            if name not in ("observation", "reflection") or not isinstance(section, Mapping):
+                raise ConfigError(
+                    f"ProxyConfig.options[{name!r}]",
+                    section,
+                    "give only 'observation' and 'reflection' sections, each a mapping of "
+                    "their options: the proxy keeps one log per conversation (thread scope)",
+                )
         hosts = read_allowed_hosts(self.allowed_hosts, "ProxyConfig.allowed_hosts")
         origins = read_allowed_origins(self.allowed_origins, "ProxyConfig.allowed_origins")
         object.__setattr__(self, "allowed_hosts", hosts)
