@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -51,18 +51,31 @@ async def _queue_turns(dsn: str, thread_id: str, turns: int = 2) -> None:
         await serving.aclose()
 
 
+class _Gate(asyncio.Event):
+    """An event a scripted model waits on, saying when the first call reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+
+    async def wait(self) -> Literal[True]:
+        self.entered.set()
+        return await super().wait()
+
+
 async def test_a_job_buffers_what_is_due_and_a_second_run_commits_nothing(
     postgres_dsn: str,
 ) -> None:
     await _queue_turns(postgres_dsn, "t1")
     [args] = _job_args(postgres_dsn, "t1")
-    gate = asyncio.Event()
+    gate = _Gate()
     slow = engine(PostgresStore(postgres_dsn), _options(scripted_observer(gate=gate)))
     fast = engine(PostgresStore(postgres_dsn), _options())
     try:
         # A worker that died mid-call (``slow``, stuck in its model call) and the one that
         # runs the job again: both call the model, one range is committed once.
         stuck = asyncio.create_task(slow.run_job(args))
+        await gate.entered.wait()  # ``slow`` read the log and is in its model call
         assert await fast.run_job(args) == ("buffering",)
         gate.set()
         assert await stuck == ("buffering",)
