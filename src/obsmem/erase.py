@@ -9,16 +9,18 @@ incarnation.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, cast
 
 from .errors import StoreError
+from .meta_keys import META_ERASED
 from .stores import CoreStore, ErasableStore, Erasure
 from .stores.base import require
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
 
-__all__ = ["erase_resource", "erase_thread"]
+__all__ = ["erase_resource", "erase_thread", "erased_at"]
 
 
 async def erase_thread(
@@ -59,3 +61,12 @@ async def erase_resource(
     if om is not None:
         om.forget_erased(erased.thread_ids, resource_id=resource_id)
     return erased
+
+
+async def erased_at(store: CoreStore, *, thread_id: str, resource_id: str) -> datetime | None:
+    """When ``thread_id`` of ``resource_id`` was last erased, from its tombstone (None when it
+    has none: it was never erased, its resource was, or the tombstone was among the oldest
+    ones dropped, see :mod:`obsmem.stores.erasure`)."""
+    tombs = (await store.get_resource(resource_id)).get(META_ERASED)
+    at = cast(dict[str, Any], tombs).get(thread_id) if isinstance(tombs, dict) else None
+    return datetime.fromisoformat(at) if isinstance(at, str) else None

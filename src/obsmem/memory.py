@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ._sync import LoopThread
 from .cycles.revision import Revision
 from .engine import ObservationalMemory, newest_shown
-from .erase import erase_resource, erase_thread
+from .erase import erase_resource, erase_thread, erased_at
 from .errors import ConfigError
 from .events import EventBus, Hooks, Listener
 from .failures import MemoryStatus
@@ -282,6 +282,13 @@ class Memory(Transfers, ThreadAccess):
         return await erase_thread(
             self.store, self.om, thread_id=ref.thread, resource_id=ref.resource
         )
+
+    async def erased_at(self, ref: ThreadRef | Mapping[str, Any]) -> datetime | None:
+        """When the thread was last erased (``delete_thread``), None when never: its id and
+        the time stay in the resource's metadata, so a client that resends the erased
+        conversation is told from one that starts a new thread under the id."""
+        ref = ThreadRef.of(ref)
+        return await erased_at(self.store, thread_id=ref.thread, resource_id=ref.resource)
 
     async def delete_resource(self, resource_id: str) -> Erasure:
         """Erase a resource for good, in one transaction: every thread of it with its messages,

@@ -11,6 +11,7 @@ from __future__ import annotations
 __all__ = [
     "META_CURRENT_TASK",
     "META_DEFERRED",
+    "META_ERASED",
     "META_EXTRACTED",
     "META_FAILURE",
     "META_HELD_CALLS",
@@ -45,6 +46,14 @@ META_RETRACTED = "om:retracted"
 Observer sees them."""
 META_RETRACTED_THROUGH = "om:retracted_through"
 """Every message up to this seq was taken back at once (a forgotten thread)."""
+
+# -- resource metadata ---------------------------------------------------------------------------
+
+META_ERASED = "om:erased"
+"""The resource's erased thread ids, each with when it was erased: ``{thread_id: ISO time}``
+(``Memory.delete_thread``; the newest ``MAX_ERASED_THREADS`` of the store kept). Ids and times
+only, nothing of what was erased: a door whose client resends an erased conversation (``obsmem
+proxy``) tells it from a new one by it."""
 
 # -- thread or resource metadata (by scope) ----------------------------------------------------
 

@@ -130,10 +130,6 @@ DOOR_CASES = [
             "events": "an HTTP answer has no event stream: the x-obsmem-memory header is the "
             "proxy's report (failure reporting)",
         },
-        known_gaps={
-            "deletes_not_undone": "a chat client resends its whole history, and after a delete "
-            "the proxy takes it for a new thread's first request and stores it again"
-        },
     ),
     DoorCase(
         "mcp",

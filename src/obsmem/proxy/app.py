@@ -48,6 +48,7 @@ from .config import ProxyConfig
 from .guard import guarding, off_loop, read_json
 from .history import (
     align,
+    erased_prefix,
     fingerprint,
     for_strict_template,
     free_id,
@@ -182,8 +183,14 @@ class Proxy:
         """Line the client's messages up with the thread, take back what an edit replaced, and
         run the memory step with what is new (under the thread's lock); and whether what it
         stored followed on from what this process knew."""
-        seen = await self._threads.known(memory, ref.thread)
+        seen = await self._threads.known(memory, ref)
         shown = seen.shown()
+        status = seen.status
+        if seen.erased and (skip := erased_prefix(conversation, prints, shown)):
+            conversation, prints = conversation[skip:], prints[skip:]
+            if not seen.told:
+                seen.told = True
+                status = self._not_stored_again(ref, skip, status)
         alignment = align(prints, shown)
         taken = set(seen.retracted)
         tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
@@ -201,8 +208,19 @@ class Proxy:
         door = Door(memory, ref, actor_model=self.actor(model_name))
         context = await door.step(new, step_from=step_from(conversation, alignment))
         followed = await self._threads.saw(ref.thread, context.stored_input)
-        step = Step(door, after, frozenset(taken), tail if again else (), seen.status)
+        step = Step(door, after, frozenset(taken), tail if again else (), status)
         return step, context, followed
+
+    @staticmethod
+    def _not_stored_again(ref: ThreadRef, skipped: int, status: str) -> str:
+        """Say (once a thread, in the log and the request's header) that the client resent an
+        erased conversation, and that memory goes on from its new turn without it."""
+        why = (
+            f"thread {ref.thread} was erased: the {skipped} earlier messages its client resent "
+            "were not stored again; memory goes on from the new turn"
+        )
+        log.warning("obsmem proxy: %s", why)
+        return f"{status}; {why}" if status == "on" else status
 
     async def finish(self, step: Step, answer: Mapping[str, Any] | None) -> None:
         """Finish the step: store the upstream's answer (an OpenAI chat assistant message)."""

@@ -36,12 +36,14 @@ __all__ = [
     "Alignment",
     "StoredEntry",
     "align",
+    "erased_prefix",
     "fingerprint",
     "free_id",
     "message_id",
     "new_messages",
     "split_instructions",
     "step_from",
+    "step_start",
     "stored_entries",
 ]
 
@@ -225,20 +227,39 @@ def align(client: Sequence[str], stored: Sequence[StoredEntry]) -> Alignment:
     return Alignment(run, tuple(stored[start : start + run]), len(prints) - (start + run))
 
 
-def step_from(conversation: Sequence[Mapping[str, Any]], alignment: Alignment) -> int | None:
-    """The seq of the current step's first message when it is stored already: the trailing tool
-    results with the call they answer, or the trailing user messages."""
-    if not conversation:
-        return None
+def step_start(conversation: Sequence[Mapping[str, Any]]) -> int:
+    """Where the current step starts in ``conversation``: the trailing tool results with the
+    call they answer, or the trailing user messages (else the last message)."""
     at = len(conversation) - 1
+    if at < 0:
+        return 0
     role = conversation[at].get("role")
     if role == "tool":
-        at = max(0, _run_start(conversation, at) - 1)  # the assistant message that called them
-    elif role == "user":
-        at = _run_start(conversation, at)
-    if at < alignment.known:
+        return max(0, _run_start(conversation, at) - 1)  # the assistant message that called them
+    return _run_start(conversation, at) if role == "user" else at
+
+
+def step_from(conversation: Sequence[Mapping[str, Any]], alignment: Alignment) -> int | None:
+    """The seq of the current step's first message when it is stored already."""
+    at = step_start(conversation)
+    if conversation and at < alignment.known:
         return alignment.matched[at].seq or None
     return None
+
+
+def erased_prefix(
+    conversation: Sequence[Mapping[str, Any]], client: Sequence[str], stored: Sequence[StoredEntry]
+) -> int:
+    """For a thread id that was erased: how many of the client's first messages (fingerprinted
+    ``client``) are the erased conversation it still holds and resends. The thread as stored
+    again since (from the first new turn on) lines up after them; when none of it does, they
+    are every message before the current step (:func:`step_start`)."""
+    if stored:
+        first = stored[0].print_
+        runs = [(align(client[k:], stored).known, k) for k, p in enumerate(client) if p == first]
+        if runs:
+            return max(runs)[1]
+    return step_start(conversation)
 
 
 def for_strict_template(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -61,6 +61,11 @@ class Seen:
     """The ``X-Obsmem-Memory`` value its failure state gives."""
     fresh: bool = True
     """Nothing but this process's own writes changed the thread since it was read."""
+    erased: bool = False
+    """The thread id was erased (it has a tombstone, ``Memory.erased_at``): its client may
+    still hold the erased conversation and resend it, and none of that is stored again."""
+    told: bool = False
+    """This process said that it did not store an erased conversation the client resent."""
 
     def read(self, thread: Thread) -> None:
         """Take the thread's metadata as read (its messages are read apart)."""
@@ -111,20 +116,20 @@ class Threads:
             if users[0] == 0:
                 self._locks.pop(thread_id, None)
 
-    async def known(self, memory: Memory, thread_id: str) -> Seen:
+    async def known(self, memory: Memory, ref: ThreadRef) -> Seen:
         """What this process knows of the thread, read first unless it is fresh: its
         metadata, and the messages it has not seen (all of them when the thread was cleared
-        or deleted and made again)."""
+        or deleted and made again). A thread it knew nothing of: whether its id was erased
+        too (one read more, on the first request of a thread only)."""
+        thread_id = ref.thread
         seen = self._seen.pop(thread_id, None)
         if seen is None or not seen.fresh:
             thread = await memory.thread(thread_id)
-            if (
-                seen is None
-                or thread is None
-                or seen.incarnation != thread.incarnation
-                or thread.message_count < seen.count  # cleared and started again
-            ):
-                seen = Seen(incarnation=thread.incarnation if thread else "")
+            if seen is None or thread is None or seen.incarnation != thread.incarnation:
+                erased = await memory.erased_at(ref) is not None
+                seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
+            elif thread.message_count < seen.count:  # cleared and started again
+                seen = Seen(incarnation=thread.incarnation, erased=seen.erased)
             if thread is not None:
                 if thread.message_count > seen.count:
                     fresh = await memory.messages(thread_id, after_seq=seen.count)

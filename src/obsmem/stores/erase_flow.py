@@ -11,7 +11,15 @@ from datetime import datetime
 
 from ..records import record_key
 from . import schema as sql
-from .erasure import Erasure, erase_thread_from, erased_labels, traced_to, untraced
+from .codec import dt_to_text, dumps, loads
+from .erasure import (
+    Erasure,
+    erase_thread_from,
+    erased_labels,
+    traced_to,
+    untraced,
+    with_tombstone,
+)
 from .flows import Flow, Op, clear, get_thread, in_batches, list_threads, marks
 from .rows import GROUPS, RECORDS, record_update_values, thread_match
 
@@ -19,10 +27,12 @@ __all__ = ["delete_resource", "delete_thread"]
 
 
 def delete_thread(
-    thread_id: str, *, now: datetime, pgvector: bool, jobs: bool = False
+    thread_id: str, *, now: datetime, pgvector: bool, jobs: bool = False, tombstone: bool = True
 ) -> Flow[Erasure | None]:
     """Erase the thread (None when there is no such thread). ``jobs``: also its queued and
-    finished jobs (a running one stays to its worker, and commits nothing)."""
+    finished jobs (a running one stays to its worker, and commits nothing). ``tombstone``: an
+    owner's delete leaves the thread's tombstone in its resource's metadata (an import that
+    replaces the thread does not)."""
     thread = yield from get_thread(thread_id, lock=True)
     if thread is None:
         return None
@@ -55,7 +65,18 @@ def delete_thread(
         if after.is_head:
             remaining = untraced(after.observations)
     yield Op(sql.DELETE_THREAD, (thread_id,))
+    if tombstone:
+        yield from _bury(thread.resource_id, thread_id, now=now)
     return Erasure(thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining)
+
+
+def _bury(resource_id: str, thread_id: str, *, now: datetime) -> Flow[None]:
+    """Leave the erased thread's tombstone in its resource's metadata (the row made first)."""
+    at = dt_to_text(now)
+    yield Op(sql.INSERT_RESOURCE, (resource_id, at))
+    rows = yield Op(sql.SELECT_RESOURCE, (resource_id,), lock=True)
+    metadata = with_tombstone(loads(rows[0][0]), thread_id, erased_at=at)
+    yield Op(sql.UPDATE_RESOURCE, (dumps(metadata), at, resource_id))
 
 
 def delete_resource(

@@ -11,28 +11,42 @@ left with nothing after them. Lines that reflection
 merged out of their thread blocks cannot be traced to a thread: :attr:`Erasure.remaining` names
 them, so the owner can revise them.
 
+Erasing a thread leaves one thing behind, its **tombstone**: the thread id and when it was erased,
+in the resource's metadata (``META_ERASED``), written in the same transaction. Nothing of the
+erased content is in it. A door whose client still holds the conversation and resends it (``obsmem
+proxy``) tells "erased" from "new" by it, and stores none of the resent history. The newest
+``MAX_ERASED_THREADS`` tombstones of a resource are kept (the resource's metadata is read with
+its memory, so it stays small); erasing the resource takes them with it.
+
 Pure functions only, like :mod:`obsmem.stores.transitions`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any, cast
 
+from ..meta_keys import META_ERASED
 from ..neutral import neutral_line
 from ..records import ObservationGroup, OMRecord
 from ..tokens import estimate_text_tokens
 
 __all__ = [
+    "MAX_ERASED_THREADS",
     "Erasure",
     "erase_thread_from",
     "erased_labels",
     "strip_thread",
     "traced_to",
     "untraced",
+    "with_tombstone",
 ]
+
+MAX_ERASED_THREADS = 128
+"""The tombstones a resource keeps, newest first (about 100 bytes each)."""
 
 _ANY_BLOCK = re.compile(r'<thread id="[^"\n]*">.*?</thread>\n?', re.DOTALL)
 _BOUNDARY = "--- message boundary"
@@ -142,3 +156,16 @@ def erase_thread_from(
         version=record.version + 1,
         updated_at=now,
     )
+
+
+def with_tombstone(
+    metadata: Mapping[str, Any], thread_id: str, *, erased_at: str
+) -> dict[str, Any]:
+    """The resource's ``metadata`` with the tombstone of ``thread_id`` (erased at the ISO time
+    ``erased_at``) among the newest ``MAX_ERASED_THREADS``."""
+    stored = metadata.get(META_ERASED)
+    known = cast(dict[str, Any], stored) if isinstance(stored, dict) else {}
+    tombs = {t: at for t, at in known.items() if t != thread_id and isinstance(at, str)}
+    tombs[thread_id] = erased_at
+    newest = sorted(tombs.items(), key=lambda item: item[1])[-MAX_ERASED_THREADS:]
+    return {**metadata, META_ERASED: dict(newest)}

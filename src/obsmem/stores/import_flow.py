@@ -69,7 +69,7 @@ def list_embeddings(key: str) -> Flow[list[GroupEmbedding]]:
 def write_import(write: ImportWrite, *, now: datetime, pgvector: bool) -> Flow[int]:
     """Erase what is replaced, then insert every item; returns how many were written."""
     for thread_id in write.replace_threads:
-        yield from erase_flow.delete_thread(thread_id, now=now, pgvector=pgvector)
+        yield from erase_flow.delete_thread(thread_id, now=now, pgvector=pgvector, tombstone=False)
     for key in write.replace_keys:
         yield from clear(key, pgvector=pgvector)
     written = 0

@@ -41,7 +41,15 @@ from .changes import (
     ThreadChange,
     ThreadPatch,
 )
-from .erasure import Erasure, erase_thread_from, erased_labels, traced_to, untraced
+from .codec import dt_to_text
+from .erasure import (
+    Erasure,
+    erase_thread_from,
+    erased_labels,
+    traced_to,
+    untraced,
+    with_tombstone,
+)
 
 __all__ = ["InMemoryStore"]
 
@@ -373,9 +381,11 @@ class InMemoryStore:
     async def delete_thread(self, thread_id: str) -> Erasure | None:
         self._check_open()
         with self._lock:
-            return self._delete_thread(thread_id)
+            return self._delete_thread(thread_id, tombstone=True)
 
-    def _delete_thread(self, thread_id: str) -> Erasure | None:
+    def _delete_thread(self, thread_id: str, *, tombstone: bool) -> Erasure | None:
+        """Erase the thread; ``tombstone``: an owner's delete leaves the thread's tombstone
+        in its resource's metadata (an import that replaces the thread does not)."""
         thread = self._threads.get(thread_id)
         if thread is None:
             return None
@@ -396,6 +406,11 @@ class InMemoryStore:
         self._groups = [g for g in self._groups if g.id not in traced]
         self._embeddings = {k: e for k, e in self._embeddings.items() if k not in traced}
         self._forget_threads({thread_id})
+        if tombstone:
+            metadata = self._resources.get(thread.resource_id, {})
+            self._resources[thread.resource_id] = with_tombstone(
+                metadata, thread_id, erased_at=dt_to_text(now)
+            )
         return Erasure(thread_ids=(thread_id,), messages=thread.message_count, remaining=remaining)
 
     async def delete_resource(self, resource_id: str) -> Erasure | None:
@@ -461,7 +476,7 @@ class InMemoryStore:
             saved = self._copy_state()
             try:
                 for thread_id in write.replace_threads:
-                    self._delete_thread(thread_id)
+                    self._delete_thread(thread_id, tombstone=False)
                 for key in write.replace_keys:
                     self._clear(key)
                 written = 0

@@ -4,7 +4,7 @@ before it brings nothing back."""
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -173,6 +173,22 @@ class EraseContract:
         assert again.incarnation != before.incarnation
         assert snapshot.record.observations == ""
         assert snapshot.record.version == 1
+
+    async def test_delete_thread_leaves_only_its_tombstone(self, store: Store) -> None:
+        """The resource's metadata keeps the erased thread's id and when (``om:erased``),
+        nothing of what it said, beside what was there; erasing the resource takes it too."""
+        needs(store, ErasableStore)
+        await remember(store, "t1", "thread")
+        await remember(store, "t2", "thread")
+        before = utcnow()
+        await store.delete_thread("t1")
+        metadata = await store.get_resource("r1")
+        assert metadata["om:working_memory"] == SECRET  # the resource's, not the thread's
+        (thread, at), *others = metadata["om:erased"].items()
+        assert (thread, others) == ("t1", [])
+        assert datetime.fromisoformat(at) >= before.replace(microsecond=0)
+        await store.delete_resource("r1")
+        assert await store.get_resource("r1") == {}
 
     async def test_unknown_thread_or_resource_erases_nothing(self, store: Store) -> None:
         needs(store, ErasableStore)
