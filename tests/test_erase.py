@@ -15,6 +15,7 @@ from obsmem import Memory, Message
 from obsmem.cli import main
 from obsmem.errors import StoreError
 from obsmem.stores import SQLiteStore, Store
+from obsmem.stores.erasure import MAX_ERASED_THREADS, with_tombstone
 from obsmem.testing import scripted_observer
 
 SECRET = "zanzibarquokka"
@@ -175,3 +176,21 @@ def test_obsmem_delete_resource_with_yes(
     assert "no resource 'alice'" in capsys.readouterr().err
     missing = str(tmp_path / "none.db")
     assert main(["delete", "--resource", "alice", "--yes", "--db", missing]) == 2
+
+
+def test_a_resource_keeps_its_newest_tombstones() -> None:
+    """Each erase of a thread leaves its id and time; past ``MAX_ERASED_THREADS`` the oldest
+    go, an id erased again is the newest, and the rest of the metadata stays."""
+    metadata: dict[str, Any] = {"om:working_memory": "the user's plan"}
+    for i in range(MAX_ERASED_THREADS + 2):
+        metadata = with_tombstone(
+            metadata, f"t{i}", erased_at=f"2026-01-01T00:{i // 60:02}:{i % 60:02}"
+        )
+    metadata = with_tombstone(metadata, "t2", erased_at="2026-02-01T00:00:00")
+    tombs = metadata["om:erased"]
+    assert len(tombs) == MAX_ERASED_THREADS
+    assert "t0" not in tombs
+    assert "t1" not in tombs
+    assert "t3" in tombs
+    assert list(tombs)[-1] == "t2"
+    assert metadata["om:working_memory"] == "the user's plan"

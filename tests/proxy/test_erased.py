@@ -16,6 +16,7 @@ import pytest
 
 from obsmem import Memory
 from obsmem.cli import main
+from obsmem.proxy.history import StoredEntry, erased_prefix, fingerprint
 from obsmem.stores import SQLiteStore
 from tests.strict_server import strict_server
 
@@ -26,6 +27,7 @@ from .test_store_calls import owner
 SAID = ["Turn 0: my pet is called Rex.", "Turn 1: and my locker code is 4417-B."]
 """What the client says before the conversation is erased."""
 LATER = ["Turn 2: a new start.", "Turn 3: what is the weather?"]
+CALL = {"id": "c1", "type": "function", "function": {"name": "weather", "arguments": "{}"}}
 
 
 async def _ask(http: httpx.AsyncClient, base_url: str, history: list[dict[str, Any]]) -> str:
@@ -101,3 +103,61 @@ async def test_a_resent_erased_conversation_is_not_stored_again(
     assert headers[1] == "on", headers
     told = [r for r in caplog.records if "was erased" in r.getMessage()]
     assert len(told) == 1, [r.getMessage() for r in told]
+
+
+def _user(text: str) -> dict[str, Any]:
+    return {"role": "user", "content": text}
+
+
+def _assistant(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": text}
+
+
+def _stored(conversation: list[dict[str, Any]]) -> list[StoredEntry]:
+    return [StoredEntry(i + 1, f"m{i}", fingerprint(m)) for i, m in enumerate(conversation)]
+
+
+ERASED = [_user("hi"), _assistant("Hello."), _user("my pet is Rex"), _assistant("Noted.")]
+
+
+@pytest.mark.parametrize(
+    ("conversation", "stored", "erased"),
+    [
+        pytest.param([*ERASED, _user("new")], [], 4, id="resent-before-the-new-turn"),
+        pytest.param(
+            [*ERASED, _user("hi"), _assistant("Hi again."), _user("next")],
+            [_user("hi"), _assistant("Hi again.")],
+            4,
+            id="the-new-thread-opens-like-the-erased-one",
+        ),
+        pytest.param(
+            [_user("hi"), _assistant("Hi again."), _user("next")],
+            [_user("hi"), _assistant("Hi again.")],
+            0,
+            id="a-client-that-started-afresh",
+        ),
+        pytest.param(
+            [*ERASED, _user("edited"), _assistant("A."), _user("next")],
+            [_user("new"), _assistant("A.")],
+            6,
+            id="nothing-lines-up-the-current-step-only",
+        ),
+        pytest.param(
+            [
+                *ERASED,
+                {"role": "assistant", "tool_calls": [CALL]},
+                {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+            ],
+            [],
+            4,
+            id="a-tool-step-keeps-its-call",
+        ),
+    ],
+)
+def test_the_erased_messages_a_client_resends_are_those_before_the_stored_thread(
+    conversation: list[dict[str, Any]], stored: list[dict[str, Any]], erased: int
+) -> None:
+    """Of a thread id that was erased, the client's messages before what is stored again (or,
+    when nothing of it lines up, before the current step) are the erased ones."""
+    prints = [fingerprint(m) for m in conversation]
+    assert erased_prefix(conversation, prints, _stored(stored)) == erased

@@ -3,7 +3,8 @@
 A chat request (``POST /v1/chat/completions`` or ``/v1/responses``) first meets the door
 (:mod:`.admission`); one with a thread id (:mod:`.identity`) and an accepted key takes the door
 protocol's phases (``docs/inspector-and-proxy.md`` walks through them): **begin** lines the
-client's messages up with the thread (:mod:`.history`; an edit takes back what it replaced) and
+client's messages up with the thread (:mod:`.history`; an edit takes back what it replaced; of
+an erased thread id, the erased conversation the client resends is not stored again) and
 runs one memory step with what is new; **send** forwards the request with memory's context in
 place of the client's messages, every other field as sent; on a refusal as longer than the
 model's context, memory compacts once and it is sent again; **finish** stores the answer (a
@@ -216,11 +217,11 @@ class Proxy:
         """Say (once a thread, in the log and the request's header) that the client resent an
         erased conversation, and that memory goes on from its new turn without it."""
         why = (
-            f"thread {ref.thread} was erased: the {skipped} earlier messages its client resent "
-            "were not stored again; memory goes on from the new turn"
+            f"was erased: the {skipped} earlier messages the client resent were not stored "
+            "again; memory goes on from the new turn"
         )
-        log.warning("obsmem proxy: %s", why)
-        return f"{status}; {why}" if status == "on" else status
+        log.warning("obsmem proxy: thread %s %s", ref.thread, why)
+        return f"on; this thread {why}" if status == "on" else status
 
     async def finish(self, step: Step, answer: Mapping[str, Any] | None) -> None:
         """Finish the step: store the upstream's answer (an OpenAI chat assistant message)."""

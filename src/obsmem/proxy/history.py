@@ -13,6 +13,10 @@ history, and the thread follows the client (the stored messages after that point
 back**, ``Memory.retract_last``); nothing matching means every message is new. So every message
 the client shows is stored exactly once, and the context never holds two versions of one turn.
 
+A thread id that was erased (``Memory.delete_thread`` left its tombstone) is lined up after the
+erased conversation its client still holds and resends (:func:`erased_prefix`): those messages
+are not stored again, and memory goes on from the client's new turn.
+
 New messages get ids from the thread, the stored message they follow and their fingerprint
 (:func:`message_id`), so two requests that carry one new message (a retry, two proxy processes)
 give it the same id, and the store keeps it once.
