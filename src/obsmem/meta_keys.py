@@ -51,9 +51,9 @@ META_RETRACTED_THROUGH = "om:retracted_through"
 
 META_ERASED = "om:erased"
 """The resource's erased thread ids, each with when it was erased: ``{thread_id: ISO time}``
-(``Memory.delete_thread``; the newest ``MAX_ERASED_THREADS`` of the store kept). Ids and times
-only, nothing of what was erased: a door whose client resends an erased conversation (``obsmem
-proxy``) tells it from a new one by it."""
+(``Memory.delete_thread``; a resource keeps its newest ``stores.erasure.MAX_ERASED_THREADS``,
+oldest first). Ids and times only, nothing of what was erased: a door whose client resends an
+erased conversation (``obsmem proxy``) tells it from a new one by it."""
 
 # -- thread or resource metadata (by scope) ----------------------------------------------------
 

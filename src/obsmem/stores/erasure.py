@@ -46,7 +46,10 @@ __all__ = [
 ]
 
 MAX_ERASED_THREADS = 128
-"""The tombstones a resource keeps, newest first (about 100 bytes each)."""
+"""The tombstones a resource keeps (the newest; about 100 bytes each): the resource's metadata
+is read with its memory, so a resource whose threads are erased one by one must not grow it
+without end. An id erased longer ago than that many erasures in its resource is no longer told
+from a new thread."""
 
 _ANY_BLOCK = re.compile(r'<thread id="[^"\n]*">.*?</thread>\n?', re.DOTALL)
 _BOUNDARY = "--- message boundary"
