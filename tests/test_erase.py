@@ -15,7 +15,7 @@ from obsmem import Memory, Message
 from obsmem.cli import main
 from obsmem.errors import StoreError
 from obsmem.stores import SQLiteStore, Store
-from obsmem.stores.erasure import MAX_ERASED_THREADS, with_tombstone
+from obsmem.stores.erasure import MAX_ERASED_THREADS, tombstone_key, with_tombstone
 from obsmem.testing import scripted_observer
 
 SECRET = "zanzibarquokka"
@@ -179,7 +179,7 @@ def test_obsmem_delete_resource_with_yes(
 
 
 def test_a_resource_keeps_its_newest_tombstones() -> None:
-    """Each erase of a thread leaves its id and time; past ``MAX_ERASED_THREADS`` the oldest
+    """Each erase of a thread leaves its id's hash and time; past ``MAX_ERASED_THREADS`` the oldest
     go, an id erased again is the newest, and the rest of the metadata stays."""
     metadata: dict[str, Any] = {"om:working_memory": "the user's plan"}
     for i in range(MAX_ERASED_THREADS + 2):
@@ -189,8 +189,8 @@ def test_a_resource_keeps_its_newest_tombstones() -> None:
     metadata = with_tombstone(metadata, "t2", erased_at="2026-02-01T00:00:00")
     tombs = metadata["om:erased"]
     assert len(tombs) == MAX_ERASED_THREADS
-    assert "t0" not in tombs
-    assert "t1" not in tombs
-    assert "t3" in tombs
-    assert list(tombs)[-1] == "t2"
+    assert tombstone_key("t0") not in tombs
+    assert tombstone_key("t1") not in tombs
+    assert tombstone_key("t3") in tombs
+    assert list(tombs)[-1] == tombstone_key("t2")
     assert metadata["om:working_memory"] == "the user's plan"

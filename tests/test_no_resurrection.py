@@ -16,6 +16,7 @@ from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from obsmem import Memory, Message
 from obsmem.stores import InMemoryStore, PostgresStore, SQLiteStore, Store
+from obsmem.stores.erasure import tombstone_key
 from obsmem.testing import scripted_observer
 
 SECRET = "zanzibarquokka"
@@ -73,7 +74,11 @@ async def _nothing_left(store: Store, what: str) -> None:
         assert await store.list_cycles(key) == []
     assert await store.list_observation_groups("alice") == []
     left = await store.get_resource("alice")
-    assert left == ({"om:erased": {"t1": left["om:erased"]["t1"]}} if what == "thread" else {})
+    assert left == (
+        {"om:erased": {tombstone_key("t1"): left["om:erased"][tombstone_key("t1")]}}
+        if what == "thread"
+        else {}
+    )
 
 
 async def _delete(store: Store, memory: Memory, where: str, what: str) -> None:

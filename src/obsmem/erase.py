@@ -16,6 +16,7 @@ from .errors import StoreError
 from .meta_keys import META_ERASED
 from .stores import CoreStore, ErasableStore, Erasure
 from .stores.base import require
+from .stores.erasure import tombstone_key
 
 if TYPE_CHECKING:
     from .engine import ObservationalMemory
@@ -68,5 +69,6 @@ async def erased_at(store: CoreStore, *, thread_id: str, resource_id: str) -> da
     has none: it was never erased, its resource was, or the tombstone was among the oldest
     ones dropped, see :mod:`obsmem.stores.erasure`)."""
     tombs = (await store.get_resource(resource_id)).get(META_ERASED)
-    at = cast(dict[str, Any], tombs).get(thread_id) if isinstance(tombs, dict) else None
+    key = tombstone_key(thread_id)
+    at = cast(dict[str, Any], tombs).get(key) if isinstance(tombs, dict) else None
     return datetime.fromisoformat(at) if isinstance(at, str) else None

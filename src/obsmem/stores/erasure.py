@@ -11,18 +11,21 @@ left with nothing after them. Lines that reflection
 merged out of their thread blocks cannot be traced to a thread: :attr:`Erasure.remaining` names
 them, so the owner can revise them.
 
-Erasing a thread leaves one thing behind, its **tombstone**: the thread id and when it was erased,
-in the resource's metadata (``META_ERASED``), written in the same transaction. Nothing of the
-erased content is in it. A door whose client still holds the conversation and resends it (``obsmem
-proxy``) tells "erased" from "new" by it, and stores none of the resent history. The newest
-``MAX_ERASED_THREADS`` tombstones of a resource are kept (the resource's metadata is read with
-its memory, so it stays small); erasing the resource takes them with it.
+Erasing a thread leaves one thing behind, its **tombstone**: a hash of the thread id
+(:func:`tombstone_key`, so not even the id, which an application may have made of a name or an
+address, stays readable) and when it was erased, in the resource's metadata (``META_ERASED``),
+written in the same transaction. Nothing of the erased content is in it. A door whose client still
+holds the conversation and resends it (``obsmem proxy``) tells "erased" from "new" by it, and
+stores none of the resent history. The newest ``MAX_ERASED_THREADS`` tombstones of a resource are
+kept (the resource's metadata is read with its memory, so it stays small); erasing the resource
+takes them with it.
 
 Pure functions only, like :mod:`obsmem.stores.transitions`.
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -40,6 +43,7 @@ __all__ = [
     "erase_thread_from",
     "erased_labels",
     "strip_thread",
+    "tombstone_key",
     "traced_to",
     "untraced",
     "with_tombstone",
@@ -161,14 +165,20 @@ def erase_thread_from(
     )
 
 
+def tombstone_key(thread_id: str) -> str:
+    """What a tombstone names a thread by: the first 32 hex digits of the SHA-256 of its id."""
+    return hashlib.sha256(thread_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
 def with_tombstone(
     metadata: Mapping[str, Any], thread_id: str, *, erased_at: str
 ) -> dict[str, Any]:
     """The resource's ``metadata`` with the tombstone of ``thread_id`` (erased at the ISO time
     ``erased_at``) among the newest ``MAX_ERASED_THREADS``."""
+    key = tombstone_key(thread_id)
     stored = metadata.get(META_ERASED)
     known = cast(dict[str, Any], stored) if isinstance(stored, dict) else {}
-    tombs = {t: at for t, at in known.items() if t != thread_id and isinstance(at, str)}
-    tombs[thread_id] = erased_at
+    tombs = {t: at for t, at in known.items() if t != key and isinstance(at, str)}
+    tombs[key] = erased_at
     newest = sorted(tombs.items(), key=lambda item: item[1])[-MAX_ERASED_THREADS:]
     return {**metadata, META_ERASED: dict(newest)}
