@@ -284,8 +284,8 @@ class Memory(Transfers, ThreadAccess):
         )
 
     async def erased_at(self, ref: ThreadRef | Mapping[str, Any]) -> datetime | None:
-        """When the thread was last erased (``delete_thread``), None when never: its id and
-        the time stay in the resource's metadata, so a client that resends the erased
+        """When the thread was last erased (``delete_thread``), None when never: a hash of its
+        id and the time stay in the resource's metadata, so a client that resends the erased
         conversation is told from one that starts a new thread under the id."""
         ref = ThreadRef.of(ref)
         return await erased_at(self.store, thread_id=ref.thread, resource_id=ref.resource)

@@ -50,10 +50,11 @@ META_RETRACTED_THROUGH = "om:retracted_through"
 # -- resource metadata ---------------------------------------------------------------------------
 
 META_ERASED = "om:erased"
-"""The resource's erased thread ids, each with when it was erased: ``{thread_id: ISO time}``
-(``Memory.delete_thread``; a resource keeps its newest ``stores.erasure.MAX_ERASED_THREADS``,
-oldest first). Ids and times only, nothing of what was erased: a door whose client resends an
-erased conversation (``obsmem proxy``) tells it from a new one by it."""
+"""The resource's erased threads, each with when it was erased: ``{tombstone_key(thread_id): ISO
+time}`` (``Memory.delete_thread``; a resource keeps its newest
+``stores.erasure.MAX_ERASED_THREADS``, oldest first). Hashes of ids and times only, nothing of
+what was erased: a door whose client resends an erased conversation (``obsmem proxy``) tells it
+from a new one by it."""
 
 # -- thread or resource metadata (by scope) ----------------------------------------------------
 
