@@ -1,18 +1,11 @@
-"""``obsmem mcp``: observational memory as an MCP server, over stdio or streamable HTTP.
+"""``obsmem mcp``: observational memory as an MCP server, over stdio or streamable HTTP (the
+README's "An MCP server" says what it serves and how a client is configured).
 
-The server serves one resource (``--resource``, or ``OBSMEM_RESOURCE``): every tool reads and
-writes that resource's memory only, whatever the model passes. With ``--thread`` (or
-``OBSMEM_THREAD``) it serves one conversation and nothing else (recall too stays in it);
-without, a call may name any conversation of the resource with ``thread_id``, stored in the
-resource's own namespace (``mcp:<resource>:<thread_id>``, :mod:`.ids`), so no other resource's
-client can take it; the default one is ``mcp:<resource>``.
-
-Tools: ``recall`` (the library's recall tool, the same modes, budgets and boundary),
-``memory_context`` (the observation log and working memory, for clients that keep their own
-window), ``remember`` (append messages to a conversation) and ``memory_status``. Memory work
-follows ``failure_policy="warn"``: a failing Observer is reported in the tool results and as a
-WARNING on the ``obsmem`` logger, never as a crash. Bad arguments are tool errors that say what
-to send instead.
+The server serves one resource: every tool reads and writes that resource's memory only,
+whatever the model passes (a client's conversation ids are namespaced, :mod:`.ids`). Memory
+work follows ``failure_policy="warn"``: a failing Observer is reported in the tool results and
+as a WARNING on the ``obsmem`` logger, never as a crash. Bad arguments are tool errors that say
+what to send instead.
 
 ``tools`` holds the tools' logic (:class:`MemoryTools`, without the SDK), ``arguments`` the
 checks of what they are sent, ``server`` puts them behind the official ``mcp`` SDK's

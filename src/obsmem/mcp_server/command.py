@@ -141,7 +141,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
             "reaches it: pass --token TOKEN (or set OBSMEM_MCP_TOKEN), which every request must "
             "then send as 'Authorization: Bearer TOKEN', or listen on 127.0.0.1"
         )
-    _log_to_stderr()
+    # WARNINGs (memory failures among them) to stderr: stdout may be the protocol's.
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
+    )
     stop = _Stop()
     code = asyncio.run(_serve(args, out, stop))
     if stop.signalled:
@@ -171,16 +174,6 @@ class _Stop:
         start_deadline("mcp")
         if self._task is not None:
             self._task.cancel()
-
-
-def _log_to_stderr() -> None:
-    """WARNINGs (memory failures among them) to stderr: stdout may be the protocol's."""
-    root = logging.getLogger()
-    if not root.handlers:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        root.addHandler(handler)
-        root.setLevel(logging.WARNING)
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -245,13 +238,12 @@ async def _serve_http(
 ) -> None:
     """Serve until SIGTERM or Ctrl-C (see :mod:`obsmem.cli.stopping`): background memory work
     still running then is abandoned."""
+    from ..cli.common import listen
     from ..cli.serving import BoundedServer
 
     app: Any = server.streamable_http_app(host=args.host)
     if args.token:
         app = BearerToken(app, args.token)
-    from ..cli.common import listen
-
     sock, url = listen(args.host, args.port, backlog=128)
     served = BoundedServer(
         app,

@@ -2,22 +2,17 @@
 
 Thread ids are one namespace in the store, and the model picks ``thread_id``. So that no client
 can take an id another resource's server will need (its default conversation, or any id its
-client uses), the server of resource ``R`` stores its conversations under its own prefix:
-
-- the default conversation is ``mcp:<R>`` (:func:`default_thread`);
-- any other id ``X`` a client sends is stored as ``mcp:<R>:<X>`` (:func:`namespaced`), unless
-  ``X`` is already that server's (``mcp:<R>`` itself, or starting with ``mcp:<R>:``), which names
-  that conversation as it is: the ids the tools report can be sent back.
-
-``<R>`` is the resource with ``%`` written ``%25`` and ``:`` written ``%3A``, so it holds no
-``:``, and a stored id names the one resource whose server can reach it: two resources never
-share a stored id, and the ids one resource's clients reach are exactly those starting with
-its prefix. (A resource without ``%`` or ``:`` keeps the default ``mcp:<resource>`` of earlier
-versions.) An operator's ``--thread ID`` is not a client's id: it stays literal.
+client uses), the server of resource ``R`` stores its conversations under its own prefix,
+``mcp:<R>`` (:func:`namespaced`); an id that already has it names that conversation as it is,
+so the ids the tools report can be sent back. ``<R>`` is the resource with ``%`` written
+``%25`` and ``:`` written ``%3A``, so it holds no ``:``: two resources never share a stored id,
+and the ids one resource's clients reach are exactly those starting with its prefix. (A
+resource without ``%`` or ``:`` keeps the default ``mcp:<resource>`` of earlier versions.) An
+operator's ``--thread ID`` is not a client's id: it stays literal.
 
 Conversations that earlier versions stored under a client's id as it was (``diary``, not
-``mcp:<R>:diary``) stay reachable by that id (:func:`legacy_ids`): a server uses such a stored
-conversation when it belongs to its own resource and the namespaced one does not exist yet.
+``mcp:<R>:diary``) stay reachable by that id (:func:`legacy_ids`) while the namespaced one does
+not exist, when they belong to the server's own resource.
 """
 
 from __future__ import annotations

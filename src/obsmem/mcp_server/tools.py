@@ -54,11 +54,6 @@ class MemoryTools:
 
     # -- which conversation ----------------------------------------------------------------------
 
-    async def conversation(self, thread_id: object) -> str:
-        """The thread a call works on: the server's, or (without ``--thread``) the one named,
-        in the resource's namespace (:mod:`.ids`), when it is new or belongs to the resource."""
-        return (await self._conversation(thread_id))[0]
-
     def _given(self, thread_id: object) -> str | None:
         """``thread_id`` checked: None for the default conversation."""
         if thread_id is None or thread_id == "":
@@ -98,8 +93,10 @@ class MemoryTools:
                     return old, earlier
         return chosen, found
 
-    async def _conversation(self, thread_id: object) -> tuple[str, int]:
-        """The thread a call works on and how many messages it has stored."""
+    async def conversation(self, thread_id: object) -> tuple[str, int]:
+        """The thread a call works on, and how many messages it has stored: the server's, or
+        (without ``--thread``) the one named, in the resource's namespace (:mod:`.ids`), when
+        it is new or belongs to the resource."""
         chosen, found = await self._stored(self._given(thread_id))
         if found is not None and found.resource_id != self.resource:
             fix = (
@@ -148,7 +145,7 @@ class MemoryTools:
             raise BadArguments(
                 f"limit {checked.limit}: at most {MAX_LIMIT} messages a page (page on with page=2)"
             )
-        thread = await self.conversation(None)
+        thread, _ = await self.conversation(None)
         if not self.locked and checked.thread_id not in (None, "", "current"):
             stored, _ = await self._stored(checked.thread_id)
             checked = checked.model_copy(update={"thread_id": stored})
@@ -159,7 +156,7 @@ class MemoryTools:
         """Append ``messages`` (``[{"role", "content", "created_at"?, "id"?}]``) to a
         conversation; a message whose ``id`` the conversation has stored is not stored again."""
         parse_messages(messages)  # the messages' problems are told before the thread's
-        thread, count = await self._conversation(thread_id)
+        thread, count = await self.conversation(thread_id)
         parsed = parse_messages(messages, thread=thread)
         door = self._door(thread)
         ref = door.ref
@@ -204,13 +201,14 @@ class MemoryTools:
             raise BadArguments(
                 f"include_messages must be true or false, not {kind(include_messages)}"
             )
-        thread = await self.conversation(thread_id)
+        thread, _ = await self.conversation(thread_id)
         context = await self._door(thread).step([])
         status = await self.memory.status(self._ref(thread))
         memory = [m for m in context.messages if _synthetic(m) not in (None, "left_out")]
         raw = [m for m in context.messages if _synthetic(m) is None]
         left_out = next((m for m in context.messages if _synthetic(m) == "left_out"), None)
-        log = await self._observations(thread)
+        om = self.memory.om
+        log = "" if om is None else await om.observations(thread, self.resource)
         lines = [m.text for m in memory if m.text.strip()] if log.strip() else []
         header = (
             f"Memory of conversation {thread!r}: its messages through #{context.observed_through} "
@@ -244,7 +242,7 @@ class MemoryTools:
     async def memory_status(self, thread_id: object = None) -> ToolAnswer:
         """``Memory.status`` for a conversation: the models (and how ``"auto"`` chose them),
         failures with their fix, and the windows against their thresholds."""
-        thread = await self.conversation(thread_id)
+        thread, _ = await self.conversation(thread_id)
         status = await self.memory.status(self._ref(thread))
         return ToolAnswer(
             text="\n".join(
@@ -272,7 +270,7 @@ class MemoryTools:
                 f"content has {len(content):,} characters: keep working memory under "
                 f"{MAX_WORKING_MEMORY_CHARS:,} (move detail out; the observations keep it)"
             )
-        thread = await self.conversation(thread_id)
+        thread, _ = await self.conversation(thread_id)
         try:
             stored = await self.memory.update_working_memory(self._ref(thread), content)
         except ConfigError as exc:
@@ -282,10 +280,6 @@ class MemoryTools:
         return ToolAnswer(
             text="Working memory updated.", data={"thread_id": thread, "working_memory": stored}
         )
-
-    async def _observations(self, thread: str) -> str:
-        om = self.memory.om
-        return "" if om is None else await om.observations(thread, self.resource)
 
 
 def _synthetic(message: Message) -> str | None:

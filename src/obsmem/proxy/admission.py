@@ -1,10 +1,9 @@
-"""Who the proxy serves, and when memory starts for them.
+"""Who the proxy serves, and when memory starts for them (the README's "Who gets in").
 
-* **At the door**: a chat request (``/v1/chat/completions``, ``/v1/responses``: the ones memory
-  serves) that the operator's rules give no owner (:class:`.identity.Owners`: no API key and
-  no ``--resource``, or a key ``--known-keys-only`` does not know) gets a 401 in OpenAI's error
-  shape that names the fix, and one WARNING line; nothing of it is read further. Every other
-  ``/v1/...`` request passes through, and the upstream judges its key.
+* **At the door**: a chat request (the ones memory serves) that the operator's rules give no
+  owner (:class:`.identity.Owners`) gets a 401 that names the fix, and one WARNING line; nothing
+  of it is read further. Every other ``/v1/...`` request passes through, and the upstream
+  judges its key.
 * **Memory waits for the upstream**: memory works on the operator's account (the Observer's
   calls use the memory key; storing uses the operator's database), so it starts for a client
   key only once the upstream has accepted that key in this process. Until then a request goes
@@ -58,19 +57,11 @@ class Admission:
             return self.owners.caller(api_key_of(headers))
         except Refused as refused:
             log.warning("%s (refused: 401 %s)", refused, refused.code)
-            error = {
-                "message": str(refused),
-                "type": "invalid_request_error",
-                "param": None,
-                "code": refused.code,
-            }
-            return JSONResponse(
-                {"error": error},
-                status_code=401,
-                headers={
+            return refused.response(
+                {
                     "WWW-Authenticate": 'Bearer realm="obsmem proxy"',
                     MEMORY_HEADER: f"off; refused: {refused.code}",
-                },
+                }
             )
 
     def accepted(self, caller: Caller) -> bool:

@@ -133,15 +133,11 @@ def _guard_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def _check_extra() -> None:
-    require_modules("obsmem proxy", "proxy", ("starlette", "uvicorn", "httpx"))
-
-
 def _run(args: argparse.Namespace, out: TextIO) -> int:
     from ..cli.common import CannotStart, db_label, listen, memory_options, open_store
     from ..cli.errors import refuse_unusable_model
 
-    _check_extra()
+    require_modules("obsmem proxy", "proxy", ("starlette", "uvicorn", "httpx"))
     from ..cli.serving import BoundedServer
     from ..errors import ConfigError
     from .app import ProxyConfig, create_app

@@ -1,17 +1,11 @@
 """What a request must pass before the proxy reads, stores or forwards any of it, and how the
-proxy answers one that does not.
+proxy answers one that does not (the README's "Who may reach it" and "Limits" list the answers).
 
-:class:`Guard`, in front of every route, answers:
-
-* a ``Host`` that is neither a loopback name nor one ``--allow-host`` names: 421;
-* an ``Origin`` (a browser's page) that is neither on a loopback host nor one
-  ``--allow-origin`` names: 403 (:mod:`obsmem.hosts`: DNS rebinding and cross-site requests);
-* a body longer than ``--max-request-bytes``: 413, from its ``Content-Length`` before any of
-  it is read, or as soon as a body sent without one passes the limit.
-
-:func:`read_json` reads a chat or Responses request: it must be a JSON object (400; a body
-declared as another type than JSON: 415) nested at most ``--max-json-depth`` levels, tool-call
-arguments (JSON in a string) included (400). Both run before memory sees the request, so a
+:class:`Guard`, in front of every route, checks the ``Host`` and ``Origin`` (:mod:`obsmem.hosts`:
+DNS rebinding and cross-site requests) and the body's size, from its ``Content-Length`` before
+any of it is read, or as soon as a body sent without one passes the limit. :func:`read_json`
+reads a chat or Responses request: a JSON object, nested at most ``--max-json-depth`` levels,
+tool-call arguments (JSON in a string) included. Both run before memory sees the request, so a
 refused request stores nothing and goes nowhere. Each refusal is a JSON error in OpenAI's shape
 and one WARNING line on the ``obsmem`` logger; anything else that goes wrong in a request is a
 500 and one ERROR line, never a traceback.
@@ -25,7 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection
+import traceback
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, TypeVar, cast
 
@@ -37,7 +32,8 @@ from starlette.responses import JSONResponse
 from ..asgi import ASGIApp, HTTPMiddleware, Message, Receive, Scope, Send, Sending
 from ..hosts import host_allowed, host_name, origin_allowed
 from ..messages import MUCH_DATA
-from .config import DEFAULT_MAX_REQUEST_BYTES, MAX_JSON_DEPTH_CEILING, ProxyConfig
+from .config import MAX_JSON_DEPTH_CEILING, ProxyConfig
+from .identity import Refused
 
 __all__ = [
     "Guard",
@@ -55,21 +51,6 @@ Path = tuple[str | int, ...]
 """Where a value sits in a request: keys and list indexes from the top."""
 
 _large_request: ContextVar[bool] = ContextVar("obsmem_proxy_large_request", default=False)
-
-
-class Refused(Exception):
-    """A request the proxy does not serve: its HTTP status, a machine-readable code and a
-    message that names the problem and the fix."""
-
-    def __init__(self, status: int, code: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-
-    def response(self) -> JSONResponse:
-        error = {"message": self.message, "type": "invalid_request_error", "code": self.code}
-        return JSONResponse({"error": error}, status_code=self.status)
 
 
 def _size(value: int) -> str:
@@ -100,18 +81,9 @@ class Guard(HTTPMiddleware):
     """ASGI middleware: the host, origin and size checks of every request, and one clear
     answer and one log line for whatever goes wrong in one (see the module doc)."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        *,
-        allowed_hosts: Collection[str] = (),
-        allowed_origins: Collection[str] = (),
-        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-    ) -> None:
+    def __init__(self, app: ASGIApp, config: ProxyConfig) -> None:
         super().__init__(app)
-        self.allowed_hosts = allowed_hosts
-        self.allowed_origins = allowed_origins
-        self.max_request_bytes = max_request_bytes
+        self.config = config
 
     async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         sending = Sending(send)
@@ -137,7 +109,7 @@ class Guard(HTTPMiddleware):
     def _check_headers(self, scope: Scope) -> None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host")
-        if not host_allowed(host, self.allowed_hosts):
+        if not host_allowed(host, self.config.allowed_hosts):
             raise Refused(
                 421,
                 "host_not_allowed",
@@ -147,7 +119,7 @@ class Guard(HTTPMiddleware):
                 "NAME for the name clients use",
             )
         origin = headers.get("origin")
-        if origin is not None and not origin_allowed(origin, self.allowed_origins):
+        if origin is not None and not origin_allowed(origin, self.config.allowed_origins):
             raise Refused(
                 403,
                 "origin_not_allowed",
@@ -156,8 +128,8 @@ class Guard(HTTPMiddleware):
                 "ORIGIN for a web app that may use it",
             )
         length = headers.get("content-length", "")
-        if length.isdigit() and int(length) > self.max_request_bytes:
-            raise _too_large(self.max_request_bytes)
+        if length.isdigit() and int(length) > self.config.max_request_bytes:
+            raise _too_large(self.config.max_request_bytes)
 
     def _limited(self, receive: Receive) -> Receive:
         """``receive`` that refuses the request as soon as its body passes the limit (a body
@@ -169,8 +141,8 @@ class Guard(HTTPMiddleware):
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_request_bytes:
-                    raise _too_large(self.max_request_bytes)
+                if seen > self.config.max_request_bytes:
+                    raise _too_large(self.config.max_request_bytes)
             return message
 
         return limited
@@ -178,23 +150,16 @@ class Guard(HTTPMiddleware):
 
 def guarding(config: ProxyConfig) -> Middleware:
     """The :class:`Guard` of a proxy with ``config``, for Starlette's middleware list."""
-    return Middleware(
-        Guard,
-        allowed_hosts=config.allowed_hosts,
-        allowed_origins=config.allowed_origins,
-        max_request_bytes=config.max_request_bytes,
-    )
+    return Middleware(Guard, config=config)
 
 
 def _where(exc: BaseException) -> str:
     """``Type: message (at file:line)``, on one line: where the innermost frame was."""
-    frame = exc.__traceback__
-    while frame is not None and frame.tb_next is not None:
-        frame = frame.tb_next
+    frames = traceback.extract_tb(exc.__traceback__)
     at = ""
-    if frame is not None:
-        code = frame.tb_frame.f_code
-        at = f" (at {code.co_filename.rsplit('/', 2)[-1]}:{frame.tb_lineno} in {code.co_name})"
+    if frames:
+        last = frames[-1]
+        at = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
     text = " ".join(str(exc).split())[:300]
     return f"{type(exc).__name__}{': ' + text if text else ''}{at}"
 

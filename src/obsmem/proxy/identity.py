@@ -1,30 +1,19 @@
-"""Whose conversation a request is: the thread, and the resource that owns it.
+"""Whose conversation a request is: the thread, and the resource that owns it (the README's
+"Which conversation", "Whose memory" and "Who gets in" say what the application sends).
 
-The application names both; the proxy never guesses a conversation.
-
-* **Thread**: the ``X-Obsmem-Thread`` header, else the request's ``metadata`` (``thread``,
-  ``thread_id`` or ``obsmem_thread``). Nothing else names one: OpenAI's ``user`` and
-  ``safety_identifier`` name the end user, and ``prompt_cache_key`` a cache, so a thread named
-  by them would merge every conversation of one user. Without a thread id, memory is off for
-  the request: it passes through unchanged, and ``X-Obsmem-Memory: off; no thread id ...`` says
-  so.
-* **Owner** (:class:`Owners`), from the client's API key (the ``Authorization: Bearer`` token,
-  or the ``api-key`` header):
-
-  - a key the keys file names: the resource the file gives it (several keys for one user,
-    say). The file is a JSON object whose names are API keys, or ``sha256:<hex>`` of them (so
-    it need not hold the keys themselves), and whose values are resource ids;
-  - another key: ``key-`` and a hash of the key, so a client reaches only its own memory; with
-    ``known_keys_only`` (``--known-keys-only``), a 401 instead;
-  - no key: the operator's ``resource`` (``--resource ID``: one named owner for every request
-    that carries no key), else a 401. Key-less clients never share a resource nobody named.
-
-* **Resource**: the owner, or, when the request names an end user (its ``user`` field, else
-  its ``safety_identifier``), ``<owner>.user-<h>`` where ``<h>`` is the first 32 hex digits of
-  the SHA-256 of the end user's id. Injective: ``<h>`` has a fixed length, so the owner is the
-  rest of the id, and the hash tells end users apart (operator-named resources may not end in
-  that shape, nor hold a ``:``). The end user's id is hashed because it is often an e-mail
-  address, and thread ids reach logs and headers.
+* **Thread**: the application names it (:func:`thread_of`); the proxy never guesses one. The
+  ``user`` and ``safety_identifier`` fields name the end user and ``prompt_cache_key`` a cache,
+  so a thread named by them would merge every conversation of one user.
+* **Owner** (:class:`Owners`), from the client's API key: the resource a keys file names for it
+  (:class:`KeyMap`; the file may hold ``sha256:<hex>`` of a key rather than the key), else
+  ``key-`` and a hash of the key, so a client reaches only its own memory. A request without a
+  key belongs to the operator's ``--resource``, else gets a 401: key-less clients never share a
+  resource nobody named.
+* **Resource**: the owner, or, when the request names an end user, ``<owner>.user-<h>`` where
+  ``<h>`` is the first 32 hex digits of the SHA-256 of the end user's id. Injective: ``<h>`` has
+  a fixed length, so the owner is the rest of the id, and the hash tells end users apart
+  (operator-named resources may not end in that shape, nor hold a ``:``). The end user's id is
+  hashed because it is often an e-mail address, and thread ids reach logs and headers.
 
 The stored thread's id is ``<resource>:<thread>``, so one owner's or end user's thread ids never
 meet another's. The key itself is never stored or logged; only its hash is kept.
@@ -47,9 +36,12 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ..memory import ThreadRef
+
+if TYPE_CHECKING:
+    from starlette.responses import JSONResponse
 
 __all__ = [
     "THREAD_HEADER",
@@ -92,7 +84,8 @@ def _text_field(value: Any) -> str | None:
 
 
 def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
-    """The thread id the request names (module doc), or None."""
+    """The thread id the request names: the ``X-Obsmem-Thread`` header, else its
+    ``metadata``'s ``thread``, ``thread_id`` or ``obsmem_thread``; or None (memory is off)."""
     given = headers.get(THREAD_HEADER, "").strip()
     if given:
         return given
@@ -184,12 +177,25 @@ class KeyMap:
 
 
 class Refused(Exception):
-    """The proxy does not serve this request (a 401): ``str()`` says why and the fix."""
+    """A request the proxy does not serve: its HTTP status, OpenAI's error code and a message
+    that names the problem and the fix (here for the 401s; :mod:`.guard` raises the others)."""
 
-    def __init__(self, message: str, code: str) -> None:
+    def __init__(self, status: int, code: str, message: str) -> None:
         super().__init__(message)
+        self.status = status
         self.code = code
-        """OpenAI's error code for it (``missing_api_key``, ``invalid_api_key``)."""
+        self.message = message
+
+    def response(self, headers: Mapping[str, str] | None = None) -> JSONResponse:
+        from starlette.responses import JSONResponse  # the proxy's config imports this module
+
+        error = {
+            "message": self.message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": self.code,
+        }
+        return JSONResponse({"error": error}, status_code=self.status, headers=headers)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,18 +246,20 @@ class Owners:
         if key is None:
             if self.resource is None:
                 raise Refused(
+                    401,
+                    "missing_api_key",
                     "obsmem proxy: this request has no API key. Send one (Authorization: "
                     "Bearer <key>); or the proxy's operator names the owner of key-less "
                     "requests with --resource ID.",
-                    "missing_api_key",
                 )
             return Caller("", self.resource)
         if self.known_keys_only and self.keys.named(key) is None:
             raise Refused(
+                401,
+                "invalid_api_key",
                 "obsmem proxy: this API key is not one the proxy's keys file names "
                 "(--known-keys-only). The proxy's operator can add it to that file as "
                 f'"sha256:{hash_key(key)}".',
-                "invalid_api_key",
             )
         return Caller(hash_key(key), self.keys.resource(key))
 

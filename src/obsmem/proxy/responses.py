@@ -1,19 +1,10 @@
-"""The Responses API (``POST /v1/responses``) through the memory step chat requests take.
-
-A Responses request's ``input`` items are read as the chat messages they stand for
-(:func:`items_to_chat`), lined up with the thread and stored as a chat request's messages are,
-and memory's context goes upstream as ``input`` items again (:func:`chat_to_items`), every other
-field as the client sent it (``instructions``, ``tools``, ``tool_choice``, ``text``,
-``reasoning``, ...). The answer's ``output`` items are stored as one assistant message, its text
-and its function calls (:func:`answer_of`; a stream is read on the side by
-:class:`ResponsesStreamReader` from its ``response.completed`` event).
-
-What memory cannot serve passes through unchanged, with ``X-Obsmem-Memory: off; <why>``: a
-request that leaves the conversation to the upstream (``previous_response_id``,
-``conversation``), since the upstream then holds the history and memory cannot bound it; and an
-input item memory has no message for (``item_reference``, a hosted tool's call).
-``reasoning`` items in the input are the upstream's own state: they are not stored, and not sent
-back (the model reasons again).
+"""The Responses API (``POST /v1/responses``) through the memory step chat requests take
+(docs/inspector-and-proxy.md says how): ``input`` items are read as the chat messages they
+stand for (:func:`items_to_chat`), memory's context goes upstream as items again
+(:func:`chat_to_items`), and the answer's ``output`` items are stored as one assistant message
+(:func:`answer_of`; a stream's ``response.completed`` event, :class:`ResponsesStreamReader`).
+``reasoning`` items in the input are the upstream's own state: they are not stored, and not
+sent back (the model reasons again).
 """
 
 from __future__ import annotations
