@@ -1,14 +1,10 @@
 """``obsmem mcp --print-config CLIENT``: the snippet that adds this server to an MCP client.
 
 A desktop client starts the server itself, with its own ``PATH`` and environment, not the
-shell's: ``"command": "obsmem"`` is not found when obsmem lives in a virtual environment. The
-snippet names the ``obsmem`` executable beside the running interpreter (else that interpreter
-with ``-m obsmem``) and the ``--db`` file by absolute path, carries the options given here, and
-lists the environment the server reads from this shell: the model settings as they are, a
-provider key only by name (its value is never printed).
-
-The snippet goes to stdout (JSON for Claude Desktop and Cursor, a ``claude mcp add`` command for
-Claude Code); where it goes, to stderr.
+shell's: ``"command": "obsmem"`` is not found when obsmem lives in a virtual environment. So the
+snippet names the executable and the ``--db`` file by absolute path, carries the options given
+here, and lists the environment the server reads from this shell: the model settings as they
+are, a provider key only by name (its value is never printed).
 """
 
 from __future__ import annotations

@@ -146,10 +146,10 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
         stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
     stop = _Stop()
-    code = asyncio.run(_serve(args, out, stop))
+    asyncio.run(_serve(args, out, stop))
     if stop.signalled:
         end_by_signal(signal.SIGTERM)
-    return code
+    return 0
 
 
 class _Stop:
@@ -192,7 +192,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> int:
+async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> None:
     from ..cli.common import db_label, open_store
     from ..memory import Memory
 
@@ -213,7 +213,6 @@ async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> int:
             await _serve_http(server, memory, args, out, where)
     finally:
         await close_memory(memory, "mcp", abandon=True)  # closed already, unless serving failed
-    return 0
 
 
 async def _serve_stdio(server: MCPServer, memory: Memory, stop: _Stop) -> None:

@@ -145,8 +145,6 @@ def _parameters(tools: MemoryTools) -> dict[str, dict[str, Any]]:
     from ..recall import RecallRequest
 
     def param(schema: dict[str, Any], description: str | None = None) -> Any:
-        if description is None:
-            return Annotated[Any, WithJsonSchema(schema)]
         return Annotated[Any, WithJsonSchema(schema), Field(description=description)]
 
     thread = param(

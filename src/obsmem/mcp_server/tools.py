@@ -206,29 +206,27 @@ class MemoryTools:
         status = await self.memory.status(self._ref(thread))
         memory = [m for m in context.messages if _synthetic(m) not in (None, "left_out")]
         raw = [m for m in context.messages if _synthetic(m) is None]
-        left_out = next((m for m in context.messages if _synthetic(m) == "left_out"), None)
+        left_out = [m for m in context.messages if _synthetic(m) == "left_out"][:1]
         om = self.memory.om
         log = "" if om is None else await om.observations(thread, self.resource)
-        lines = [m.text for m in memory if m.text.strip()] if log.strip() else []
+        notes = [m.text for m in memory if m.text.strip()]  # working memory counts without a log
         header = (
             f"Memory of conversation {thread!r}: its messages through #{context.observed_through} "
             f"are in the notes below; {len(raw)} later message(s) are not observed yet."
-            if lines
+            if log.strip() and notes
             else f"Conversation {thread!r} has no observations yet; {len(raw)} message(s) are "
             "stored and not observed."
         )
-        parts = [header, *lines]
-        if not lines:  # working memory and recall guidance still count without a log
-            parts += [m.text for m in memory if m.text.strip()]
+        parts = [header, *notes]
         if include_messages:
-            shown = [left_out, *raw] if left_out is not None else raw
+            shown = [*left_out, *raw]
             parts.append("Messages not observed yet:\n" + "\n".join(_line(m) for m in shown))
         problems = _problems(status)
         if problems:
             parts.append(_NOT_WORKING + "\n".join(problems))
         data: dict[str, Any] = {
             "thread_id": thread,
-            "context": "\n\n".join(m.text for m in memory if m.text.strip()),
+            "context": "\n\n".join(notes),
             "observations": log,
             "observed_through": context.observed_through,
             "unobserved_messages": len(raw),

@@ -85,11 +85,10 @@ class Admission:
 
     def no_thread(self, body: Mapping[str, Any]) -> str:
         """The ``X-Obsmem-Memory`` value for a request that names no thread (logged once)."""
-        named_user = end_user_of(body) is not None
         why = (
             "no thread id (the user and safety_identifier fields name the end user, not the "
             "conversation); "
-            if named_user
+            if end_user_of(body) is not None
             else "no thread id; "
         )
         if not self._told_no_thread:

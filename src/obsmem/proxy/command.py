@@ -19,17 +19,14 @@ DEFAULT_PORT = 8766
 
 def add(parser: argparse.ArgumentParser) -> Run:
     """Serves /v1/chat/completions and /v1/responses (streaming or not) in front of any
-    OpenAI-compatible upstream. The application names the conversation: a request with a thread
-    id (the X-Obsmem-Thread header, or the request's metadata.thread) gets memory's context in
-    place of the client's history, and both sides of the conversation are stored; a request
-    without one passes through unchanged, and its X-Obsmem-Memory header says so. The user and
-    safety_identifier fields name the end user (each gets memory of their own), never a
-    conversation. Memory belongs to the client's API key (its own, or the resource --keys names
-    for it); a request without a key is refused (401) unless --resource names its owner. Memory
-    starts for a key once the upstream has answered it in this process (its first request passes
-    through unchanged). The client changes only its base URL. SIGTERM or Ctrl-C stops it within
-    about 10 s: requests in flight get 3 s, and background memory work still running is
-    abandoned (it resumes at the next start)."""
+    OpenAI-compatible upstream; the client changes only its base URL. A request that names its
+    conversation (the X-Obsmem-Thread header, or metadata.thread) gets memory's context in place
+    of its history, and both sides are stored; one that names none passes through, as its
+    X-Obsmem-Memory header says. The user and safety_identifier fields name the end user (each
+    gets memory of their own), never a conversation. Memory belongs to the client's API key (or
+    the resource --keys names for it); a request without a key gets a 401 unless --resource names
+    its owner. Memory starts for a key once the upstream has answered it in this process. SIGTERM
+    or Ctrl-C stops it within about 10 s; memory work still running resumes at the next start."""
     from ..cli.arguments import add_listening, add_memory_options
 
     parser.add_argument(

@@ -34,6 +34,7 @@ from ..hosts import host_allowed, host_name, origin_allowed
 from ..messages import MUCH_DATA
 from .config import MAX_JSON_DEPTH_CEILING, ProxyConfig
 from .identity import Refused
+from .upstream import one_line
 
 __all__ = [
     "Guard",
@@ -160,7 +161,7 @@ def _where(exc: BaseException) -> str:
     if frames:
         last = frames[-1]
         at = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
-    text = " ".join(str(exc).split())[:300]
+    text = one_line(str(exc))
     return f"{type(exc).__name__}{': ' + text if text else ''}{at}"
 
 
@@ -194,7 +195,7 @@ def _parsed(raw: bytes, limit: int) -> dict[str, Any]:
         raise _too_deep(limit, "in the request body") from None
     except ValueError as exc:
         raise Refused(
-            400, "invalid_json", f"the request body is not valid JSON: {_line(exc)}"
+            400, "invalid_json", f"the request body is not valid JSON: {one_line(str(exc), 200)}"
         ) from None
     if not isinstance(body, dict):
         raise Refused(
@@ -204,10 +205,6 @@ def _parsed(raw: bytes, limit: int) -> dict[str, Any]:
         )
     _check_depth(cast(dict[str, Any], body), limit)
     return cast(dict[str, Any], body)
-
-
-def _line(exc: BaseException) -> str:
-    return " ".join(str(exc).split())[:200]
 
 
 def _kind(value: Any) -> str:

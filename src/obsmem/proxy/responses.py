@@ -97,8 +97,6 @@ def _kept_breakpoint(source: Mapping[str, Any], part: _JSON) -> _JSON:
 
 
 def _output_text(output: object) -> str:
-    if isinstance(output, str):
-        return output
     text = _text_of(output)
     return text if text is not None else json.dumps(output)
 
