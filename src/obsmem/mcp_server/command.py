@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ..asgi import JSON, ASGIApp, HTTPMiddleware, Receive, Scope, Send, answer
 from ..cli.stopping import close_memory, end_by_signal, start_deadline
 from ..errors import ConfigError, check_id
+from ..hosts import is_loopback
 from .client_config import CLIENTS, print_config
 from .server import build_server, require_sdk
 from .tools import MemoryTools
@@ -25,10 +26,6 @@ if TYPE_CHECKING:
     from ..memory import Memory
 
 __all__ = ["add"]
-
-logger = logging.getLogger("obsmem.mcp")
-
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 class BearerToken(HTTPMiddleware):
@@ -135,7 +132,7 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     from ..cli.errors import refuse_unusable_model
 
     refuse_unusable_model(args.model)
-    if args.transport == "http" and args.host not in LOOPBACK and not args.token:
+    if args.transport == "http" and not is_loopback(args.host) and not args.token:
         raise CannotStart(
             f"obsmem mcp --host {args.host} would serve {args.resource!r}'s memory to whoever "
             "reaches it: pass --token TOKEN (or set OBSMEM_MCP_TOKEN), which every request must "
@@ -145,35 +142,11 @@ def _run(args: argparse.Namespace, out: TextIO) -> int:
     logging.basicConfig(
         stream=sys.stderr, level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s"
     )
-    stop = _Stop()
-    asyncio.run(_serve(args, out, stop))
-    if stop.signalled:
+    stopped = asyncio.Event()  # by a SIGTERM while serving over stdio
+    asyncio.run(_serve(args, out, stopped))
+    if stopped.is_set():
         end_by_signal(signal.SIGTERM)
     return 0
-
-
-class _Stop:
-    """SIGTERM over stdio (the way an MCP client stops a server that did not exit after it
-    closed stdin): serving, or waiting for memory work once stdin ended, stops at once."""
-
-    def __init__(self) -> None:
-        self.signalled = False
-        self._task: asyncio.Task[Any] | None = None
-
-    def install(self) -> None:
-        self._task = asyncio.current_task()
-        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, self._stop)
-
-    def remove(self) -> None:
-        asyncio.get_running_loop().remove_signal_handler(signal.SIGTERM)
-
-    def _stop(self) -> None:
-        if self.signalled:
-            return
-        self.signalled = True
-        start_deadline("mcp")
-        if self._task is not None:
-            self._task.cancel()
 
 
 def _options(args: argparse.Namespace) -> dict[str, Any]:
@@ -192,7 +165,7 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     return options
 
 
-async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> None:
+async def _serve(args: argparse.Namespace, out: TextIO, stopped: asyncio.Event) -> None:
     from ..cli.common import db_label, open_store
     from ..memory import Memory
 
@@ -208,28 +181,38 @@ async def _serve(args: argparse.Namespace, out: TextIO, stop: _Stop) -> None:
         where = f"resource {args.resource!r} in {db_label(args.db)}"
         if args.transport == "stdio":
             print(f"obsmem mcp: serving {where} on stdio", file=sys.stderr)
-            await _serve_stdio(server, memory, stop)
+            await _serve_stdio(server, memory, stopped)
         else:
             await _serve_http(server, memory, args, out, where)
     finally:
         await close_memory(memory, "mcp", abandon=True)  # closed already, unless serving failed
 
 
-async def _serve_stdio(server: MCPServer, memory: Memory, stop: _Stop) -> None:
-    """Serve until stdin ends, then finish background memory work; a SIGTERM stops either at
-    once, abandoning that work."""
-    stop.install()
+async def _serve_stdio(server: MCPServer, memory: Memory, stopped: asyncio.Event) -> None:
+    """Serve until stdin ends, then finish background memory work. A SIGTERM (how an MCP
+    client stops a server that did not exit after it closed stdin) stops either at once,
+    abandoning that work."""
+    task = asyncio.current_task()
+    assert task is not None  # a coroutine asyncio.run runs
+
+    def stop() -> None:
+        if not stopped.is_set():
+            stopped.set()
+            start_deadline("mcp")
+            task.cancel()
+
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop)
     try:
         await server.run_stdio_async()
         await close_memory(memory, "mcp", abandon=False)
     except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if not stop.signalled or task is None:
+        if not stopped.is_set():
             raise
         task.uncancel()
         await close_memory(memory, "mcp", abandon=True)
     finally:
-        stop.remove()
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 async def _serve_http(

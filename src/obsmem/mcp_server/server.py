@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, MissingExtraError, StoreError
+from ..errors import MissingExtraError
 from .arguments import MAX_MESSAGES, MAX_WORKING_MEMORY_CHARS, ROLES, BadArguments
 from .tools import MemoryTools, ToolAnswer
 
@@ -121,10 +121,7 @@ async def _answer(work: Awaitable[ToolAnswer]) -> Any:
         result = await work
     except BadArguments as exc:
         raise ToolError(str(exc)) from None
-    except (ConfigError, StoreError) as exc:
-        logger.warning("%s", exc)
-        raise ToolError(str(exc)) from None
-    except Exception as exc:
+    except Exception as exc:  # a refused operation, a model or store failure: logged too
         known = describe_error(exc)
         if known is None:
             raise

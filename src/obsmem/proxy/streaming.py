@@ -99,7 +99,6 @@ class StreamAssembler(EventReader):
                 target["arguments"] += f["arguments"]
 
     def message(self) -> _JSON | None:
-        """The answer as an OpenAI chat assistant message, or None when nothing came."""
         if not (self._content or self._refusal or self._reasoning or self._calls):
             return None
         out: _JSON = {"role": "assistant", "content": "".join(self._content) or None}

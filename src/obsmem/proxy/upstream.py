@@ -61,8 +61,7 @@ class Upstream:
         await self.client.aclose()
 
     def url(self, path: str) -> str:
-        tail = path[3:] if path.startswith("/v1") else path
-        return f"{self.base}{tail}"
+        return self.base + path.removeprefix("/v1")
 
     @staticmethod
     def headers_of(request: Request) -> dict[str, str]:
