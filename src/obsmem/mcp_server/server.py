@@ -8,7 +8,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from ..errors import MissingExtraError
+from ..errors import require_modules
 from .arguments import MAX_MESSAGES, MAX_WORKING_MEMORY_CHARS, ROLES, BadArguments
 from .tools import MemoryTools, ToolAnswer
 
@@ -21,10 +21,7 @@ logger = logging.getLogger("obsmem.mcp")
 
 
 def require_sdk() -> None:
-    try:
-        import mcp.server  # noqa: F401  # pyright: ignore[reportUnusedImport]
-    except ImportError as exc:
-        raise MissingExtraError("the MCP server (obsmem mcp)", "mcp", package="mcp") from exc
+    require_modules("the MCP server (obsmem mcp)", "mcp", ("mcp.server",))
 
 
 INSTRUCTIONS = (
