@@ -103,11 +103,7 @@ def _message(item: object, index: int, thread: str | None) -> Message:
         except ConfigError as exc:
             raise BadArguments(f"{where}.id {given[:40]!r}: {exc.rule}") from None
         kwargs["id"] = f"{thread}/{given}" if thread is not None else given
-    return Message(
-        role=role,
-        parts=(TextPart(text=content),),
-        **kwargs,
-    )
+    return Message(role=role, parts=(TextPart(text=content),), **kwargs)
 
 
 def _content(value: object, where: str) -> str:

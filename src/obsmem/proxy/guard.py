@@ -36,13 +36,7 @@ from .config import MAX_JSON_DEPTH_CEILING, ProxyConfig
 from .identity import Refused
 from .upstream import one_line
 
-__all__ = [
-    "Guard",
-    "Refused",
-    "guarding",
-    "off_loop",
-    "read_json",
-]
+__all__ = ["Guard", "Refused", "guarding", "off_loop", "read_json"]
 
 log = logging.getLogger("obsmem")
 
@@ -199,9 +193,7 @@ def _parsed(raw: bytes, limit: int) -> dict[str, Any]:
         ) from None
     if not isinstance(body, dict):
         raise Refused(
-            400,
-            "invalid_json",
-            f"the request body must be a JSON object, not {_kind(body)}",
+            400, "invalid_json", f"the request body must be a JSON object, not {_kind(body)}"
         )
     _check_depth(cast(dict[str, Any], body), limit)
     return cast(dict[str, Any], body)
