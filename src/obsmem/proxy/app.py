@@ -125,7 +125,6 @@ class Proxy:
                 options.setdefault("observation", {})["model"] = model
                 options.setdefault("reflection", {})["model"] = model
                 self._memory = Memory(self.config.store, observational_memory=options)
-                self._memory.subscribe(self._threads.on_event)
             return self._memory
 
     @property
@@ -244,12 +243,11 @@ class Proxy:
 
     async def _take_back(self, memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
         """Take back the thread's ``count`` newest shown messages (adding their ids to
-        ``taken``); the thread's next request reads what is shown again."""
+        ``taken``)."""
         for _ in range(count):
             gone = await memory.retract_last(ref)
             if gone is not None:
                 taken.add(gone.id)
-        self._threads.stale(ref.thread)
 
     # -- HTTP ----------------------------------------------------------------------------------
 

@@ -2,12 +2,13 @@
 (:class:`Seen`, :class:`Threads`), and one request's memory work from the memory step to the
 stored answer (:class:`Step`).
 
-A plain request costs two store calls, the memory step and the answer: the client's history is
-lined up with what this process knows of the thread, unread, while nothing but its own writes
-changed the thread since it last read it. What it stores tells it when another writer came
-between (the seqs it gets do not follow on), and memory's events when a cycle may have changed
-the thread's failure state; a take-back changes what is shown. Each makes the thread's next
-request read it again first.
+Each request reads the thread first (its metadata, and the messages stored since this process
+last looked), so what another process did to it (an append, a take-back, an edit, an erase, a
+failure state) is lined up with: a plain request costs three store calls, the thread, the memory
+step and the answer. What the process stores tells it when another writer came between that
+read and its own step (the seqs it gets do not follow on); the request then lines up once more.
+A copy trusted unread would save the first call, but only a load that checks the copy in its
+own transaction could make that safe across processes (ARCHITECTURE, known problems).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from .. import events
 from ..failures import failures_in
 from ..integrations.door import Door
 from ..memory import Memory, ThreadRef
@@ -36,13 +36,6 @@ __all__ = ["MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
 
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
-_CYCLE_ENDS = (
-    events.ObservationEndEvent,
-    events.ObservationFailedEvent,
-    events.BufferingEndEvent,
-    events.BufferingFailedEvent,
-)
-"""The events after which a thread's stored failure state may have changed."""
 
 
 @dataclass(slots=True)
@@ -59,8 +52,6 @@ class Seen:
     """Every message up to this seq is taken back (``META_RETRACTED_THROUGH``)."""
     status: str = "on"
     """The ``X-Obsmem-Memory`` value its failure state gives."""
-    fresh: bool = True
-    """Nothing but this process's own writes changed the thread since it was read."""
     erased: bool = False
     """The thread id was erased (it has a tombstone, ``Memory.erased_at``): its client may
     still hold the erased conversation and resend it, and none of that is stored again."""
@@ -76,21 +67,24 @@ class Seen:
         failing = failures_in(meta)
         state = next(iter(failing.values()), None)
         self.status = one_line(f"failing; {state.role}: {state.error}") if state else "on"
-        self.fresh = True
+
+    def made_by_us(self, thread: Thread) -> bool:
+        """The thread did not exist when this process last read it, and holds just what this
+        process stored since: the thread its own step made."""
+        return not self.incarnation and thread.message_count == self.count
 
     def shown(self) -> list[StoredEntry]:
         """The stored messages that are still shown."""
         return [e for e in self.entries if e.seq > self.through and not self.retracted.get(e.id)]
 
     def follow(self, stored: Sequence[StoredEntry]) -> bool:
-        """What this process just stored: added when it follows on. False (and stale) on a gap,
-        or another message at a seq it knows: another writer came between."""
+        """What this process just stored: added when it follows on. False on a gap, or another
+        message at a seq it knows: another writer came between."""
         for entry in stored:
             if entry.seq == self.count + 1:
                 self.entries.append(entry)
                 self.count = entry.seq
             elif entry.seq > self.count or entry not in reversed(self.entries):
-                self.fresh = False
                 return False
         return True
 
@@ -117,26 +111,27 @@ class Threads:
                 self._locks.pop(thread_id, None)
 
     async def known(self, memory: Memory, ref: ThreadRef) -> Seen:
-        """What this process knows of the thread, read first unless it is fresh: its
-        metadata, and the messages it has not seen (all of them when the thread was cleared
-        or deleted and made again). A thread it knew nothing of: whether its id was erased
-        too (one read more, on the first request of a thread only)."""
+        """What this process knows of the thread, read again: its metadata, and the messages
+        it has not seen (all of them when the thread was cleared or deleted and made again). A
+        thread it knew nothing of (or made again): whether its id was erased too (one read
+        more, on such a request only)."""
         thread_id = ref.thread
         seen = self._seen.pop(thread_id, None)
-        if seen is None or not seen.fresh:
-            thread = await memory.thread(thread_id)
-            if seen is None or thread is None or seen.incarnation != thread.incarnation:
-                erased = await memory.erased_at(ref) is not None
-                seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
-            elif thread.message_count < seen.count:  # cleared and started again
-                seen = Seen(incarnation=thread.incarnation, erased=seen.erased)
-            if thread is not None:
-                if thread.message_count > seen.count:
-                    fresh = await memory.messages(thread_id, after_seq=seen.count)
-                    heavy = len(fresh) > 1_000
-                    seen.entries.extend(await off_loop(stored_entries, fresh, heavy=heavy))
-                    seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
-                seen.read(thread)
+        thread = await memory.thread(thread_id)
+        if seen is not None and thread is not None and seen.made_by_us(thread):
+            seen.incarnation = thread.incarnation
+        if seen is None or thread is None or seen.incarnation != thread.incarnation:
+            erased = await memory.erased_at(ref) is not None
+            seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
+        elif thread.message_count < seen.count:  # cleared and started again
+            seen = Seen(incarnation=thread.incarnation, erased=seen.erased)
+        if thread is not None:
+            if thread.message_count > seen.count:
+                fresh = await memory.messages(thread_id, after_seq=seen.count)
+                heavy = len(fresh) > 1_000
+                seen.entries.extend(await off_loop(stored_entries, fresh, heavy=heavy))
+                seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
+            seen.read(thread)
         self._seen[thread_id] = seen
         while len(self._seen) > MAX_CACHED_THREADS:
             self._seen.popitem(last=False)
@@ -150,18 +145,6 @@ class Threads:
         entries = await off_loop(stored_entries, stored)
         seen = self._seen.get(thread_id)
         return seen is None or seen.follow(entries)
-
-    def stale(self, *thread_ids: str) -> None:
-        """The threads changed other than by this process's appends: read them again."""
-        for thread_id in thread_ids:
-            seen = self._seen.get(thread_id)
-            if seen is not None:
-                seen.fresh = False
-
-    def on_event(self, event: object) -> None:
-        """Memory's listener: a cycle that ended may have changed its threads' failure state."""
-        if isinstance(event, _CYCLE_ENDS):
-            self.stale(event.thread_id, *event.thread_ids)
 
 
 @dataclass(slots=True)
