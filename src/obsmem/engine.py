@@ -52,7 +52,7 @@ from .models.environment import AutoModel
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .outcomes import Outcomes
 from .queue.jobs import QueueSide
-from .recall import RecallBoundary, recall, search_groups, searchable
+from .recall import DEFAULT_BUDGET, RecallBoundary, recall, search_groups, searchable
 from .records import OMRecord, record_key
 from .snapshot import Snapshot, Subject
 from .stores import CoreStore, LoadRequest, ThreadPatch
@@ -227,7 +227,7 @@ class ObservationalMemory:
             if self._deps.embedder is not None
             else None
         )
-        return await recall(self.store, boundary, search=search, **request)
+        return await recall(self.store, boundary, search, DEFAULT_BUDGET, **request)
 
     # -- the turn --------------------------------------------------------------------------------
 

@@ -33,7 +33,7 @@ from .messages import Message, utcnow
 from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMORY
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
-from .recall import RECALL_DESCRIPTION, with_recall_parameters
+from .recall import RECALL_DESCRIPTION, RECALL_NAMES, with_recall_parameters
 from .records import CycleRecord, ModelExchange, OMRecord, record_key
 from .snapshot import Subject
 from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
@@ -356,8 +356,11 @@ class Memory(Transfers, ThreadAccess):
         om = self.require_retrieval()
         bound = ThreadRef.of(ref)
 
-        async def recall(**request: Any) -> str:
-            return await om.recall(bound.thread, bound.resource, **request)
+        async def recall(*args: Any, **request: Any) -> str:
+            if len(args) > len(RECALL_NAMES):
+                return f"recall was not run: give at most {len(RECALL_NAMES)} arguments"
+            given = dict(zip(RECALL_NAMES, args, strict=False))
+            return await om.recall(bound.thread, bound.resource, **{**given, **request})
 
         recall.__doc__ = RECALL_DESCRIPTION
         return with_recall_parameters(recall)

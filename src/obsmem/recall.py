@@ -30,6 +30,7 @@ from .tokens import HeuristicEstimator
 __all__ = [
     "RECALL_DESCRIPTION",
     "RECALL_GUIDANCE",
+    "RECALL_NAMES",
     "RecallBoundary",
     "RecallRequest",
     "SearchHit",
@@ -108,6 +109,10 @@ class RecallRequest(BaseModel):
     after: str | None = Field(
         None, description="search notes dated after (ISO date)", max_length=64
     )
+
+
+RECALL_NAMES: tuple[str, ...] = tuple(RecallRequest.model_fields)
+"""The ``recall`` tool's parameters in order (a plain function's positional arguments)."""
 
 
 def recall_parameters() -> list[inspect.Parameter]:
@@ -254,16 +259,17 @@ def search_groups(store: SearchableStore, embedder: Embedder, boundary: RecallBo
 async def recall(
     store: CoreStore,
     boundary: RecallBoundary,
-    *,
     search: SearchFn | None = None,
     budget: int = DEFAULT_BUDGET,
+    /,
     **request: Any,
 ) -> str:
     """Run one recall request (``request``: the tool's parameters, :class:`RecallRequest`'s
     fields) and render the answer for the model, never more than ``budget`` tokens whatever is
     asked (long parts are paged by ``part_index`` and ``char_offset``). Arguments of the wrong
     type or out of range come back as a message saying what to send: whatever a model passes,
-    recall answers and never raises."""
+    recall answers and never raises. ``search`` and ``budget`` are positional only, so a model's
+    argument of either name is one more unknown parameter, never the caller's."""
     checked = check_request(request)
     if isinstance(checked, str):
         return _within(checked, budget)

@@ -7,9 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from obsmem import Memory
 from obsmem.messages import Message, TextPart, ToolCallPart, ToolResultPart
 from obsmem.recall import RecallBoundary, recall
-from obsmem.stores import Store
+from obsmem.stores import InMemoryStore, Store
+from obsmem.testing import scripted_observer, scripted_reflector
 
 T0 = datetime(2025, 12, 1, 9, 0, tzinfo=UTC)
 SECRET = "the launch code is 0000"
@@ -182,7 +184,7 @@ async def test_every_mode_and_detail_stays_within_the_budget(store: Store) -> No
     ]
     for budget in (2_000, 500):
         for request in requests:
-            answer = await recall(store, boundary, budget=budget, **request)  # type: ignore[arg-type]
+            answer = await recall(store, boundary, None, budget, **request)
             assert estimator.count_text(answer) <= budget, (budget, request)
     # Following the hints reads a whole huge part, one budget at a time.
     text = await recall(store, boundary, cursor="snap", page=1, detail="high")
@@ -205,3 +207,27 @@ async def test_an_unknown_parameter_is_answered_with_what_to_send(store: Store) 
     answer = await recall(store, ALICE, mode="messages", pages=2)
     assert answer.startswith("recall was not run: pages:"), answer
     assert "Send a JSON object" in answer
+
+
+async def test_the_recall_function_takes_the_tools_arguments_only() -> None:
+    """A model's ``budget`` or ``search`` is one more unknown parameter, never recall's own
+    setting (before, ``budget=5`` cut every answer and ``search="x"`` raised); positional
+    arguments are the tool's parameters in order, as the plain function's always were."""
+    memory = Memory(
+        InMemoryStore(),
+        observational_memory={
+            "observation": {"model": scripted_observer()},
+            "reflection": {"model": scripted_reflector()},
+            "retrieval": True,
+        },
+    )
+    function = memory.recall_function({"resource": "r", "thread": "t"})
+    for sent in ({"budget": 5}, {"search": "x"}, {"mode": "threads", "budget": 7}):
+        answer = await function(**sent)
+        assert answer.startswith("recall was not run"), (sent, answer)
+        assert "budget" in answer or "search" in answer
+    # None stands for "not given", as for every parameter: the answer is the usual one.
+    assert await function(mode="threads", budget=None) == "No conversations stored yet."
+    assert await function("threads") == await function(mode="threads")
+    assert (await function(*["threads"] * 12)).startswith("recall was not run")
+    await memory.aclose()
