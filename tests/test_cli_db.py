@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from obsmem.cli.common import CannotStart, db_label, is_postgres_dsn, open_store
+from obsmem.cli.common import CannotStart, db_label, is_postgres_dsn, listen, open_store
 from obsmem.errors import StoreError
 from obsmem.stores import PostgresStore, SQLiteStore
 from obsmem.stores.schema import SCHEMA_VERSION
@@ -338,3 +338,16 @@ def test_the_servers_refuse_a_port_they_cannot_listen_on(
     assert busy.returncode == 2, busy.stdout + busy.stderr
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in _one_line(busy)
     assert "Traceback" not in busy.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "shown"), [("", "0.0.0.0"), ("127.0.0.1", "127.0.0.1"), ("::1", "[::1]")]
+)
+def test_a_server_says_where_clients_reach_it(host: str, shown: str) -> None:
+    """``--host ""`` (every address) is said as the bound address, never ``http://:PORT``."""
+    try:
+        sock, url = listen(host, 0)
+    except CannotStart as exc:  # no IPv6 on this machine
+        pytest.skip(str(exc))
+    with sock:
+        assert url == f"http://{shown}:{sock.getsockname()[1]}"

@@ -74,12 +74,12 @@ def memory_options(args: argparse.Namespace, model: str | None) -> dict[str, Any
 
 
 def listen(host: str, port: int, *, backlog: int = 2048) -> tuple[socket.socket, str]:
-    """A TCP socket listening on ``host:port`` for a server command, and where clients reach
-    it, ``http://HOST:PORT`` (``host`` as given, an IPv6 address in brackets, and the port the
-    socket has: ``0`` picks a free one); or CannotStart naming the fix: a port out of range, an
-    address in use or not this machine's. ``IPPROTO_TCP`` is named so asyncio sets
-    ``TCP_NODELAY`` on its connections (without it each response waits ~40 ms on the client's
-    delayed ACK)."""
+    """A TCP socket listening on ``host:port`` for a server command, and where clients reach it,
+    ``http://HOST:PORT`` (``host`` as given, the bound address for ``""``, an IPv6 address
+    in brackets, and the port the socket has: ``0`` picks a free one); or CannotStart naming
+    the fix: a port out of range, an address in use or not this machine's. ``IPPROTO_TCP``
+    is named so asyncio sets ``TCP_NODELAY`` on its connections (without it each response
+    waits ~40 ms on the client's delayed ACK)."""
     if not 0 <= port <= 65_535:
         raise CannotStart(f"--port {port}: give a port from 1 to 65535 (0 picks a free one)")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -94,8 +94,8 @@ def listen(host: str, port: int, *, backlog: int = 2048) -> tuple[socket.socket,
             f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --port (0 "
             "picks a free one) or --host"
         ) from exc
-    port = sock.getsockname()[1]
-    return sock, f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    shown, port = host or sock.getsockname()[0], sock.getsockname()[1]  # "" is every address
+    return sock, f"http://[{shown}]:{port}" if ":" in shown else f"http://{shown}:{port}"
 
 
 def pick_model(args: argparse.Namespace, option: str = "model") -> str | None:
