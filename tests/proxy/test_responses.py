@@ -177,16 +177,26 @@ async def test_a_conversation_the_upstream_keeps_passes_through(
         assert proxy.proxy.memory_if_made is None
 
 
-async def test_an_item_memory_cannot_read_passes_through_and_says_so() -> None:
+@pytest.mark.parametrize(
+    ("item", "why"),
+    [
+        ({"type": "item_reference", "id": "msg_1"}, "an input item of type 'item_reference'"),
+        (
+            {"role": "user", "content": None},
+            "a message content that is neither a string nor a list of parts",
+        ),
+    ],
+)
+async def test_an_item_memory_cannot_read_passes_through_and_says_so(
+    item: dict[str, Any], why: str
+) -> None:
     async with strict_server() as upstream, running_proxy(upstream.base_url) as proxy:
-        body = {"model": "local", "input": [{"type": "item_reference", "id": "msg_1"}]}
+        body = {"model": "local", "input": [item]}
         async with httpx.AsyncClient() as http:
             reply = await http.post(
                 f"{proxy.base_url}/responses", json=body, headers={**THREAD, **AUTH}
             )
-        assert reply.headers["x-obsmem-memory"] == (
-            "off; memory cannot read an input item of type 'item_reference'"
-        )
+        assert reply.headers["x-obsmem-memory"] == f"off; memory cannot read {why}"
         assert upstream.requests == [body]
 
 

@@ -72,6 +72,8 @@ def _chat_content(parts: object) -> str | list[_JSON]:
     text = _text_of(parts)
     if text is not None:
         return text
+    if not isinstance(parts, list):
+        raise Unsupported("a message content that is neither a string nor a list of parts")
     out: list[_JSON] = []
     for part in cast(list[Any], parts):
         p = cast(Mapping[str, Any], part) if isinstance(part, Mapping) else {}
