@@ -1,15 +1,10 @@
 """Door: the step protocol every front door follows, for one (memory, conversation).
 
-The protocol is written here once, as phases (the guide is ``docs/writing-a-door.md``):
-**begin** (:meth:`Door.step`: store what is new, hold the calls that wait, return what the model
-sees), **send** (the framework's own model call), **finish** (:meth:`Door.reply`: store the
-answer and its tool traffic) and **on overflow** (:meth:`Door.retry_after`: compact once, warn,
-and say whether to send again). :meth:`Door.exchange` (and :meth:`Door.exchange_sync`) composes
-begin, send and the overflow retry for the doors that make the call; the doors that never see
-the send use the phases they see. Beside the protocol: the one event filter
-(:func:`concerns`), the ``recall`` tool's answer, and the way from sync framework code to
-memory's own loop. Each framework file keeps only what is its own: hook signatures, framework
-state, channels.
+The protocol is written here once, as phases (``docs/writing-a-door.md`` is the guide): begin
+(:meth:`Door.step`), send (the framework's own model call), finish (:meth:`Door.reply`) and on
+overflow (:meth:`Door.retry_after`). :meth:`Door.exchange` composes them for the doors that make
+the call; the doors that never see the send use the phases they see. Each framework file keeps
+only what is its own: hook signatures, framework state, channels.
 """
 
 from __future__ import annotations
@@ -91,11 +86,7 @@ class Door:
         if waiting:
             await self.memory.hold_calls(self.ref, waiting)
         context = await self.memory.context(
-            self.ref,
-            new,
-            actor_model=self.actor_model,
-            recall=self.recall,
-            step_from=step_from,
+            self.ref, new, actor_model=self.actor_model, recall=self.recall, step_from=step_from
         )
         self.stored += context.stored_input
         self.step_from = step_start(context.stored_input, step_from) or self.step_from

@@ -1,24 +1,16 @@
 """Observational memory for ``langchain.agents.create_agent``, as middleware (the guide is
-``docs/langgraph.md``).
-
-``create_agent(model, tools, middleware=[ObservationalMemoryMiddleware(memory)],
-checkpointer=...)``; then ``agent.invoke(...)`` or ``await agent.ainvoke(...)`` (streaming too)
-with ``config={"configurable": {"thread_id": ..., "resource_id": ...}}``. Before every model
-call it stores what is new and sends the agent's system prompt and memory's observations as one
-system message, then the raw messages (a request refused as too long is compacted once and sent
-again); after every model call it stores the model's message at once. The conversation is read
-per call as :class:`~obsmem.integrations.langgraph.LangGraphMemory` reads it; the thread's memory
-events go to LangGraph's custom stream. With retrieval on the middleware gives the agent the
-``recall`` tool, and the context mentions recall only when a model call offers it. The actor is
-``request.model`` (its provider's image rules and prompt-cache breakpoint; add
-``AnthropicPromptCachingMiddleware`` after this one for a breakpoint on the newest message too).
+``docs/langgraph.md``): before every model call it stores what is new and sends the agent's
+system prompt and memory's observations as one system message, then the raw messages; after
+every model call it stores the model's message at once. The conversation is read per call as
+:class:`~obsmem.integrations.langgraph.LangGraphMemory` reads it.
 
 Order in ``middleware=[...]``: middleware that edits a request's messages (reminders, context
 editing) belongs after this one, so nothing it adds is stored; middleware that chooses a
 request's tools (``LLMToolSelectorMiddleware``) belongs before it, so the context mentions
 ``recall`` only when the tool is still offered. Listed before ``HumanInTheLoopMiddleware``, it
 stores the model message of an approval at the resume instead (memory never observes waiting
-calls as interrupted, and each result is stored with its call, once).
+calls as interrupted, and each result is stored with its call, once). Add
+``AnthropicPromptCachingMiddleware`` after it for a breakpoint on the newest message too.
 """
 
 from __future__ import annotations
@@ -110,9 +102,7 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     # -- before and around the model -------------------------------------------------------------
 
     def wrap_model_call(
-        self,
-        request: ModelRequest[Any],
-        handler: Callable[[ModelRequest[Any]], ModelResponse[Any]],
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> _Result:
         """Store what is new, send memory's context for this step, call the model. When the
         model refuses the request as longer than its context, compact the thread once and call

@@ -1,19 +1,8 @@
-"""Observational memory for a plain ``pydantic_ai.Agent``: two front doors, both built from a
-:class:`~obsmem.Memory` and the thread/resource ids.
-
-* :class:`ObservationalMemoryCapability` for ``Agent(..., capabilities=[...])`` (recommended).
-  Before **every** model request of a run it stores what is new (the run's prompt once, then each
-  step's tool traffic) and sends the model what memory assembled for that step, so memory works
-  between the steps of a tool loop; after the run it stores the final answer. Only the request
-  changes: the agent's message history stays as pydantic-ai keeps it. Pass the new prompt only
-  (the thread is the history). With retrieval on it gives the agent the ``recall`` tool
-  (``recall=False``: it does not), and the thread's memory events reach the run's event stream
-  as :class:`MemoryEvent` s.
-* :func:`history_processor` for ``ProcessHistory(...)`` (pydantic-ai 2.x removed
-  ``history_processors=``). It too stores each step and assembles memory before every request,
-  but a history processor never sees the run's final answer: it is stored when the processor
-  next sees it, so pass ``message_history=result.all_messages()`` to the next run. It offers no
-  tool: give the agent ``memory.recall_tool(...)`` yourself and pass ``recall=True``.
+"""Observational memory for a plain ``pydantic_ai.Agent`` (the README's pydantic-ai section shows
+both): :class:`ObservationalMemoryCapability` (recommended), which stores and assembles memory
+before every model request of a run and stores the final answer after it, and
+:func:`history_processor` for ``ProcessHistory(...)``, which never sees the run's final answer:
+it is stored when the processor next sees it (pass ``message_history=result.all_messages()``).
 
 What is new is told by a mark in the pydantic-ai messages' ``metadata``: every message this module
 stored or sent is marked with its thread, and every unmarked message is new. System prompt parts
@@ -63,14 +52,11 @@ _Mark = Literal["stored", "context"]
 
 def _mark_of(message: pa.ModelMessage, thread: str) -> _Mark | None:
     meta = message.metadata
-    if not isinstance(meta, dict):
+    mark: Any = meta.get(MARK_KEY) if isinstance(meta, dict) else None
+    if not isinstance(mark, dict) or mark.get("thread") != thread:
         return None
-    mark: Any = meta.get(MARK_KEY)
-    if isinstance(mark, dict) and mark.get("thread") == thread:
-        kind = mark.get("kind")
-        if kind in ("stored", "context"):
-            return kind
-    return None
+    kind = mark.get("kind")
+    return kind if kind in ("stored", "context") else None
 
 
 def _mark(messages: Sequence[pa.ModelMessage], thread: str, kind: _Mark) -> None:
@@ -154,17 +140,13 @@ class _Thread(Door):
 
     def collect_system_prompts(self, messages: Sequence[pa.ModelMessage]) -> None:
         """Remember the agent's system prompt parts (all but those this module sent)."""
+        prompts, thread = self.system_prompts, self.ref.thread
         for message in messages:
-            if not isinstance(message, pa.ModelRequest):
-                continue
-            if _mark_of(message, self.ref.thread) == "context":
+            if not isinstance(message, pa.ModelRequest) or _mark_of(message, thread) == "context":
                 continue
             for part in message.parts:
-                if (
-                    isinstance(part, pa.SystemPromptPart)
-                    and part.content not in self.system_prompts
-                ):
-                    self.system_prompts.append(part.content)
+                if isinstance(part, pa.SystemPromptPart) and part.content not in prompts:
+                    prompts.append(part.content)
 
     def new(
         self, messages: Sequence[pa.ModelMessage]

@@ -153,13 +153,11 @@ def _options(args: argparse.Namespace) -> dict[str, Any]:
     from ..cli.common import memory_options, served_in_place_of_auto
 
     options = memory_options(args, args.model or served_in_place_of_auto("obsmem mcp") or "auto")
-    options["scope"] = args.scope
     # Serving one conversation: recall stays in it too.
     retrieval: dict[str, Any] = {"scope": "thread" if args.thread is not None else "resource"}
     if args.search:
         retrieval.update(vector=True, embedder=args.search)
-    options["retrieval"] = retrieval
-    options["failure_policy"] = "warn"
+    options.update(scope=args.scope, retrieval=retrieval, failure_policy="warn")
     if args.working_memory == "observer":
         options["observation"]["manageWorkingMemory"] = True
     return options

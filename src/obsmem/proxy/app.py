@@ -2,22 +2,12 @@
 
 A chat request (``POST /v1/chat/completions`` or ``/v1/responses``) first meets the door
 (:mod:`.admission`); one with a thread id (:mod:`.identity`) and an accepted key takes the door
-protocol's phases (``docs/inspector-and-proxy.md`` walks through them): **begin** lines the
-client's messages up with the thread (:mod:`.history`; an edit takes back what it replaced; of
-an erased thread id, the erased conversation the client resends is not stored again) and
-runs one memory step with what is new; **send** forwards the request with memory's context in
-place of the client's messages, every other field as sent; on a refusal as longer than the
-model's context, memory compacts once and it is sent again; **finish** stores the answer (a
-stream passes through as it arrives, :mod:`.streaming` reading it on the side).
+protocol's phases, which ``docs/inspector-and-proxy.md`` walks through: begin (:mod:`.history`
+lines the client's messages up with the thread), send, compact once on overflow, finish.
 
 Memory never fails a request: when a memory step fails the client's own request goes upstream
-unchanged, and the ``X-Obsmem-Memory`` response header says ``failing; <cause>`` (also logged as a
-WARNING on the ``obsmem`` logger), as it does for an Observer or Reflector that fails. ``on``
-when memory served the request, ``off; <why>`` when it did not. Upstream errors reach the client
-with the upstream's status and body; every other ``/v1/...`` request passes through. A request
-:mod:`.guard` refuses is answered with the status that says why, and nothing of it is stored or
-forwarded. Several processes can share one database: new messages get ids from their content
-and place (:func:`.history.message_id`), so two requests storing one message store it once.
+unchanged, and the ``X-Obsmem-Memory`` header says ``failing; <cause>`` (also a WARNING on the
+``obsmem`` logger); ``on`` when memory served the request, ``off; <why>`` when it did not.
 """
 
 from __future__ import annotations
@@ -251,13 +241,8 @@ class Proxy:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    async def chat(self, request: Request) -> Response:
-        return await self._serve(request, CHAT)
-
-    async def responses(self, request: Request) -> Response:
-        return await self._serve(request, RESPONSES)
-
-    async def _serve(self, request: Request, api: Api) -> Response:
+    async def serve(self, request: Request, api: Api) -> Response:
+        """A chat request of ``api`` (its route is ``functools.partial(proxy.serve, api=...)``)."""
         headers = {k.lower(): v for k, v in request.headers.items()}
         caller = self.admission.caller(headers)
         if isinstance(caller, Response):
@@ -434,8 +419,10 @@ def create_app(config: ProxyConfig) -> Starlette:
 
     app = Starlette(
         routes=[
-            Route("/v1/chat/completions", proxy.chat, methods=["POST"]),
-            Route("/v1/responses", proxy.responses, methods=["POST"]),
+            Route(
+                "/v1/chat/completions", functools.partial(proxy.serve, api=CHAT), methods=["POST"]
+            ),
+            Route("/v1/responses", functools.partial(proxy.serve, api=RESPONSES), methods=["POST"]),
             Route(
                 "/v1/{path:path}",
                 proxy.passthrough,

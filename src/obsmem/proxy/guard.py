@@ -1,14 +1,11 @@
 """What a request must pass before the proxy reads, stores or forwards any of it, and how the
 proxy answers one that does not (the README's "Who may reach it" and "Limits" list the answers).
 
-:class:`Guard`, in front of every route, checks the ``Host`` and ``Origin`` (:mod:`obsmem.hosts`:
-DNS rebinding and cross-site requests) and the body's size, from its ``Content-Length`` before
-any of it is read, or as soon as a body sent without one passes the limit. :func:`read_json`
-reads a chat or Responses request: a JSON object, nested at most ``--max-json-depth`` levels,
-tool-call arguments (JSON in a string) included. Both run before memory sees the request, so a
-refused request stores nothing and goes nowhere. Each refusal is a JSON error in OpenAI's shape
-and one WARNING line on the ``obsmem`` logger; anything else that goes wrong in a request is a
-500 and one ERROR line, never a traceback.
+:class:`Guard` (the ``Host``, the ``Origin``, the body's size before any of it is read) and
+:func:`read_json` (a JSON object, nested at most ``--max-json-depth`` levels, tool-call arguments
+included) run before memory sees the request, so a refused request stores nothing and goes
+nowhere. Each refusal is a JSON error in OpenAI's shape and one WARNING line on the ``obsmem``
+logger; anything else that goes wrong in a request is a 500 and one ERROR line, never a traceback.
 
 A large request (more than :data:`~obsmem.messages.MUCH_DATA` bytes) is parsed and checked on a
 worker thread, and :func:`off_loop` moves the proxy's other work on it there too, so megabytes

@@ -1,25 +1,11 @@
-"""Which of a client's messages are new for the thread.
+"""Which of a client's messages are new for the thread (``docs/inspector-and-proxy.md`` walks
+through the line-up, the take-back after an edit, erased thread ids and the messages' ids).
 
 An OpenAI-style client sends its whole conversation with every request; the thread stores each
 message once. Messages carry no ids on the wire, so they are compared by a **fingerprint** of
 what the model would see (role, text, tool calls with their arguments, the result's call id),
 lenient about what clients rewrite when they echo a reply (``content: null`` or ``""``, a list of
 text items or one string, spacing of the arguments' JSON, a dropped ``reasoning_content``).
-
-The client's messages (after its leading system messages, its instructions, never stored) are
-lined up against the thread's shown messages (:func:`align`): a run that goes on from the
-thread's end is known and the rest is new; a run that stops earlier means the client rewrote
-history, and the thread follows the client (the stored messages after that point are **taken
-back**, ``Memory.retract_last``); nothing matching means every message is new. So every message
-the client shows is stored exactly once, and the context never holds two versions of one turn.
-
-A thread id that was erased (``Memory.delete_thread`` left its tombstone) is lined up after the
-erased conversation its client still holds and resends (:func:`erased_prefix`): those messages
-are not stored again, and memory goes on from the client's new turn.
-
-New messages get ids from the thread, the stored message they follow and their fingerprint
-(:func:`message_id`), so two requests that carry one new message (a retry, two proxy processes)
-give it the same id, and the store keeps it once.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """Whose conversation a request is: the thread, and the resource that owns it (the README's
 "Which conversation", "Whose memory" and "Who gets in" say what the application sends).
 
-* **Thread**: the application names it (:func:`thread_of`); the proxy never guesses one. The
-  ``user`` and ``safety_identifier`` fields name the end user and ``prompt_cache_key`` a cache,
-  so a thread named by them would merge every conversation of one user.
-* **Owner** (:class:`Owners`), from the client's API key: the resource a keys file names for it
-  (:class:`KeyMap`; the file may hold ``sha256:<hex>`` of a key rather than the key), else
-  ``key-`` and a hash of the key, so a client reaches only its own memory. A request without a
-  key belongs to the operator's ``--resource``, else gets a 401: key-less clients never share a
-  resource nobody named.
-* **Resource**: the owner, or, when the request names an end user, ``<owner>.user-<h>`` where
-  ``<h>`` is the first 32 hex digits of the SHA-256 of the end user's id. Injective: ``<h>`` has
-  a fixed length, so the owner is the rest of the id, and the hash tells end users apart
-  (operator-named resources may not end in that shape, nor hold a ``:``). The end user's id is
-  hashed because it is often an e-mail address, and thread ids reach logs and headers.
-
-The stored thread's id is ``<resource>:<thread>``, so one owner's or end user's thread ids never
-meet another's. The key itself is never stored or logged; only its hash is kept.
+The application names the thread (:func:`thread_of`); the proxy never guesses one: ``user``,
+``safety_identifier`` and ``prompt_cache_key`` name an end user or a cache, so a thread named by
+them would merge every conversation of one user. The owner (:class:`Owners`) comes from the API
+key, which is never stored or logged. An end user's resource is ``<owner>.user-<h>``, ``<h>`` the
+first 32 hex digits of the SHA-256 of the end user's id: injective, since ``<h>`` has a fixed
+length (operator-named resources may not end in that shape, nor hold a ``:``), and hashed
+because the id is often an e-mail address, and thread ids reach logs and headers. The stored
+thread's id is ``<resource>:<thread>``, so one owner's or end user's thread ids never meet
+another's.
 
 **Threads stored before end users had resources of their own.** The proxy once took the
 ``user`` field as the thread, storing ``<owner>:<user>`` (resource ``<owner>``). A request
@@ -33,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -83,27 +76,23 @@ def _text_field(value: Any) -> str | None:
     return (value.strip() or None) if isinstance(value, str) else None
 
 
+def _first_text(values: Mapping[str, Any], names: Sequence[str]) -> str | None:
+    return next((value for name in names if (value := _text_field(values.get(name)))), None)
+
+
 def thread_of(headers: Mapping[str, str], body: Mapping[str, Any]) -> str | None:
     """The thread id the request names: the ``X-Obsmem-Thread`` header, else its
     ``metadata``'s ``thread``, ``thread_id`` or ``obsmem_thread``; or None (memory is off)."""
     given = headers.get(THREAD_HEADER, "").strip()
-    if given:
-        return given
     metadata = body.get("metadata")
-    if isinstance(metadata, dict):
-        meta = cast(dict[str, Any], metadata)
-        for name in _METADATA_NAMES:
-            if value := _text_field(meta.get(name)):
-                return value
-    return None
+    if given or not isinstance(metadata, dict):
+        return given or None
+    return _first_text(cast(dict[str, Any], metadata), _METADATA_NAMES)
 
 
 def end_user_of(body: Mapping[str, Any]) -> str | None:
     """The end user the request names (its ``user``, else its ``safety_identifier``), or None."""
-    for name in END_USER_FIELDS:
-        if value := _text_field(body.get(name)):
-            return value
-    return None
+    return _first_text(body, END_USER_FIELDS)
 
 
 def user_resource(owner: str, end_user: str) -> str:

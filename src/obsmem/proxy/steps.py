@@ -2,13 +2,8 @@
 (:class:`Seen`, :class:`Threads`), and one request's memory work from the memory step to the
 stored answer (:class:`Step`).
 
-Each request reads the thread first (its metadata, and the messages stored since this process
-last looked), so what another process did to it (an append, a take-back, an edit, an erase, a
-failure state) is lined up with: a plain request costs three store calls, the thread, the memory
-step and the answer. What the process stores tells it when another writer came between that
-read and its own step (the seqs it gets do not follow on); the request then lines up once more.
-A copy trusted unread would save the first call, but only a load that checks the copy in its
-own transaction could make that safe across processes (ARCHITECTURE, known problems).
+Each request reads the thread first, so what another process did to it is lined up with (3
+store calls a plain turn); ``docs/inspector-and-proxy.md`` says why, and what 2 would need.
 """
 
 from __future__ import annotations

@@ -1,23 +1,8 @@
-"""Observational memory for LangGraph: hand-built graphs and ``create_react_agent``.
+"""Observational memory for LangGraph: hand-built graphs, ``create_react_agent`` and (through
+:mod:`obsmem.integrations.langchain`) ``create_agent``. The guide is ``docs/langgraph.md``.
 
-The guide is ``docs/langgraph.md``. :class:`LangGraphMemory` serves:
-
-* a hand-built ``StateGraph``: ``sent = lg.model_input(state["messages"], config)`` stores what is
-  new and returns what memory assembled; call the model with ``sent.messages``, and
-  ``lg.save([reply], config)`` stores the answer at once (async twins ``amodel_input``,
-  ``asave``); or ``graph.add_node("model", lg.model_node(llm))`` for the whole node;
-* ``langgraph.prebuilt.create_react_agent`` (deprecated upstream): ``create_react_agent(
-  lg.compacting(llm), tools, pre_model_hook=lg.pre_model_hook,
-  post_model_hook=lg.post_model_hook)``; ``pre_model_hook(memory)`` and
-  ``post_model_hook(memory)`` make the hooks alone;
-* ``langchain.agents.create_agent``, through the middleware of
-  :mod:`obsmem.integrations.langchain`.
-
-The conversation is ``thread_id`` and ``resource_id`` (or ``user_id``) of the run's runtime
-context, then of ``config["configurable"]``, read on every call, so one compiled graph serves
-every user. A message is new when the thread has not stored its LangChain id (the ids stored are
-remembered per thread, so a plain turn costs two store calls). The thread's memory events go to
-LangGraph's custom stream (``stream_mode="custom"``). A Memory used from sync code works on its
+A message is new when the thread has not stored its LangChain id (the ids stored are remembered
+per thread, so a plain turn costs two store calls). A Memory used from sync code works on its
 own loop thread: end with ``memory.close()`` there (``await memory.aclose()`` in async code).
 
 Every call takes its step through :class:`~obsmem.integrations.door.Door`. The package's parts:
@@ -41,14 +26,7 @@ if find_spec("langchain_core") is None:  # pragma: no cover - depends on the env
 
 from obsmem.convert.langchain import METADATA_KEY, from_langchain, to_langchain
 
-from .call_context import (
-    RESOURCE_KEYS,
-    BoundCall,
-    IdFrom,
-    StreamWriter,
-    run_sync,
-    runtime_context,
-)
+from .call_context import RESOURCE_KEYS, BoundCall, IdFrom, StreamWriter, run_sync, runtime_context
 from .hooks import ModelHook, hold_waiting_calls, post_model_hook, pre_model_hook, recall_tool
 from .memory import KNOWN_THREADS, LangGraphMemory
 from .model_input import ModelInput, joined_system

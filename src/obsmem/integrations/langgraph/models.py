@@ -82,10 +82,7 @@ def _provider(model: Any, params: Mapping[str, Any]) -> str | None:
 
 
 def _name(model: Any, params: Mapping[str, Any]) -> str | None:
-    for value in (
-        params.get("ls_model_name"),
-        *(_attribute(model, a) for a in _NAME_ATTRIBUTES),
-    ):
+    for value in (params.get("ls_model_name"), *(_attribute(model, a) for a in _NAME_ATTRIBUTES)):
         if isinstance(value, str) and value:
             return value.removeprefix("models/")
     return None

@@ -1,23 +1,12 @@
-"""Observational memory as an OpenAI Agents SDK ``Session``.
+"""Observational memory as an OpenAI Agents SDK ``Session`` (the README's Agents SDK section is
+the guide): :class:`ObservationalSession` implements the SDK's ``Session`` protocol on a Memory
+thread, or wraps an existing session as the full history.
 
-``ObservationalSession(memory, session_id=thread, resource=...)`` implements the SDK's ``Session``
-protocol on a Memory thread: ``get_items()`` is the turn's context (memory's notes as ``system``
-items, then the raw items), ``add_items`` stores the turn (each message keeps the SDK item it
-came from), ``pop_item`` takes back the newest item and ``clear_session`` starts over as
-``on_clear`` says. ``ObservationalSession.wrap(inner, memory, resource=...)`` keeps an existing
-session (SQLite, Redis, ...) as the full history.
-
-``RunConfig(call_model_input_filter=session.call_model_input_filter)`` gives memory at every
-model call of a run, so memory works between the steps of a tool loop; without it memory is
-assembled once per run, and the session says so once with a WARNING on the ``obsmem`` logger
-(the SDK gives a session no say in a step's input, so the filter cannot be put in for you).
-``session.compacting(model)`` wraps the agent's ``Model``: a step refused as too long is
-compacted once and sent again. ``SessionSettings(limit=n)``, on the session or in a
-``RunConfig``, is honoured on top of memory (the Runner never sees the limit, which would make
-it read the raw tail). Memory's cycles are spans of the SDK trace they run in;
-``session.stream_events(result)`` merges the thread's memory events into a streamed run's.
-Sync code: ``with ObservationalSession(...) as session:`` runs memory's work on its own loop
-thread. With retrieval on, ``session.tools()`` is the ``recall`` tool to give the agent.
+Pass ``RunConfig(call_model_input_filter=session.call_model_input_filter)``: the SDK gives a
+session no say in a step's input, so the filter cannot be put in for you, and without it memory
+is assembled once per run (the session says so once with a WARNING on the ``obsmem`` logger).
+``SessionSettings(limit=n)`` is honoured on top of memory: the Runner never sees the limit, which
+would make it read the raw tail.
 
 The package needs nothing from the SDK to be imported (``pip install "obsmem[openai-agents]"``).
 Its parts: :mod:`.session` (the ``Session`` the Runner is given), :mod:`.history` (approvals,

@@ -167,10 +167,7 @@ def next_thread(metadata: Mapping[str, Any]) -> tuple[str | None, int]:
         return None, 0
     state = cast(_Item, state)
     thread, clears = state.get("thread"), state.get("clears")
-    return (
-        thread if isinstance(thread, str) else None,
-        clears if isinstance(clears, int) else 0,
-    )
+    return (thread if isinstance(thread, str) else None, clears if isinstance(clears, int) else 0)
 
 
 def after_tools(items: Sequence[Any], after_tool: bool) -> tuple[bool, bool]:
