@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -639,3 +642,21 @@ async def test_with_the_tool_the_context_mentions_recall() -> None:
     assert all(sorted(names) == ["lookup", "recall"] for names in model.offered)
     assert "recall" in sent_of(model.inputs[-1]).system_text.lower()
     await memory.aclose()
+
+
+def test_a_langchain_without_agent_middleware_names_the_fix(tmp_path: Path) -> None:
+    """langchain before 1.0 is installed often; importing the middleware then says how to get
+    one that has it, instead of a bare ModuleNotFoundError."""
+    fake = tmp_path / "langchain"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    done = subprocess.run(
+        [sys.executable, "-c", "import obsmem.integrations.langchain"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 1
+    assert "MissingExtraError" in done.stderr
+    assert 'pip install "obsmem[langgraph]"' in done.stderr

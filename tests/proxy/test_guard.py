@@ -462,3 +462,12 @@ async def test_a_small_request_is_served_while_a_large_one_is_counted(
         assert answered.headers["x-obsmem-memory"] == "on"
         await proxy.proxy.settle()
     assert not held.timed_out
+
+
+def test_log_and_json_text_keep_what_a_header_cannot_carry() -> None:
+    """A header carries Latin-1 only; a log line and a JSON error keep every character."""
+    from obsmem.proxy.upstream import one_line
+
+    text = "KeyError: '用户' not found —\n café"
+    assert one_line(text) == "KeyError: '??' not found ? café"
+    assert one_line(text, header=False) == "KeyError: '用户' not found — café"

@@ -28,14 +28,18 @@ from .langgraph.models import actor_model_of, with_cache_breakpoint
 
 if find_spec("langchain") is None:  # pragma: no cover - depends on the environment
     raise MissingExtraError("obsmem.integrations.langchain", "langgraph", package="langchain")
-
-from langchain.agents.middleware import (
-    AgentMiddleware,
-    AgentState,
-    ExtendedModelResponse,
-    ModelRequest,
-    ModelResponse,
-)
+try:  # langchain before 1.0 has no agent middleware
+    from langchain.agents.middleware import (
+        AgentMiddleware,
+        AgentState,
+        ExtendedModelResponse,
+        ModelRequest,
+        ModelResponse,
+    )
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    raise MissingExtraError(
+        "obsmem.integrations.langchain", "langgraph", package="langchain"
+    ) from exc
 from langchain_core.messages import AIMessage, AnyMessage
 from langchain_core.tools import BaseTool
 from langgraph.runtime import Runtime

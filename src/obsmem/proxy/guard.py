@@ -152,7 +152,7 @@ def _where(exc: BaseException) -> str:
     if frames:
         last = frames[-1]
         at = f" (at {last.filename.rsplit('/', 1)[-1]}:{last.lineno} in {last.name})"
-    text = one_line(str(exc))
+    text = one_line(str(exc), header=False)
     return f"{type(exc).__name__}{': ' + text if text else ''}{at}"
 
 
@@ -186,7 +186,9 @@ def _parsed(raw: bytes, limit: int) -> dict[str, Any]:
         raise _too_deep(limit, "in the request body") from None
     except ValueError as exc:
         raise Refused(
-            400, "invalid_json", f"the request body is not valid JSON: {one_line(str(exc), 200)}"
+            400,
+            "invalid_json",
+            f"the request body is not valid JSON: {one_line(str(exc), 200, header=False)}",
         ) from None
     if not isinstance(body, dict):
         raise Refused(

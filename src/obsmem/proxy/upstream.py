@@ -37,9 +37,12 @@ _OVERFLOW_STATUSES = (400, 413, 422, 500)
 """The statuses an upstream refuses a request longer than the model's context with."""
 
 
-def one_line(text: str, limit: int = 300) -> str:
+def one_line(text: str, limit: int = 300, *, header: bool = True) -> str:
+    """``text`` on one line of at most ``limit`` characters; for a ``header`` (HTTP carries
+    Latin-1 only) what Latin-1 cannot carry is shown as ``?``, in a log line or JSON it stays."""
     flat = " ".join(text.split())
-    flat = flat.encode("latin-1", "replace").decode("latin-1")
+    if header:
+        flat = flat.encode("latin-1", "replace").decode("latin-1")
     return flat if len(flat) <= limit else flat[: limit - 3] + "..."
 
 
