@@ -5,6 +5,8 @@ failure state since this one last looked; each request lines up with what is sto
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -113,12 +115,28 @@ async def test_two_processes_on_one_store_store_each_message_once(tmp_path: Path
 # -- another process changed the thread since this one last looked ------------------------------
 
 
-def _proxies(db: Path, **options: Any) -> tuple[Proxy, Proxy]:
-    """Two proxy processes' apps on one database file (their steps called directly)."""
-    return tuple(  # type: ignore[return-value]
-        Proxy(ProxyConfig(upstream="http://127.0.0.1:9/v1", store=SQLiteStore(db), **options))
-        for _ in range(2)
+@contextlib.asynccontextmanager
+async def _proxies(
+    db: Path, models: tuple[Any, Any] = (None, None), **options: Any
+) -> AsyncIterator[tuple[Proxy, Proxy]]:
+    """Two proxy processes' apps on one database file (their steps called directly), each
+    with its memory model."""
+    one, other = (
+        Proxy(
+            ProxyConfig(
+                upstream="http://127.0.0.1:9/v1",
+                store=SQLiteStore(db),
+                memory_model=model,
+                **options,
+            )
+        )
+        for model in models
     )
+    try:
+        yield one, other
+    finally:
+        await one.aclose()
+        await other.aclose()
 
 
 async def _turn(proxy: Proxy, history: list[dict[str, Any]], answer: str) -> Step:
@@ -140,8 +158,7 @@ REF = ThreadRef(resource="r", thread="t")
 async def test_an_edit_lands_once_whichever_process_stored_what_it_replaces(
     tmp_path: Path,
 ) -> None:
-    one, other = _proxies(tmp_path / "m.db")
-    try:
+    async with _proxies(tmp_path / "m.db") as (one, other):
         history = [{"role": "user", "content": "u1"}]
         await _turn(one, history, "a1")
         history.append({"role": "user", "content": "u2"})
@@ -157,16 +174,12 @@ async def test_an_edit_lands_once_whichever_process_stored_what_it_replaces(
         stored = texts(await memory.messages(REF.thread))
         assert stored.count("u2 edited") == 1
         assert stored.count("a2'") == 1
-    finally:
-        await one.aclose()
-        await other.aclose()
 
 
 async def test_a_retry_after_another_process_erased_the_thread_sends_the_new_turn(
     tmp_path: Path,
 ) -> None:
-    one, other = _proxies(tmp_path / "m.db")
-    try:
+    async with _proxies(tmp_path / "m.db") as (one, other):
         history = [{"role": "user", "content": "u1"}]
         await _turn(one, history, "a1")
         history.append({"role": "user", "content": "u2"})
@@ -176,9 +189,6 @@ async def test_a_retry_after_another_process_erased_the_thread_sends_the_new_tur
         await one.finish(step, {"role": "assistant", "content": "a2 again"})
         assert [m["content"] for m in sent if m["role"] != "system"] == ["u2"]
         assert await _shown(one) == ["u2", "a2 again"]
-    finally:
-        await one.aclose()
-        await other.aclose()
 
 
 def _failing(messages: Any, info: Any) -> Any:
@@ -186,27 +196,9 @@ def _failing(messages: Any, info: Any) -> Any:
 
 
 async def test_a_failure_another_process_stored_is_in_this_ones_header(tmp_path: Path) -> None:
-    options: dict[str, Any] = {
-        "options": {"observation": {"messageTokens": 60, "bufferTokens": False}}
-    }
-    db = tmp_path / "m.db"
-    one = Proxy(
-        ProxyConfig(
-            upstream="http://127.0.0.1:9/v1",
-            store=SQLiteStore(db),
-            memory_model=scripted_observer(),
-            **options,
-        )
-    )
-    other = Proxy(
-        ProxyConfig(
-            upstream="http://127.0.0.1:9/v1",
-            store=SQLiteStore(db),
-            memory_model=FunctionModel(_failing),
-            **options,
-        )
-    )
-    try:
+    options = {"observation": {"messageTokens": 60, "bufferTokens": False}}
+    models = (scripted_observer(), FunctionModel(_failing))
+    async with _proxies(tmp_path / "m.db", models, options=options) as (one, other):
         history = [{"role": "user", "content": "hello there"}]
         assert (await _turn(one, history, "hi")).status == "on"
         for i in range(3):
@@ -217,6 +209,3 @@ async def test_a_failure_another_process_stored_is_in_this_ones_header(tmp_path:
         status = (await _turn(one, history, "yes")).status
         assert status.startswith("failing; observer"), status
         assert "observer is down" in status
-    finally:
-        await one.aclose()
-        await other.aclose()
