@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import statistics
+import subprocess
 import sys
 import time
 from typing import Any
@@ -93,12 +94,17 @@ async def _throughput(admin: str, workers: int, args: argparse.Namespace) -> tup
         await _wait(lambda: queue_empty(dsn))
         return _committed(dsn), time.perf_counter() - started
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        _stop(procs)
+
+
+def _stop(procs: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the worker processes and wait for them."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
 async def _latency(admin: str, background: str, args: argparse.Namespace) -> list[float]:
@@ -114,12 +120,7 @@ async def _latency(admin: str, background: str, args: argparse.Namespace) -> lis
         return await _serve(om, args.threads, args.turns)
     finally:
         await om.aclose(cancel=True)
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait()
-            if proc.stdout is not None:
-                proc.stdout.close()
+        _stop(procs)
 
 
 async def main() -> None:

@@ -197,13 +197,18 @@ async def test_work_waiting_with_no_worker_is_a_warning(
     assert "no worker runs" in caplog.text
 
 
-async def test_inspect_shows_the_queue(postgres_dsn: str) -> None:
+async def _one_queued_turn(dsn: str) -> None:
+    """A serving process's turn on thread t1 that queues its log's job, no worker running."""
     conv = Conversation()
-    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
+    om = engine(PostgresStore(dsn), QUEUE_OPTIONS, clock=conv.clock)
     try:
         await om.prepare("t1", "u1", [conv.user(40)])
     finally:
         await om.aclose()
+
+
+async def test_inspect_shows_the_queue(postgres_dsn: str) -> None:
+    await _one_queued_turn(postgres_dsn)
     out = io.StringIO()
     assert await asyncio.to_thread(main, ["inspect", "--db", postgres_dsn], out=out) == 0
     text = out.getvalue()
@@ -216,12 +221,7 @@ async def test_inspect_shows_the_queue(postgres_dsn: str) -> None:
 
 
 async def test_the_ui_shows_the_log_s_queue(postgres_dsn: str) -> None:
-    conv = Conversation()
-    om = engine(PostgresStore(postgres_dsn), QUEUE_OPTIONS, clock=conv.clock)
-    try:
-        await om.prepare("t1", "u1", [conv.user(40)])
-    finally:
-        await om.aclose()
+    await _one_queued_turn(postgres_dsn)
 
     def page() -> str:
         app = create_app(open_store(postgres_dsn, read_only=True))
