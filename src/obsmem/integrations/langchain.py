@@ -16,7 +16,6 @@ calls as interrupted, and each result is stored with its call, once). Add
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.util import find_spec
 from typing import Any, cast
 
 from obsmem.errors import MissingExtraError
@@ -26,9 +25,7 @@ from obsmem.models import ModelSpec
 from .langgraph import BoundCall, IdFrom, LangGraphMemory, ModelInput, joined_system
 from .langgraph.models import actor_model_of, with_cache_breakpoint
 
-if find_spec("langchain") is None:  # pragma: no cover - depends on the environment
-    raise MissingExtraError("obsmem.integrations.langchain", "langgraph", package="langchain")
-try:  # langchain before 1.0 has no agent middleware
+try:  # missing, or before 1.0 (no agent middleware)
     from langchain.agents.middleware import (
         AgentMiddleware,
         AgentState,
