@@ -53,7 +53,7 @@ from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_option
 from .outcomes import Outcomes
 from .queue.jobs import QueueSide
 from .recall import DEFAULT_BUDGET, RecallBoundary, recall, search_groups, searchable
-from .records import OMRecord, record_key
+from .records import OMRecord, ThreadCopy, record_key
 from .snapshot import Snapshot, Subject
 from .stores import CoreStore, LoadRequest, ThreadPatch
 from .tokens import HeuristicEstimator, TokenEstimator
@@ -79,6 +79,8 @@ class PreparedContext:
     status: StatusEvent
     record: OMRecord
     stored_input: list[Message]
+    incarnation: str = ""
+    """The incarnation of the thread the input was stored in."""
 
 
 class ObservationalMemory:
@@ -241,13 +243,16 @@ class ObservationalMemory:
         recall: bool = False,
         step_from: int | None = None,
         keep_raw_from: int | None = None,
+        expect: ThreadCopy | None = None,
     ) -> PreparedContext:
         """Store ``new_messages``, do what memory work is due, and return the actor's context.
         ``recall``: the actor has the ``recall`` tool, so the context tells it how to use it.
         ``step_from``: the current step's first seq, when the thread's messages from it on were
         stored before (a front door that stores each step as it happens): like
         ``new_messages`` they stay raw this time, neither observed nor activated.
-        ``keep_raw_from`` is its former name, accepted for one release."""
+        ``keep_raw_from`` is its former name, accepted for one release. ``expect``: the
+        caller's copy of the thread; when the thread is not that, nothing is stored and a
+        ConflictError is raised (``LoadRequest.expect``)."""
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         self._settle_models(actor_model)
@@ -258,6 +263,7 @@ class ObservationalMemory:
                 subject=subject,
                 append=await self._turns.counted(new_messages, actor_model),
                 last_reply=self._idle_timed,
+                expect=expect,
             )
         )
         stored = list(loaded.stored)
@@ -285,6 +291,7 @@ class ObservationalMemory:
             status=status,
             record=snapshot.record,
             stored_input=stored,
+            incarnation=loaded.main.thread.incarnation,
         )
 
     async def record(

@@ -34,7 +34,7 @@ from .meta_keys import META_RETRACTED, META_RETRACTED_THROUGH, META_WORKING_MEMO
 from .models import ModelSpec
 from .options import ObservationalMemoryOptions, ResolvedOptions, resolve_options
 from .recall import RECALL_DESCRIPTION, RECALL_NAMES, with_recall_parameters
-from .records import CycleRecord, ModelExchange, OMRecord, record_key
+from .records import CycleRecord, ModelExchange, OMRecord, ThreadCopy, record_key
 from .snapshot import Subject
 from .stores import CoreStore, Erasure, LedgerStore, SQLiteStore
 from .stores.base import missing_methods, require
@@ -95,6 +95,9 @@ class MemoryContext:
     observed_through: int = 0
     """The thread's messages up to this seq are observed (the log holds them; 0: none). A front
     door that keeps its own copy of the conversation can drop those."""
+    incarnation: str = ""
+    """The incarnation of the thread the input was stored in: a door that keeps a copy of the
+    thread names it in the copy it passes as the next step's ``expect``."""
 
 
 class Memory(Transfers, ThreadAccess):
@@ -184,12 +187,15 @@ class Memory(Transfers, ThreadAccess):
         recall: bool = False,
         step_from: int | None = None,
         keep_raw_from: int | None = None,
+        expect: ThreadCopy | None = None,
     ) -> MemoryContext:
         """Store the new input and return what the model should see. ``recall``: the model
         has the ``recall`` tool (the context then says how to use it; otherwise it never
         mentions it). ``step_from``: the current step's first seq when it was stored already
         (it stays raw, as the new input does); ``keep_raw_from`` is its former name, accepted
-        for one release."""
+        for one release. ``expect``: the caller's copy of the thread (a door that skips reading
+        it before the step); when the thread is not that, nothing is stored and a
+        :class:`~obsmem.errors.ConflictError` is raised: read the thread again."""
         ref = ThreadRef.of(ref)
         if self.om is not None:
             prepared = await self.om.prepare(
@@ -199,15 +205,19 @@ class Memory(Transfers, ThreadAccess):
                 actor_model=actor_model,
                 recall=recall,
                 step_from=step_from or keep_raw_from,
+                expect=expect,
             )
             return MemoryContext(
                 messages=prepared.messages,
                 stored_input=prepared.stored_input,
                 observed_through=prepared.record.cursor.get(ref.thread, 0),
+                incarnation=prepared.incarnation,
             )
-        return await self._whole_thread(ref, new_messages)
+        return await self._whole_thread(ref, new_messages, expect)
 
-    async def _whole_thread(self, ref: ThreadRef, new_messages: Sequence[Message]) -> MemoryContext:
+    async def _whole_thread(
+        self, ref: ThreadRef, new_messages: Sequence[Message], expect: ThreadCopy | None
+    ) -> MemoryContext:
         """Without observational memory the whole thread is sent: the input stored and the
         thread (with its metadata) read in one store call."""
         wm = self.working_memory
@@ -216,6 +226,7 @@ class Memory(Transfers, ThreadAccess):
                 subject=_plain_subject(ref),
                 append=new_messages,
                 resource_metadata=wm is not None and wm.scope == "resource",
+                expect=expect,
             )
         )
         thread = snapshot.threads[0].thread
@@ -228,7 +239,9 @@ class Memory(Transfers, ThreadAccess):
             shown = working_memory_message(content, managed=False)
             at = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
             messages = [*messages[:at], shown, *messages[at:]]
-        return MemoryContext(messages=messages, stored_input=list(snapshot.stored))
+        return MemoryContext(
+            messages=messages, stored_input=list(snapshot.stored), incarnation=thread.incarnation
+        )
 
     async def hold_calls(
         self, ref: ThreadRef | Mapping[str, Any], call_ids: Collection[str], *, held: bool = True

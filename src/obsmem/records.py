@@ -45,6 +45,7 @@ __all__ = [
     "Origin",
     "Scope",
     "Thread",
+    "ThreadCopy",
     "record_key",
 ]
 
@@ -78,6 +79,27 @@ class Thread:
     incarnation: str = ""
     """New each time the thread id is created: work that read the thread before it was deleted
     names it, and writes nothing into a thread created again under the same id."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ThreadCopy:
+    """What a caller holds of a thread, as it last read or wrote it: the thread's incarnation,
+    its message count and the values of the metadata keys the caller acts on (None: absent). A
+    load that names one (``LoadRequest.expect``) stores nothing when the thread is found
+    otherwise, so the caller may skip reading the thread before a turn and still never act on
+    a stale copy."""
+
+    incarnation: str
+    message_count: int
+    metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
+
+    def matches(self, thread: Thread | None) -> bool:
+        return (
+            thread is not None
+            and thread.incarnation == self.incarnation
+            and thread.message_count == self.message_count
+            and all(thread.metadata.get(k) == v for k, v in self.metadata.items())
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

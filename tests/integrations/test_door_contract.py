@@ -130,11 +130,6 @@ DOOR_CASES = [
             "events": "an HTTP answer has no event stream: the x-obsmem-memory header is the "
             "proxy's report (failure reporting)",
         },
-        known_gaps={
-            "plain_turn": "the proxy reads the thread at every request (3 store calls), so what "
-            "another process appended, took back, erased or failed is lined up with; 2 needs a "
-            "load that checks the proxy's copy of the thread in its own transaction",
-        },
     ),
     DoorCase(
         "mcp",
@@ -202,7 +197,7 @@ def _texts(messages: list[Message]) -> list[str]:
 
 async def _count_plain_turns(case: DoorCase, store: Store) -> None:
     """A plain turn (nothing due) costs 2 store calls, begin and finish, at every door that
-    can (the proxy reads the thread first: a known gap)."""
+    can (the proxy too: its copy of the thread is checked by the begin's load)."""
     counting = CountingStore(store)
     async with case.open(counting, _options(), Actor()) as run:  # type: ignore[arg-type]
         for i in range(2):  # the first turn makes the thread

@@ -19,6 +19,7 @@ from obsmem.messages import Message
 from obsmem.models import ModelSpec
 from obsmem.models.overflow import ContextOverflow, context_overflow, fit_advice
 from obsmem.recall import parse_request
+from obsmem.records import ThreadCopy
 from obsmem.turn import step_start
 
 __all__ = ["Door", "concerns", "step_start"]
@@ -76,17 +77,24 @@ class Door:
         step_from: int | None = None,
         waiting: Collection[str] = (),
         actor_model: ModelSpec | None = None,
+        expect: ThreadCopy | None = None,
     ) -> MemoryContext:
         """Store ``new`` (a turn's input, or a step's tool traffic) and return what the model
         sees, in one memory step. ``step_from``: the current step's first seq when it was
         stored already (it stays raw, as the new messages do). ``waiting``: tool calls that
-        wait on purpose (an approval across turns); memory holds them."""
+        wait on purpose (an approval across turns); memory holds them. ``expect``: the door's
+        copy of the thread, checked by the step's load (``Memory.context``)."""
         if actor_model is not None:
             self.actor_model = actor_model
         if waiting:
             await self.memory.hold_calls(self.ref, waiting)
         context = await self.memory.context(
-            self.ref, new, actor_model=self.actor_model, recall=self.recall, step_from=step_from
+            self.ref,
+            new,
+            actor_model=self.actor_model,
+            recall=self.recall,
+            step_from=step_from,
+            expect=expect,
         )
         self.stored += context.stored_input
         self.step_from = step_start(context.stored_input, step_from) or self.step_from

@@ -30,6 +30,7 @@ from starlette.routing import Route
 
 from ..background import abandoned
 from ..convert.openai_chat import from_openai_chat, to_openai_chat
+from ..errors import ConflictError
 from ..integrations.door import Door
 from ..memory import Memory, MemoryContext, ThreadRef
 from ..models.capabilities import prompt_cache_mark
@@ -150,9 +151,11 @@ class Proxy:
         prints = await off_loop(lambda: [fingerprint(m) for m in conversation])
         line_up = (memory, ref, conversation, prints, model_name)
         async with self._threads.lock(ref.thread):
-            step, context, followed = await self._line_up(*line_up)
-            if not followed:  # another writer came between: once more, having read the thread
-                step, context, _ = await self._line_up(*line_up)
+            lined = await self._line_up(*line_up, trust=True)
+            if lined is None:  # the copy was stale, or another writer came between: read it
+                lined = await self._line_up(*line_up, trust=False)
+        assert lined is not None  # a line-up that reads the thread always runs its step
+        step, context = lined
         shown = context.messages
         if step.asked_again:  # the client asks again: what it leaves out is not shown to the model
             left_out = {e.id for e in step.asked_again}
@@ -169,11 +172,18 @@ class Proxy:
         conversation: list[dict[str, Any]],
         prints: list[str],
         model_name: str,
-    ) -> tuple[Step, MemoryContext, bool]:
+        *,
+        trust: bool,
+    ) -> tuple[Step, MemoryContext] | None:
         """Line the client's messages up with the thread, take back what an edit replaced, and
-        run the memory step with what is new (under the thread's lock); and whether what it
-        stored followed on from what this process knew."""
-        seen = await self._threads.known(memory, ref)
+        run the memory step with what is new (under the thread's lock). ``trust``: with this
+        process's copy of the thread, unread, when it has one (the step's load checks it); None
+        when that copy was stale, an edit needs the thread read, or what the step stored did
+        not follow on from what this process knew: line up again, reading the thread."""
+        seen = self._threads.unread(ref.thread) if trust else None
+        expect = seen.as_copy() if seen is not None else None
+        if seen is None:
+            seen = await self._threads.known(memory, ref)
         shown = seen.shown()
         status = seen.status
         if seen.erased and (skip := erased_prefix(conversation, prints, shown)):
@@ -186,6 +196,8 @@ class Proxy:
         tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
         again = bool(tail) and alignment.known == len(conversation)
         if tail and not again:  # an edit: the thread follows the client now
+            if expect is not None:
+                return None  # taken back from the thread as read, never from a copy
             await self._take_back(memory, ref, len(tail), taken)
         after = (
             alignment.after.id
@@ -196,10 +208,19 @@ class Proxy:
             new_messages, conversation, alignment.known, ref, prints, after, taken
         )
         door = Door(memory, ref, actor_model=self.actor(model_name))
-        context = await door.step(new, step_from=step_from(conversation, alignment))
-        followed = await self._threads.saw(ref.thread, context.stored_input)
-        step = Step(door, after, frozenset(taken), tail if again else (), status)
-        return step, context, followed
+        try:
+            context = await door.step(
+                new, step_from=step_from(conversation, alignment), expect=expect
+            )
+        except ConflictError as exc:
+            if expect is None:
+                raise
+            log.debug("obsmem proxy: %s", exc)  # another process changed the thread
+            return None
+        stored, incarnation = context.stored_input, context.incarnation
+        if not await self._threads.saw(ref.thread, stored, incarnation) and trust:
+            return None
+        return Step(door, after, frozenset(taken), tail if again else (), status), context
 
     @staticmethod
     def _not_stored_again(ref: ThreadRef, skipped: int, status: str) -> str:
@@ -234,6 +255,7 @@ class Proxy:
     async def _take_back(self, memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
         """Take back the thread's ``count`` newest shown messages (adding their ids to
         ``taken``)."""
+        self._threads.unsure(ref.thread)
         for _ in range(count):
             gone = await memory.retract_last(ref)
             if gone is not None:

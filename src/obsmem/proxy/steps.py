@@ -2,14 +2,17 @@
 (:class:`Seen`, :class:`Threads`), and one request's memory work from the memory step to the
 stored answer (:class:`Step`).
 
-Each request reads the thread first, so what another process did to it is lined up with (3
-store calls a plain turn); ``docs/inspector-and-proxy.md`` says why, and what 2 would need.
+A request of a thread this process served before trusts its copy unread: the memory step's load
+checks it (``LoadRequest.expect``) and stores nothing when another process changed the thread,
+and the request reads the thread and lines up again. A plain turn is then 2 store calls
+(``docs/inspector-and-proxy.md``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
@@ -19,7 +22,8 @@ from ..failures import failures_in
 from ..integrations.door import Door
 from ..memory import Memory, ThreadRef
 from ..messages import Message
-from ..meta_keys import META_RETRACTED, META_RETRACTED_THROUGH
+from ..meta_keys import META_FAILURE, META_RETRACTED, META_RETRACTED_THROUGH
+from ..records import ThreadCopy
 from .guard import off_loop
 from .history import StoredEntry, stored_entries
 from .upstream import one_line
@@ -27,10 +31,13 @@ from .upstream import one_line
 if TYPE_CHECKING:
     from ..records import Thread
 
-__all__ = ["MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
+__all__ = ["LINED_UP", "MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
 
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
+LINED_UP = (META_RETRACTED, META_RETRACTED_THROUGH, META_FAILURE)
+"""The thread metadata a request lines up with (what is shown, the failure state): another
+value of any of them makes the copy stale."""
 
 
 @dataclass(slots=True)
@@ -53,6 +60,12 @@ class Seen:
     told: bool = False
     """This process said that it did not store an erased conversation the client resent."""
 
+    marks: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(LINED_UP))
+    """The values of the :data:`LINED_UP` keys, as read (None: absent)."""
+    stale: bool = False
+    """What this process did since it read the thread leaves the copy unsure (another writer
+    came between its writes, or it took messages back): it reads the thread again first."""
+
     def read(self, thread: Thread) -> None:
         """Take the thread's metadata as read (its messages are read apart)."""
         meta = thread.metadata
@@ -62,11 +75,14 @@ class Seen:
         failing = failures_in(meta)
         state = next(iter(failing.values()), None)
         self.status = one_line(f"failing; {state.role}: {state.error}") if state else "on"
+        self.marks = {key: copy.deepcopy(meta.get(key)) for key in LINED_UP}
 
-    def made_by_us(self, thread: Thread) -> bool:
-        """The thread did not exist when this process last read it, and holds just what this
-        process stored since: the thread its own step made."""
-        return not self.incarnation and thread.message_count == self.count
+    def as_copy(self) -> ThreadCopy | None:
+        """The copy the memory step's load checks; None: read the thread first."""
+        if self.stale or not self.incarnation:
+            return None
+        marks = self.marks
+        return ThreadCopy(incarnation=self.incarnation, message_count=self.count, metadata=marks)
 
     def shown(self) -> list[StoredEntry]:
         """The stored messages that are still shown."""
@@ -105,6 +121,21 @@ class Threads:
             if users[0] == 0:
                 self._locks.pop(thread_id, None)
 
+    def unread(self, thread_id: str) -> Seen | None:
+        """What this process knows of the thread, to trust without reading it (the memory
+        step's load checks it, :meth:`Seen.as_copy`); None: nothing sure, read it."""
+        seen = self._seen.get(thread_id)
+        if seen is None or seen.as_copy() is None:
+            return None
+        self._seen.move_to_end(thread_id)
+        return seen
+
+    def unsure(self, thread_id: str) -> None:
+        """This process changed the thread in a way its copy does not follow (it took messages
+        back): the next request reads it first."""
+        if (seen := self._seen.get(thread_id)) is not None:
+            seen.stale = True
+
     async def known(self, memory: Memory, ref: ThreadRef) -> Seen:
         """What this process knows of the thread, read again: its metadata, and the messages
         it has not seen (all of them when the thread was cleared or deleted and made again). A
@@ -113,13 +144,12 @@ class Threads:
         thread_id = ref.thread
         seen = self._seen.pop(thread_id, None)
         thread = await memory.thread(thread_id)
-        if seen is not None and thread is not None and seen.made_by_us(thread):
-            seen.incarnation = thread.incarnation
         if seen is None or thread is None or seen.incarnation != thread.incarnation:
             erased = await memory.erased_at(ref) is not None
             seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
         elif thread.message_count < seen.count:  # cleared and started again
             seen = Seen(incarnation=thread.incarnation, erased=seen.erased)
+        seen.stale = False
         if thread is not None:
             if thread.message_count > seen.count:
                 fresh = await memory.messages(thread_id, after_seq=seen.count)
@@ -132,14 +162,25 @@ class Threads:
             self._seen.popitem(last=False)
         return seen
 
-    async def saw(self, thread_id: str, stored: Sequence[Message]) -> bool:
-        """What this process just stored in the thread: whether it followed on from what this
-        process knew (:meth:`Seen.follow`)."""
+    async def saw(self, thread_id: str, stored: Sequence[Message], incarnation: str = "") -> bool:
+        """What this process just stored in the thread (of ``incarnation``, when the step says
+        it): whether it followed on from what this process knew (:meth:`Seen.follow`). When it
+        did not, the copy is stale."""
         if thread_id not in self._seen:
             return True
         entries = await off_loop(stored_entries, stored)
         seen = self._seen.get(thread_id)
-        return seen is None or seen.follow(entries)
+        if seen is None:
+            return True
+        if incarnation and incarnation != seen.incarnation:
+            if seen.incarnation:  # deleted and made again since this process read it
+                seen.stale = True
+                return False
+            seen.incarnation = incarnation  # the thread this process's step made
+        if not seen.follow(entries):
+            seen.stale = True
+            return False
+        return True
 
 
 @dataclass(slots=True)

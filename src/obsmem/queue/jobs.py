@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError, StoreError
+from ..errors import ConfigError, ConflictError, StoreError
 from ..stores.changes import LoadRequest, QueuedJob
 from .relay import EventListener
 from .status import QueueState, queue_state
@@ -190,6 +190,8 @@ class QueueSide:
             return await load(deps, request)
         try:
             snapshot = await load(deps, replace(request, enqueue=self.job(request.subject)))
+        except ConflictError:  # the caller's copy of the thread is stale: nothing was stored
+            raise
         except StoreError as exc:
             log.warning(
                 "obsmem: the memory work of %s could not be queued (%s); the turn goes on and "

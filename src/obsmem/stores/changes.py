@@ -28,6 +28,7 @@ from ..records import (
     ObservationGroup,
     OMRecord,
     Thread,
+    ThreadCopy,
 )
 from ..snapshot import Snapshot, Subject
 
@@ -220,6 +221,11 @@ class LoadRequest:
     """... and the detail of about this many of them (the newest; 0 drops every detail)."""
     enqueue: QueuedJob | None = None
     """Queue this job in the same transaction (PostgreSQL with the queue's tables only)."""
+    expect: ThreadCopy | None = None
+    """The caller's copy of the subject's thread: when the thread, as found in the load's
+    transaction before anything is stored, is not that (deleted, created again, other
+    messages, other values of the copy's metadata keys), the load creates and stores nothing
+    and raises a ConflictError without a current head; the caller reads the thread again."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

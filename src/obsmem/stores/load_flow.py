@@ -84,6 +84,9 @@ def load(
     if request.incarnation is not None:
         found = {r[0]: THREADS.parse(r[:width]).incarnation for r in rows}
         tr.check_incarnations(((subject.thread_id, request.incarnation),), found)
+    if request.expect is not None:
+        as_found = THREADS.parse(rows[0][:width]) if rows else None
+        tr.check_copy(subject.thread_id, as_found, request.expect)
     if rows:
         main = THREADS.parse(rows[0][:width])
         head = parse_record(rows[0][width:], records) if rows[0][width] is not None else None
@@ -238,7 +241,8 @@ def _load_at_once(
     if batch is None:
         return None
     subject, n = request.subject, len(batch.new)
-    results: list[Rows] = yield Batch(batch.ops, end=True)
+    # With a copy to check, the transaction ends after the check (it rolls back on a mismatch).
+    results: list[Rows] = yield Batch(batch.ops, end=request.expect is None)
     found = iter(results)
     rows = next(found)
     if n:
@@ -251,6 +255,7 @@ def _load_at_once(
     main = THREADS.parse(rows[0][:width])
     if request.incarnation not in (None, main.incarnation):
         return None  # deleted meanwhile: the step-by-step load says so
+    tr.check_copy(subject.thread_id, main, request.expect)  # as read before the input
     tr.check_thread_owner(main, subject.resource_id)
     head_row, known = rows[0][width:], batch.known
     if known is not None and head_row[0] == known.id and head_row[7] == known.version:

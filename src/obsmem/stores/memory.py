@@ -220,6 +220,8 @@ class InMemoryStore:
             if request.incarnation is not None:
                 expected = ((subject.thread_id, request.incarnation),)
                 tr.check_incarnations(expected, self._incarnations(expected))
+            found = self._threads.get(subject.thread_id)
+            tr.check_copy(subject.thread_id, found, request.expect)
             main = self._create_thread(
                 tr.new_thread(subject.thread_id, subject.resource_id, now=utcnow())
             )

@@ -42,6 +42,7 @@ from .changes import (
     ResourcePatch,
     SetBufferedReflection,
     StartGeneration,
+    ThreadCopy,
     ThreadPatch,
 )
 
@@ -53,6 +54,7 @@ __all__ = [
     "apply_change",
     "apply_resource_patch",
     "apply_thread_patch",
+    "check_copy",
     "check_current",
     "check_cycle_query",
     "check_incarnations",
@@ -119,6 +121,28 @@ def check_incarnations(expected: Sequence[tuple[str, str]], stored: Mapping[str,
                 "that work stores nothing",
                 current=None,
             )
+
+
+def check_copy(thread_id: str, thread: Thread | None, expected: ThreadCopy | None) -> None:
+    """A ConflictError without a current head (nothing is stored) when the caller's copy of
+    the thread (``LoadRequest.expect``) is not the thread as found, before anything is stored,
+    in the same transaction."""
+    if expected is None or expected.matches(thread):
+        return
+    if thread is None:
+        found = "is gone"
+    elif thread.incarnation != expected.incarnation:
+        found = "was deleted and created again"
+    elif thread.message_count != expected.message_count:
+        found = f"holds {thread.message_count} messages, not {expected.message_count}"
+    else:
+        keys = [k for k, v in expected.metadata.items() if thread.metadata.get(k) != v]
+        found = f"has other values of {', '.join(keys)}"
+    raise ConflictError(
+        f"thread {thread_id!r} changed since the caller last read it: it {found}; nothing was "
+        "stored (read the thread again)",
+        current=None,
+    )
 
 
 def check_current(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
 from obsmem.errors import ConflictError, StoreError
 from obsmem.messages import Message, TextPart, utcnow
-from obsmem.records import BufferedChunk, MessageRange
+from obsmem.records import BufferedChunk, MessageRange, ThreadCopy
 from obsmem.stores import (
     AddChunk,
     Commit,
@@ -87,6 +88,58 @@ class LoadCommitContract:
                 LoadRequest(subject=subject("t1", "intruder"), append=[_msg(1, thread="t1")])
             )
         assert await store.list_messages("t1") == []
+
+    async def test_a_load_with_a_stale_copy_of_the_thread_stores_nothing(
+        self, store: CoreStore
+    ) -> None:
+        """``LoadRequest.expect``: the caller's copy of the thread (its incarnation, message
+        count and the values of some metadata keys) is checked against the thread as found
+        before anything is stored. When it differs, or the thread is gone, nothing is stored
+        or created and a ConflictError without a current head is raised; a copy that matches
+        stores as any load. In thread scope and resource scope, with and without a patch."""
+        failing = {"observer": {"error": "down"}}
+        marked = ThreadPatch(thread_id="t1", set=((("om:failure",), failing),))
+        first = await store.load(
+            LoadRequest(subject=subject(), append=[_msg(1, thread="t1")], patches=[marked])
+        )
+        held = ThreadCopy(
+            incarnation=first.main.thread.incarnation,
+            message_count=1,
+            metadata={"om:failure": failing, "om:retracted": None},
+        )
+        stale = {
+            "holds 1 messages, not 0": replace(held, message_count=0),
+            "deleted and created again": replace(held, incarnation="another"),
+            "other values of om:retracted": replace(held, metadata={"om:retracted": {"x": 1}}),
+            "other values of om:failure": replace(held, metadata={"om:failure": None}),
+        }
+        patch = ThreadPatch(thread_id="t1", set=((("added",), 1),))
+        for scope in ("thread", "resource"):
+            for patches in ([], [patch]):
+                for why, copy in stale.items():
+                    request = LoadRequest(
+                        subject=subject(scope=scope),
+                        append=[_msg(2, thread="t1")],
+                        patches=patches,
+                        expect=copy,
+                    )
+                    with pytest.raises(ConflictError, match=why) as info:
+                        await store.load(request)
+                    assert info.value.current is None
+        assert [m.id for m in await store.list_messages("t1")] == ["t1-m1"]
+        thread = await store.get_thread("t1")
+        assert thread is not None
+        assert "added" not in thread.metadata
+        with pytest.raises(ConflictError, match="is gone"):
+            await store.load(
+                LoadRequest(subject=subject("t2"), append=[_msg(1, thread="t2")], expect=held)
+            )
+        assert await store.get_thread("t2") is None
+        snap = await store.load(
+            LoadRequest(subject=subject(), append=[_msg(2, thread="t1")], expect=held)
+        )
+        assert [m.seq for m in snap.stored] == [2]
+        assert snap.main.thread.message_count == 2
 
     async def test_resource_scope_loads_every_thread_with_its_own_cursor(
         self, store: CoreStore
