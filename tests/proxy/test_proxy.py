@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -614,3 +615,30 @@ async def test_an_openai_upstream_gets_a_breakpoint_at_the_end_of_memory() -> No
     ):
         assert not any("prompt_cache_breakpoint" in json.dumps(b) for b in sent)
         assert all(isinstance(b["messages"][0]["content"], str) for b in sent)
+
+
+async def test_an_upstream_that_cannot_be_reached_is_a_502_in_openais_error_shape(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Nothing listens at the upstream's address: the client gets a 502 whose body has every
+    field of OpenAI's error shape, naming the address, and the log one WARNING."""
+    caplog.set_level(logging.WARNING, logger="obsmem")
+    with socket.socket() as taken:  # a loopback port that was free and is closed again
+        taken.bind(("127.0.0.1", 0))
+        port = taken.getsockname()[1]
+    async with (
+        running_proxy(f"http://127.0.0.1:{port}/v1") as proxy,
+        httpx.AsyncClient(base_url=proxy.base_url) as http,
+    ):
+        answer = await http.post(
+            "/chat/completions",
+            json={"model": "local", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"Authorization": f"Bearer {KEY}", **THREAD},
+        )
+    assert answer.status_code == 502
+    error = answer.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["param"] is None
+    assert f"cannot reach the upstream http://127.0.0.1:{port}/v1" in error["message"]
+    warnings = [r for r in caplog.records if "cannot reach the upstream" in r.getMessage()]
+    assert len(warnings) == 1

@@ -85,7 +85,7 @@ class Upstream:
     def unreachable(self, exc: httpx.HTTPError, status: str) -> Response:
         message = f"obsmem proxy: cannot reach the upstream {self.base}: {cause(exc)}"
         log.warning("%s", message)
-        error = {"message": message, "type": "upstream_unreachable", "code": 502}
+        error = {"message": message, "type": "upstream_unreachable", "param": None, "code": 502}
         return JSONResponse({"error": error}, status_code=502, headers={MEMORY_HEADER: status})
 
     async def send(self, request: Request, body: bytes, *, stream: bool = True) -> httpx.Response:
