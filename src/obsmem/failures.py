@@ -240,16 +240,17 @@ class MemoryStatus:
 
     @property
     def healthy(self) -> bool:
-        return not self.enabled or (
-            self.credentials is None and not self.failures and not self.left_out
-        )
+        return self.state in ("off", "healthy")
 
     @property
     def state(self) -> str:
-        """``off``, ``healthy``, ``behind`` (messages left out) or ``failing``."""
+        """``off``, ``healthy``, ``behind`` (messages left out) or ``failing`` (a role fails,
+        the models cannot be called, or the log's queued work has waited too long with no
+        worker alive)."""
         if not self.enabled:
             return "off"
-        if self.credentials is not None or self.failures:
+        stalled = self.queue is not None and self.queue.stuck
+        if self.credentials is not None or self.failures or stalled:
             return "failing"
         return "behind" if self.left_out else "healthy"
 

@@ -230,3 +230,37 @@ async def test_the_ui_shows_the_log_s_queue(postgres_dsn: str) -> None:
 
     text = await asyncio.to_thread(page)
     assert "queue: 1 waiting" in text
+
+
+async def test_work_that_waits_too_long_with_no_worker_makes_the_state_failing(
+    postgres_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a user looks (``memory.status()``, the ui's badge on the thread page and in the
+    thread list), queued work that has waited too long with no worker alive reads as failing,
+    with the fix; before it has waited that long, as healthy."""
+    await _one_queued_turn(postgres_dsn)
+    memory = Memory(PostgresStore(postgres_dsn), observational_memory=QUEUE_OPTIONS)
+
+    def pages() -> tuple[str, str]:
+        app = create_app(open_store(postgres_dsn, read_only=True))
+        with TestClient(app, base_url="http://127.0.0.1") as client:
+            return client.get("/thread?id=t1").text, client.get("/").text
+
+    try:
+        fresh = await memory.status({"thread": "t1", "resource": "u1"})
+        fresh_state = (fresh.state, fresh.healthy)  # read now: the wait rule changes below
+        fresh_thread, fresh_list = await asyncio.to_thread(pages)
+        monkeypatch.setattr(queue_status, "WAIT_WARNING_SECONDS", -1.0)  # any wait is too long
+        stalled = await memory.status({"thread": "t1", "resource": "u1"})
+        thread_page, thread_list = await asyncio.to_thread(pages)
+    finally:
+        await memory.aclose()
+    assert fresh_state == ("healthy", True)
+    assert "badge-healthy" in fresh_thread
+    assert "stalled" not in fresh_list
+    assert (stalled.state, stalled.healthy) == ("failing", False)
+    assert "start one: obsmem worker --db DSN" in "\n".join(stalled.lines())
+    for page in (thread_page, thread_list):
+        assert "stalled: queued work waits, no worker alive" in page
+        assert "badge-failing" in page
+        assert "start one: obsmem worker --db DSN" in page

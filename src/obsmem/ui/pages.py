@@ -34,6 +34,7 @@ from .queries import (
     head_of,
     messages_of,
     pages_of,
+    queue_of,
     resource_metadata,
     thread_cycle,
     thread_cycles,
@@ -106,6 +107,7 @@ async def thread_page(
     blocks = log_blocks(record.observations, links) if record else []
     in_log = {b.group.group.id for b in blocks if b.group is not None}
     tail, capped = await unobserved_tail(store, thread, record)
+    queue = await queue_of(store, key)
     values = _memory_values(thread, resource_meta)
     context = actor_context(record, values, tail)
     cycles = await thread_cycles(store, thread, CycleQuery(limit=1))
@@ -114,7 +116,7 @@ async def thread_page(
         "key": key,
         "record": record,
         "state": await thread_state(
-            store, thread, record, thresholds, resource_meta, (tail, capped)
+            store, thread, record, thresholds, resource_meta, (tail, capped), queue=queue
         ),
         "page": page,
         "pages": pages,
@@ -128,7 +130,7 @@ async def thread_page(
         "tail_capped": capped,
         "tail_cap": TAIL_CAP,
         "latest_cycle": cycles[0] if cycles else None,
-        "queue": await _queue_line(store, key),
+        "queue": queue.line() if queue is not None else None,
         "live": await live_state(store, thread),
         **values,
     }
@@ -184,17 +186,6 @@ async def chart_page(store: Store, thread: Thread, thresholds: Thresholds) -> di
         "partial": after > 0,
         "chart_messages": CHART_MESSAGES,
     }
-
-
-async def _queue_line(store: Store, key: str) -> str | None:
-    """The log's jobs in the queue and the workers alive (``background="queue"``, PostgreSQL;
-    None for a store without a queue)."""
-    dsn = getattr(store, "queue_dsn", None)
-    if not isinstance(dsn, str):
-        return None
-    from ..queue.status import queue_state
-
-    return (await queue_state(dsn, [key])).line()
 
 
 async def live_state(store: Store, thread: Thread) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..failures import FailureState, failures_in
 from ..messages import Message
@@ -22,6 +22,9 @@ from ..stores.base import Store
 from ..stores.reads import CycleQuery, thread_cycle, thread_cycles
 from ..tokens.estimator import HeuristicEstimator
 from ..window import is_retracted
+
+if TYPE_CHECKING:
+    from ..queue.status import QueueState
 
 __all__ = [
     "LIST_TAIL_CAP",
@@ -35,6 +38,8 @@ __all__ = [
     "in_force",
     "list_threads",
     "pages_of",
+    "queue_of",
+    "queues_of",
     "thread_cycle",
     "thread_cycles",
     "thread_state",
@@ -81,22 +86,28 @@ class StateSummary:
     capped: bool = False
     """More unobserved messages exist than were read: ``unobserved_tokens`` is an estimate."""
     failures: tuple[FailureState, ...] = ()
+    stalled: str = ""
+    """The log's queued work has waited too long with no worker alive (``background="queue"``):
+    the queue in words, with the fix."""
 
     @property
     def label(self) -> str:
         """The state in a few words."""
         about = "about " if self.capped else ""
-        if self.kind == "failing":
+        if self.kind == "failing" and self.failures:
             first = min(self.failures, key=lambda f: f.first_at)
             return f"failing since {first.first_at:%Y-%m-%d %H:%M:%S} UTC"
+        if self.kind == "failing":
+            return "stalled: queued work waits, no worker alive"
         if self.kind == "behind":
             return f"behind with {about}{self.unobserved_tokens:,} unobserved tokens"
         return "healthy"
 
     @property
     def errors(self) -> tuple[str, ...]:
-        """The stored failures, one line each (error and fix)."""
-        return tuple(f.summary() for f in self.failures)
+        """The stored failures, one line each (error and fix), and a stalled queue."""
+        stalled = (self.stalled,) if self.stalled else ()
+        return tuple(f.summary() for f in self.failures) + stalled
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,10 +165,11 @@ async def thread_state(
     resource_metadata: Mapping[str, Any],
     tail: tuple[list[Message], bool] | None = None,
     cap: int = TAIL_CAP,
+    queue: QueueState | None = None,
 ) -> StateSummary:
-    """The thread's state from its stored failures and its unobserved tail (read here, at
-    most ``cap`` messages, unless ``tail``, what :func:`unobserved_tail` returned, is
-    given)."""
+    """The thread's state from its stored failures, its log's ``queue`` (when it has one) and
+    its unobserved tail (read here, at most ``cap`` messages, unless ``tail``, what
+    :func:`unobserved_tail` returned, is given)."""
     if tail is None:
         tail = await unobserved_tail(store, thread, record, cap)
     messages, capped = tail
@@ -169,13 +181,39 @@ async def thread_state(
     failures = tuple(failures_in(thread.metadata).values()) + tuple(
         f for f in failures_in(resource_metadata).values() if f.thread_id in (None, thread.id)
     )
-    if failures:
+    stalled = queue.line() if queue is not None and queue.stuck else ""
+    if failures or stalled:
         kind: Literal["healthy", "behind", "failing"] = "failing"
     elif tokens > in_force(messages, thresholds).message_tokens:
         kind = "behind"
     else:
         kind = "healthy"
-    return StateSummary(kind, tokens, unobserved if capped else len(messages), capped, failures)
+    count = unobserved if capped else len(messages)
+    return StateSummary(kind, tokens, count, capped, failures, stalled)
+
+
+def _queue_dsn(store: Store) -> str | None:
+    """Where the store's job queue lives (``background="queue"`` on PostgreSQL), else None."""
+    dsn = getattr(store, "queue_dsn", None)
+    return dsn if isinstance(dsn, str) else None
+
+
+async def queue_of(store: Store, key: str) -> QueueState | None:
+    """The log's jobs in the queue and the workers alive; None for a store without a queue."""
+    if (dsn := _queue_dsn(store)) is None:
+        return None
+    from ..queue.status import queue_state
+
+    return await queue_state(dsn, [key])
+
+
+async def queues_of(store: Store, keys: Sequence[str]) -> Mapping[str, QueueState]:
+    """The queue state of each of the log ``keys`` with a job waiting or running."""
+    if (dsn := _queue_dsn(store)) is None or not keys:
+        return {}
+    from ..queue.status import queue_states
+
+    return await queue_states(dsn, keys)
 
 
 def pages_of(total: int, per_page: int) -> int:
@@ -212,13 +250,15 @@ async def list_threads(
     page = min(max(page, 1), pages)
     shown = found[(page - 1) * per_page : page * per_page]
     resource_meta: dict[str, Mapping[str, Any]] = {}
+    heads = [await head_of(store, thread) for thread in shown]
+    queues = await queues_of(store, sorted({key for key, _ in heads}))
     rows: list[ThreadRow] = []
-    for thread in shown:
+    for thread, (key, record) in zip(shown, heads, strict=True):
         if thread.resource_id not in resource_meta:
             resource_meta[thread.resource_id] = await store.get_resource(thread.resource_id)
-        _, record = await head_of(store, thread)
+        meta = resource_meta[thread.resource_id]
         state = await thread_state(
-            store, thread, record, thresholds, resource_meta[thread.resource_id], cap=LIST_TAIL_CAP
+            store, thread, record, thresholds, meta, cap=LIST_TAIL_CAP, queue=queues.get(key)
         )
         rows.append(ThreadRow(thread, state))
     return ThreadListing(tuple(counts), tuple(rows), len(found), page, pages, query, resource)
