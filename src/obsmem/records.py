@@ -90,13 +90,15 @@ class ThreadCopy:
     a stale copy."""
 
     incarnation: str
+    """The thread's incarnation; "": the caller found no thread (the load creates it)."""
     message_count: int
     metadata: Mapping[str, Any] = field(default_factory=dict[str, Any])
 
     def matches(self, thread: Thread | None) -> bool:
+        if thread is None:
+            return not self.incarnation
         return (
-            thread is not None
-            and thread.incarnation == self.incarnation
+            thread.incarnation == self.incarnation
             and thread.message_count == self.message_count
             and all(thread.metadata.get(k) == v for k, v in self.metadata.items())
         )

@@ -9,9 +9,11 @@ from collections.abc import Callable
 import pytest
 from pydantic_ai.exceptions import ModelHTTPError
 
+from obsmem.errors import ConflictError
 from obsmem.integrations.door import Door
 from obsmem.memory import Memory, MemoryContext, ThreadRef
 from obsmem.messages import Message
+from obsmem.records import ThreadCopy
 from obsmem.stores import InMemoryStore
 from obsmem.testing import scripted_observer, scripted_reflector
 
@@ -127,5 +129,30 @@ async def test_a_step_stored_before_starts_where_the_door_says() -> None:
         assert started is not None
         await door.step([Message.assistant("It is sunny.")], step_from=started)
         assert door.step_from == started
+    finally:
+        await memory.aclose()
+
+
+async def test_a_step_with_a_copy_of_the_thread_stores_nothing_when_the_copy_is_stale() -> None:
+    """``door.step(new, expect=copy)``: the step's load checks the door's copy of the thread.
+    A copy that is the thread stores as any step; once someone else wrote, the same copy is
+    refused with a ConflictError and nothing is stored. Holding calls at the same time is a
+    write before the check: refused, naming what to do instead."""
+    memory = _memory()
+    try:
+        door = Door(memory, REF)
+        first = await door.step([Message.user("hello")])
+        copy = ThreadCopy(incarnation=first.incarnation, message_count=1)
+        await door.step([Message.user("again")], expect=copy)
+        await memory.save(REF, [Message.assistant("someone else's answer")], actor_model=None)
+        copy = ThreadCopy(incarnation=first.incarnation, message_count=2)
+        with pytest.raises(ConflictError, match="holds 3 messages, not 2"):
+            await door.step([Message.user("late")], expect=copy)
+        with pytest.raises(ValueError, match=r"memory\.hold_calls first"):
+            await door.step([], waiting=["call-1"], expect=copy)
+        thread = await memory.thread(REF.thread)
+        assert thread is not None
+        assert thread.message_count == 3
+        assert "om:held_calls" not in thread.metadata
     finally:
         await memory.aclose()

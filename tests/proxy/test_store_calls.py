@@ -8,7 +8,7 @@ up with what is stored now."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -121,11 +121,15 @@ async def test_two_processes_on_one_store_store_each_message_once(tmp_path: Path
 
 @contextlib.asynccontextmanager
 async def _proxies(
-    db: Path, models: tuple[Any, Any] = (None, None), *, counting: bool = False, **options: Any
+    db: Path,
+    models: tuple[Any, Any] = (None, None),
+    *,
+    wrap: Callable[[SQLiteStore], Any] = lambda store: store,
+    **options: Any,
 ) -> AsyncIterator[tuple[Proxy, Proxy]]:
     """Two proxy processes' apps on one database file (their steps called directly), each
-    with its memory model; ``counting``: the first one's store is a CountingStore."""
-    first: Any = CountingStore(SQLiteStore(db)) if counting else SQLiteStore(db)
+    with its memory model; the first one's store is ``wrap``ped."""
+    first = wrap(SQLiteStore(db))
     one, other = (
         Proxy(
             ProxyConfig(
@@ -217,7 +221,7 @@ async def test_a_copy_another_process_made_stale_is_refused_then_read(tmp_path: 
     """This process's copy is checked, not read: after another process's turn, its memory
     step's load stores nothing (a ConflictError), the thread and what the other process stored
     are read, and the turn goes on from them; the turn after costs 2 store calls again."""
-    async with _proxies(tmp_path / "m.db", counting=True) as (one, other):
+    async with _proxies(tmp_path / "m.db", wrap=CountingStore) as (one, other):
         counting = one.config.store
         assert isinstance(counting, CountingStore)
         history = [{"role": "user", "content": "u1"}]
@@ -240,3 +244,102 @@ async def test_a_copy_another_process_made_stale_is_refused_then_read(tmp_path: 
         assert counting.take() == {"load": 3}  # a4, then u5 and a5
         memory = await one.memory("m")
         assert texts(await memory.messages(REF.thread)) == [m["content"] for m in history]
+
+
+# -- another writer between this process's read of the thread and its memory step ------------
+
+
+class Hooked:
+    """A store that runs ``hook`` once, right after the next call of ``after``."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+        self.after = ""
+        self.hook: Callable[[], Awaitable[Any]] | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self.inner, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+
+        async def called(*args: Any, **kwargs: Any) -> Any:
+            result = await attr(*args, **kwargs)
+            if name == self.after and self.hook is not None:
+                hook, self.hook = self.hook, None
+                await hook()
+            return result
+
+        return called
+
+
+def _sent(messages: list[dict[str, Any]]) -> list[str]:
+    return [m["content"] for m in messages if m["role"] != "system"]
+
+
+async def _aside(proxy: Proxy) -> None:
+    """A message the client never sent, stored in the thread by ``proxy``."""
+    memory = await proxy.memory("m")
+    await memory.save(REF, [Message.user("aside", thread_id=REF.thread)], actor_model=None)
+
+
+async def test_a_write_between_the_read_and_the_step_is_lined_up(tmp_path: Path) -> None:
+    """After another process's turn this one reads the thread; another write lands between
+    that read and its memory step: the step's load refuses the copy, and the request lines up
+    again (the message the client never sent is taken back)."""
+    async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, other):
+        hooked = one.config.store
+        assert isinstance(hooked, Hooked)
+        history = [{"role": "user", "content": "u1"}]
+        await _turn(one, history, "a1")
+        history.append({"role": "user", "content": "u2"})
+        await _turn(other, history, "a2")
+        history.append({"role": "user", "content": "u3"})
+        hooked.after, hooked.hook = "list_messages", lambda: _aside(other)
+        sent, step = await one.prepare(REF, history, "m")
+        assert hooked.hook is None  # the aside was stored
+        assert _sent(sent) == [m["content"] for m in history]
+        await one.finish(step, {"role": "assistant", "content": "a3"})
+        history.append({"role": "assistant", "content": "a3"})
+        assert await _shown(one) == [m["content"] for m in history]
+
+
+async def test_an_edit_with_a_write_between_the_read_and_the_take_back(tmp_path: Path) -> None:
+    """The client edits its last message while another process stores one in the thread
+    right after this one read it: what the edit replaced and the message between are taken
+    back, and the model sees the edited history."""
+    async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, other):
+        hooked = one.config.store
+        assert isinstance(hooked, Hooked)
+        history = [{"role": "user", "content": "u1"}]
+        await _turn(one, history, "a1")
+        history.append({"role": "user", "content": "u2"})
+        await _turn(one, history, "a2")
+        history[2:] = [{"role": "user", "content": "u2 edited"}]
+        hooked.after, hooked.hook = "get_thread", lambda: _aside(other)
+        sent, step = await one.prepare(REF, history, "m")
+        assert hooked.hook is None
+        assert _sent(sent) == ["u1", "a1", "u2 edited"]
+        await one.finish(step, {"role": "assistant", "content": "a2'"})
+        assert await _shown(one) == ["u1", "a1", "u2 edited", "a2'"]
+
+
+async def test_an_edit_while_this_process_stores_a_streamed_answer(tmp_path: Path) -> None:
+    """One process: a streamed request's answer is stored after its stream, outside the
+    thread's lock, while an edit of the same thread lines up."""
+    async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, _):
+        hooked = one.config.store
+        assert isinstance(hooked, Hooked)
+        history = [{"role": "user", "content": "u1"}]
+        await _turn(one, history, "a1")
+        _, streaming = await one.prepare(REF, [*history, {"role": "user", "content": "u2"}], "m")
+
+        async def stream_ends() -> None:
+            await one.finish(streaming, {"role": "assistant", "content": "a2"})
+
+        hooked.after, hooked.hook = "get_thread", stream_ends
+        history.append({"role": "user", "content": "u2 edited"})
+        sent, step = await one.prepare(REF, history, "m")
+        assert hooked.hook is None
+        assert _sent(sent) == ["u1", "a1", "u2 edited"]
+        await one.finish(step, {"role": "assistant", "content": "a2'"})
+        assert await _shown(one) == ["u1", "a1", "u2 edited", "a2'"]

@@ -86,6 +86,12 @@ class Door:
         copy of the thread, checked by the step's load (``Memory.context``)."""
         if actor_model is not None:
             self.actor_model = actor_model
+        if waiting and expect is not None:
+            raise ValueError(
+                "Door.step cannot hold calls (waiting=) and check a copy of the thread "
+                "(expect=) at once: holding them writes before the checked load. Hold them "
+                "with memory.hold_calls first, then take the copy from the thread as read"
+            )
         if waiting:
             await self.memory.hold_calls(self.ref, waiting)
         context = await self.memory.context(

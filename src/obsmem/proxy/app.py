@@ -51,7 +51,7 @@ from .history import (
 )
 from .identity import Caller, end_user_of, thread_of
 from .responses import Unsupported
-from .steps import MAX_CACHED_THREADS, Step, Threads
+from .steps import LINE_UP_ATTEMPTS, MAX_CACHED_THREADS, Step, Threads
 from .upstream import Upstream, cause
 
 if TYPE_CHECKING:
@@ -151,10 +151,13 @@ class Proxy:
         prints = await off_loop(lambda: [fingerprint(m) for m in conversation])
         line_up = (memory, ref, conversation, prints, model_name)
         async with self._threads.lock(ref.thread):
-            lined = await self._line_up(*line_up, trust=True)
-            if lined is None:  # the copy was stale, or another writer came between: read it
-                lined = await self._line_up(*line_up, trust=False)
-        assert lined is not None  # a line-up that reads the thread always runs its step
+            lined = None
+            for attempt in range(LINE_UP_ATTEMPTS):
+                last = attempt == LINE_UP_ATTEMPTS - 1
+                lined = await self._line_up(*line_up, read=attempt > 0, check=not last)
+                if lined is not None:
+                    break
+        assert lined is not None  # the last attempt checks nothing: it always runs its step
         step, context = lined
         shown = context.messages
         if step.asked_again:  # the client asks again: what it leaves out is not shown to the model
@@ -173,31 +176,34 @@ class Proxy:
         prints: list[str],
         model_name: str,
         *,
-        trust: bool,
+        read: bool,
+        check: bool,
     ) -> tuple[Step, MemoryContext] | None:
         """Line the client's messages up with the thread, take back what an edit replaced, and
-        run the memory step with what is new (under the thread's lock). ``trust``: with this
-        process's copy of the thread, unread, when it has one (the step's load checks it); None
-        when that copy was stale, an edit needs the thread read, or what the step stored did
-        not follow on from what this process knew: line up again, reading the thread."""
-        seen = self._threads.unread(ref.thread) if trust else None
-        expect = seen.as_copy() if seen is not None else None
+        run the memory step with what is new (under the thread's lock). ``read``: read the
+        thread first (otherwise this process's copy is trusted unread, when it has one).
+        ``check``: the step's load checks the copy (``LoadRequest.expect``). None: line up
+        again, reading the thread: the copy was stale (another process, or another request of
+        this one, changed the thread), an edit took messages back (or needs the thread read to
+        take them back: never from an unread copy), or what the step stored did not follow on.
+        Unchecked (the last attempt) it goes on as the thread was read."""
+        seen = None if read else self._threads.unread(ref.thread)
+        unread = seen is not None
         if seen is None:
             seen = await self._threads.known(memory, ref)
-        shown = seen.shown()
-        status = seen.status
+        expect = seen.as_copy() if check else None
+        shown, status, skip = seen.shown(), seen.status, 0
         if seen.erased and (skip := erased_prefix(conversation, prints, shown)):
             conversation, prints = conversation[skip:], prints[skip:]
-            if not seen.told:
-                seen.told = True
-                status = self._not_stored_again(ref, skip, status)
         alignment = align(prints, shown)
         taken = set(seen.retracted)
         tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
         again = bool(tail) and alignment.known == len(conversation)
         if tail and not again:  # an edit: the thread follows the client now
-            if expect is not None:
-                return None  # taken back from the thread as read, never from a copy
+            if check:
+                if not unread:
+                    await self._take_back(memory, ref, len(tail), taken)
+                return None
             await self._take_back(memory, ref, len(tail), taken)
         after = (
             alignment.after.id
@@ -218,8 +224,11 @@ class Proxy:
             log.debug("obsmem proxy: %s", exc)  # another process changed the thread
             return None
         stored, incarnation = context.stored_input, context.incarnation
-        if not await self._threads.saw(ref.thread, stored, incarnation) and trust:
+        if not await self._threads.saw(ref.thread, stored, incarnation) and check:
             return None
+        if skip and not seen.told:
+            seen.told = True
+            status = self._not_stored_again(ref, skip, status)
         return Step(door, after, frozenset(taken), tail if again else (), status), context
 
     @staticmethod

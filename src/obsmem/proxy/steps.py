@@ -31,10 +31,15 @@ from .upstream import one_line
 if TYPE_CHECKING:
     from ..records import Thread
 
-__all__ = ["LINED_UP", "MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
+__all__ = ["LINED_UP", "LINE_UP_ATTEMPTS", "MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
 
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
+LINE_UP_ATTEMPTS = 5
+"""Times a request lines up with its thread before it goes on unchecked: the first trusts the
+process's copy, the others read the thread; each ends in a step whose load checks the copy, or
+in taking back what an edit replaced, then lines up again. The last goes on as it read the
+thread (only writers of the same thread at every attempt get there)."""
 LINED_UP = (META_RETRACTED, META_RETRACTED_THROUGH, META_FAILURE)
 """The thread metadata a request lines up with (what is shown, the failure state): another
 value of any of them makes the copy stale."""
@@ -78,8 +83,9 @@ class Seen:
         self.marks = {key: copy.deepcopy(meta.get(key)) for key in LINED_UP}
 
     def as_copy(self) -> ThreadCopy | None:
-        """The copy the memory step's load checks; None: read the thread first."""
-        if self.stale or not self.incarnation:
+        """The copy the memory step's load checks (of a thread that does not exist yet, when
+        none was found); None: read the thread first."""
+        if self.stale:
             return None
         marks = self.marks
         return ThreadCopy(incarnation=self.incarnation, message_count=self.count, metadata=marks)

@@ -1,7 +1,8 @@
 """The load flow: the snapshot a turn starts from, after its appends and patches.
 
-A plain thread-scope turn is one batch that ends its transaction (:func:`_load_at_once`); what
-that cannot do (a new thread or head, patches, resource scope, cycle rows) runs statement by
+A plain thread-scope turn is one batch that ends its transaction (:func:`_load_at_once`; with
+a copy of the thread to check, ``LoadRequest.expect``, it ends after the check); what that
+cannot do (a new thread or head, patches, resource scope, cycle rows) runs statement by
 statement. :func:`read_state` reads everything after the record, and is shared with the
 commit flow's reload.
 """
@@ -232,7 +233,8 @@ def _append_at_end(
 def _load_at_once(
     request: LoadRequest, *, now: datetime, records: RecordCache | None, known_head: OMRecord | None
 ) -> Flow[Snapshot | None]:
-    """A thread-scope load without patches in one batch that ends the transaction: the thread
+    """A thread-scope load without patches in one batch that ends the transaction (after the
+    check of ``request.expect``, when given, against the thread as read first): the thread
     and head (locked when appending), the input stored (:func:`_append_at_end`), and the reads,
     the messages from after the last held one (or from the thread's cursor in ``known_head``,
     the head as last seen, whose long columns are not sent again) on, but not the ones just

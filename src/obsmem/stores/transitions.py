@@ -131,6 +131,8 @@ def check_copy(thread_id: str, thread: Thread | None, expected: ThreadCopy | Non
         return
     if thread is None:
         found = "is gone"
+    elif not expected.incarnation:
+        found = "was created since"
     elif thread.incarnation != expected.incarnation:
         found = "was deleted and created again"
     elif thread.message_count != expected.message_count:

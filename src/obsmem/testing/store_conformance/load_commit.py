@@ -96,7 +96,8 @@ class LoadCommitContract:
         count and the values of some metadata keys) is checked against the thread as found
         before anything is stored. When it differs, or the thread is gone, nothing is stored
         or created and a ConflictError without a current head is raised; a copy that matches
-        stores as any load. In thread scope and resource scope, with and without a patch."""
+        stores as any load (a copy of no thread: the load creates it). In thread scope and
+        resource scope, with and without a patch."""
         failing = {"observer": {"error": "down"}}
         marked = ThreadPatch(thread_id="t1", set=((("om:failure",), failing),))
         first = await store.load(
@@ -135,6 +136,15 @@ class LoadCommitContract:
                 LoadRequest(subject=subject("t2"), append=[_msg(1, thread="t2")], expect=held)
             )
         assert await store.get_thread("t2") is None
+        absent = ThreadCopy(incarnation="", message_count=0)  # the caller found no thread
+        with pytest.raises(ConflictError, match="was created since"):
+            await store.load(
+                LoadRequest(subject=subject(), append=[_msg(2, thread="t1")], expect=absent)
+            )
+        made = await store.load(
+            LoadRequest(subject=subject("t2"), append=[_msg(1, thread="t2")], expect=absent)
+        )
+        assert [m.seq for m in made.stored] == [1]
         snap = await store.load(
             LoadRequest(subject=subject(), append=[_msg(2, thread="t1")], expect=held)
         )
