@@ -96,6 +96,8 @@ def load(
             raise NeedsWrite
         thread = tr.new_thread(subject.thread_id, subject.resource_id, now=now)
         main = yield from create_thread(thread, lock=True)
+        if main.incarnation != thread.incarnation:  # another transaction made it meanwhile
+            tr.check_copy(subject.thread_id, main, request.expect)
         head = None
     tr.check_thread_owner(main, subject.resource_id)
     stored: tuple[Message, ...] = ()

@@ -151,6 +151,21 @@ class LoadCommitContract:
         assert [m.seq for m in snap.stored] == [2]
         assert snap.main.thread.message_count == 2
 
+    async def test_two_loads_that_found_no_thread_make_it_once(self, store: CoreStore) -> None:
+        """Two loads at once, each with a copy of no thread (``ThreadCopy(incarnation="")``):
+        one makes the thread and stores its input; the other, whether it runs after or waits
+        on the first, finds the thread made and stores nothing."""
+        absent = ThreadCopy(incarnation="", message_count=0)
+        loads = [
+            store.load(LoadRequest(subject=subject(), append=[_msg(i, thread="t1")], expect=absent))
+            for i in (1, 2)
+        ]
+        results = await asyncio.gather(*loads, return_exceptions=True)
+        refused = [r for r in results if isinstance(r, ConflictError)]
+        assert len(refused) == 1, results
+        assert "was created since" in str(refused[0])
+        assert len(await store.list_messages("t1")) == 1
+
     async def test_resource_scope_loads_every_thread_with_its_own_cursor(
         self, store: CoreStore
     ) -> None:
