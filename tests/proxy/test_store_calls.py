@@ -220,7 +220,8 @@ async def test_a_failure_another_process_stored_is_in_this_ones_header(tmp_path:
 async def test_a_copy_another_process_made_stale_is_refused_then_read(tmp_path: Path) -> None:
     """This process's copy is checked, not read: after another process's turn, its memory
     step's load stores nothing (a ConflictError), the thread and what the other process stored
-    are read, and the turn goes on from them; the turn after costs 2 store calls again."""
+    are read, and the turn goes on from them. The turn after reads the thread first, finds no
+    other write, and the one after that costs 2 store calls again (the next test)."""
     async with _proxies(tmp_path / "m.db", wrap=CountingStore) as (one, other):
         counting = one.config.store
         assert isinstance(counting, CountingStore)
@@ -241,7 +242,35 @@ async def test_a_copy_another_process_made_stale_is_refused_then_read(tmp_path: 
         history.append({"role": "assistant", "content": "a4"})
         history.append({"role": "user", "content": "u5"})
         await _turn(one, history, "a5")
-        assert counting.take() == {"load": 3}  # a4, then u5 and a5
+        assert counting.take() == {"load": 3, "get_thread": 1}  # a4, a read first, u5 and a5
+        memory = await one.memory("m")
+        assert texts(await memory.messages(REF.thread)) == [m["content"] for m in history]
+
+
+async def test_turns_that_alternate_between_processes_read_first(tmp_path: Path) -> None:
+    """Once its copy was refused, this process reads the thread first (no refused load) for
+    as long as each read finds another process's write; the first read that finds none makes
+    it trust its copy again."""
+    async with _proxies(tmp_path / "m.db", wrap=CountingStore) as (one, other):
+        counting = one.config.store
+        assert isinstance(counting, CountingStore)
+        history: list[dict[str, Any]] = []
+        for i, (proxy, calls) in enumerate(
+            [
+                (one, None),  # the thread is made
+                (other, None),
+                (one, {"load": 3, "get_thread": 1, "list_messages": 1}),  # refused, then read
+                (other, None),
+                (one, {"get_thread": 1, "list_messages": 1, "load": 2}),  # read first
+                (one, {"get_thread": 1, "load": 2}),  # read first: nobody else wrote
+                (one, {"load": 2}),  # trusted again
+            ]
+        ):
+            history.append({"role": "user", "content": f"u{i}"})
+            await _turn(proxy, history, f"a{i}")
+            taken = counting.take()
+            if calls is not None:
+                assert taken == calls, (i, taken)
         memory = await one.memory("m")
         assert texts(await memory.messages(REF.thread)) == [m["content"] for m in history]
 

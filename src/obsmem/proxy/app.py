@@ -222,6 +222,7 @@ class Proxy:
             if expect is None:
                 raise
             log.debug("obsmem proxy: %s", exc)  # another process changed the thread
+            self._threads.refused(ref.thread)
             return None
         stored, incarnation = context.stored_input, context.incarnation
         if not await self._threads.saw(ref.thread, stored, incarnation) and check:

@@ -70,6 +70,10 @@ class Seen:
     stale: bool = False
     """What this process did since it read the thread leaves the copy unsure (another writer
     came between its writes, or it took messages back): it reads the thread again first."""
+    contended: bool = False
+    """Another writer changed the thread between this process's requests (its copy was
+    refused): requests read the thread first, as long as each read finds another write, so
+    turns that alternate between processes cost no refused load."""
 
     def read(self, thread: Thread) -> None:
         """Take the thread's metadata as read (its messages are read apart)."""
@@ -131,10 +135,16 @@ class Threads:
         """What this process knows of the thread, to trust without reading it (the memory
         step's load checks it, :meth:`Seen.as_copy`); None: nothing sure, read it."""
         seen = self._seen.get(thread_id)
-        if seen is None or seen.as_copy() is None:
+        if seen is None or seen.contended or seen.as_copy() is None:
             return None
         self._seen.move_to_end(thread_id)
         return seen
+
+    def refused(self, thread_id: str) -> None:
+        """The memory step's load refused this process's copy: another writer is at work on
+        the thread (:attr:`Seen.contended`)."""
+        if (seen := self._seen.get(thread_id)) is not None:
+            seen.contended = True
 
     def unsure(self, thread_id: str) -> None:
         """This process changed the thread in a way its copy does not follow (it took messages
@@ -150,6 +160,10 @@ class Threads:
         thread_id = ref.thread
         seen = self._seen.pop(thread_id, None)
         thread = await memory.thread(thread_id)
+        if seen is not None and seen.contended and not seen.stale:  # did anyone write since?
+            seen.contended = not ThreadCopy(
+                incarnation=seen.incarnation, message_count=seen.count, metadata=seen.marks
+            ).matches(thread)
         if seen is None or thread is None or seen.incarnation != thread.incarnation:
             erased = await memory.erased_at(ref) is not None
             seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
