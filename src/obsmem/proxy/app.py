@@ -181,12 +181,9 @@ class Proxy:
     ) -> tuple[Step, MemoryContext] | None:
         """Line the client's messages up with the thread, take back what an edit replaced, and
         run the memory step with what is new (under the thread's lock). ``read``: read the
-        thread first (otherwise this process's copy is trusted unread, when it has one).
-        ``check``: the step's load checks the copy (``LoadRequest.expect``). None: line up
-        again, reading the thread: the copy was stale (another process, or another request of
-        this one, changed the thread), an edit took messages back (or needs the thread read to
-        take them back: never from an unread copy), or what the step stored did not follow on.
-        Unchecked (the last attempt) it goes on as the thread was read."""
+        thread first (else this process's copy is trusted unread). ``check``: the step's load
+        checks the copy lined up with. None: line up again, reading the thread (the copy was
+        refused, an edit took messages back, or what the step stored did not follow on)."""
         seen = None if read else self._threads.unread(ref.thread)
         unread = seen is not None
         if seen is None:
@@ -222,7 +219,7 @@ class Proxy:
             if expect is None:
                 raise
             log.debug("obsmem proxy: %s", exc)  # another process changed the thread
-            self._threads.refused(ref.thread)
+            self._threads.distrust(ref.thread)
             return None
         stored, incarnation = context.stored_input, context.incarnation
         if not await self._threads.saw(ref.thread, stored, incarnation) and check:
@@ -265,7 +262,7 @@ class Proxy:
     async def _take_back(self, memory: Memory, ref: ThreadRef, count: int, taken: set[str]) -> None:
         """Take back the thread's ``count`` newest shown messages (adding their ids to
         ``taken``)."""
-        self._threads.unsure(ref.thread)
+        self._threads.distrust(ref.thread)
         for _ in range(count):
             gone = await memory.retract_last(ref)
             if gone is not None:

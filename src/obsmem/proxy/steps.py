@@ -16,7 +16,7 @@ import copy
 from collections import OrderedDict
 from collections.abc import AsyncGenerator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from ..failures import failures_in
 from ..integrations.door import Door
@@ -28,75 +28,58 @@ from .guard import off_loop
 from .history import StoredEntry, stored_entries
 from .upstream import one_line
 
-if TYPE_CHECKING:
-    from ..records import Thread
-
 __all__ = ["LINED_UP", "LINE_UP_ATTEMPTS", "MAX_CACHED_THREADS", "Seen", "Step", "Threads"]
 
 MAX_CACHED_THREADS = 1024
 """Threads whose stored messages' fingerprints one proxy process keeps between requests."""
 LINE_UP_ATTEMPTS = 5
-"""Times a request lines up with its thread before it goes on unchecked: the first trusts the
-process's copy, the others read the thread; each ends in a step whose load checks the copy, or
-in taking back what an edit replaced, then lines up again. The last goes on as it read the
-thread (only writers of the same thread at every attempt get there)."""
+"""Times a request lines up with its thread, each ending in a step whose load checks the copy
+lined up with (or in an edit's take-back), before it goes on as it last read the thread."""
 LINED_UP = (META_RETRACTED, META_RETRACTED_THROUGH, META_FAILURE)
-"""The thread metadata a request lines up with (what is shown, the failure state): another
-value of any of them makes the copy stale."""
+"""The thread metadata a request lines up with (what is shown, the failure state)."""
 
 
 @dataclass(slots=True)
 class Seen:
-    """What this process knows of a thread: every stored message (by seq), the ids it took
-    back, and its failure state, as last read and followed since."""
+    """What this process knows of a thread: every stored message (by seq), and the metadata it
+    lines up with, as last read and followed since."""
 
     incarnation: str = ""
     count: int = 0
     entries: list[StoredEntry] = field(default_factory=list[StoredEntry])
-    retracted: dict[str, Any] = field(default_factory=dict[str, Any])
-    """The thread's taken-back ids (``META_RETRACTED``)."""
-    through: int = 0
-    """Every message up to this seq is taken back (``META_RETRACTED_THROUGH``)."""
-    status: str = "on"
-    """The ``X-Obsmem-Memory`` value its failure state gives."""
+    marks: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(LINED_UP))
+    """The values of the :data:`LINED_UP` keys, as read (None: absent)."""
     erased: bool = False
     """The thread id was erased (it has a tombstone, ``Memory.erased_at``): its client may
     still hold the erased conversation and resend it, and none of that is stored again."""
     told: bool = False
     """This process said that it did not store an erased conversation the client resent."""
+    read_first: bool = False
+    """The copy is not to be trusted unread: its check was refused (another writer is at work
+    on the thread: so it stays while each read finds another write), this process took
+    messages back, or what it stored did not follow on."""
 
-    marks: dict[str, Any] = field(default_factory=lambda: dict.fromkeys(LINED_UP))
-    """The values of the :data:`LINED_UP` keys, as read (None: absent)."""
-    stale: bool = False
-    """What this process did since it read the thread leaves the copy unsure (another writer
-    came between its writes, or it took messages back): it reads the thread again first."""
-    contended: bool = False
-    """Another writer changed the thread between this process's requests (its copy was
-    refused): requests read the thread first, as long as each read finds another write, so
-    turns that alternate between processes cost no refused load."""
+    @property
+    def retracted(self) -> dict[str, Any]:
+        gone = self.marks[META_RETRACTED]
+        return dict(cast(dict[str, Any], gone)) if isinstance(gone, dict) else {}
 
-    def read(self, thread: Thread) -> None:
-        """Take the thread's metadata as read (its messages are read apart)."""
-        meta = thread.metadata
-        gone, through = meta.get(META_RETRACTED), meta.get(META_RETRACTED_THROUGH)
-        self.retracted = dict(cast(dict[str, Any], gone)) if isinstance(gone, dict) else {}
-        self.through = through if isinstance(through, int) else 0
-        failing = failures_in(meta)
-        state = next(iter(failing.values()), None)
-        self.status = one_line(f"failing; {state.role}: {state.error}") if state else "on"
-        self.marks = {key: copy.deepcopy(meta.get(key)) for key in LINED_UP}
+    @property
+    def status(self) -> str:
+        """The ``X-Obsmem-Memory`` value its failure state gives."""
+        state = next(iter(failures_in({META_FAILURE: self.marks[META_FAILURE]}).values()), None)
+        return one_line(f"failing; {state.role}: {state.error}") if state else "on"
 
-    def as_copy(self) -> ThreadCopy | None:
-        """The copy the memory step's load checks (of a thread that does not exist yet, when
-        none was found); None: read the thread first."""
-        if self.stale:
-            return None
-        marks = self.marks
-        return ThreadCopy(incarnation=self.incarnation, message_count=self.count, metadata=marks)
+    def as_copy(self) -> ThreadCopy:
+        """The copy the memory step's load checks (incarnation "": no thread was found)."""
+        count, marks = self.count, self.marks
+        return ThreadCopy(incarnation=self.incarnation, message_count=count, metadata=marks)
 
     def shown(self) -> list[StoredEntry]:
         """The stored messages that are still shown."""
-        return [e for e in self.entries if e.seq > self.through and not self.retracted.get(e.id)]
+        through, gone = self.marks[META_RETRACTED_THROUGH], self.retracted
+        through = through if isinstance(through, int) else 0
+        return [e for e in self.entries if e.seq > through and not gone.get(e.id)]
 
     def follow(self, stored: Sequence[StoredEntry]) -> bool:
         """What this process just stored: added when it follows on. False on a gap, or another
@@ -132,25 +115,17 @@ class Threads:
                 self._locks.pop(thread_id, None)
 
     def unread(self, thread_id: str) -> Seen | None:
-        """What this process knows of the thread, to trust without reading it (the memory
-        step's load checks it, :meth:`Seen.as_copy`); None: nothing sure, read it."""
+        """What this process knows of the thread, to trust without reading it; None: read it."""
         seen = self._seen.get(thread_id)
-        if seen is None or seen.contended or seen.as_copy() is None:
+        if seen is None or seen.read_first:
             return None
         self._seen.move_to_end(thread_id)
         return seen
 
-    def refused(self, thread_id: str) -> None:
-        """The memory step's load refused this process's copy: another writer is at work on
-        the thread (:attr:`Seen.contended`)."""
+    def distrust(self, thread_id: str) -> None:
+        """The next request of the thread reads it first (:attr:`Seen.read_first`)."""
         if (seen := self._seen.get(thread_id)) is not None:
-            seen.contended = True
-
-    def unsure(self, thread_id: str) -> None:
-        """This process changed the thread in a way its copy does not follow (it took messages
-        back): the next request reads it first."""
-        if (seen := self._seen.get(thread_id)) is not None:
-            seen.stale = True
+            seen.read_first = True
 
     async def known(self, memory: Memory, ref: ThreadRef) -> Seen:
         """What this process knows of the thread, read again: its metadata, and the messages
@@ -160,23 +135,21 @@ class Threads:
         thread_id = ref.thread
         seen = self._seen.pop(thread_id, None)
         thread = await memory.thread(thread_id)
-        if seen is not None and seen.contended and not seen.stale:  # did anyone write since?
-            seen.contended = not ThreadCopy(
-                incarnation=seen.incarnation, message_count=seen.count, metadata=seen.marks
-            ).matches(thread)
+        # Another writer since this process's last request: read first until one finds none.
+        contended = seen is not None and not seen.as_copy().matches(thread)
         if seen is None or thread is None or seen.incarnation != thread.incarnation:
             erased = await memory.erased_at(ref) is not None
             seen = Seen(incarnation=thread.incarnation if thread else "", erased=erased)
         elif thread.message_count < seen.count:  # cleared and started again
             seen = Seen(incarnation=thread.incarnation, erased=seen.erased)
-        seen.stale = False
+        seen.read_first = contended
         if thread is not None:
             if thread.message_count > seen.count:
                 fresh = await memory.messages(thread_id, after_seq=seen.count)
                 heavy = len(fresh) > 1_000
                 seen.entries.extend(await off_loop(stored_entries, fresh, heavy=heavy))
                 seen.count = max([seen.count, *(m.seq or 0 for m in fresh)])
-            seen.read(thread)
+            seen.marks = {key: copy.deepcopy(thread.metadata.get(key)) for key in LINED_UP}
         self._seen[thread_id] = seen
         while len(self._seen) > MAX_CACHED_THREADS:
             self._seen.popitem(last=False)
@@ -184,21 +157,16 @@ class Threads:
 
     async def saw(self, thread_id: str, stored: Sequence[Message], incarnation: str = "") -> bool:
         """What this process just stored in the thread (of ``incarnation``, when the step says
-        it): whether it followed on from what this process knew (:meth:`Seen.follow`). When it
-        did not, the copy is stale."""
-        if thread_id not in self._seen:
-            return True
-        entries = await off_loop(stored_entries, stored)
+        it): whether it followed on from what this process knew (:meth:`Seen.follow`); when it
+        did not, the next request reads the thread first."""
         seen = self._seen.get(thread_id)
         if seen is None:
             return True
-        if incarnation and incarnation != seen.incarnation:
-            if seen.incarnation:  # deleted and made again since this process read it
-                seen.stale = True
-                return False
-            seen.incarnation = incarnation  # the thread this process's step made
-        if not seen.follow(entries):
-            seen.stale = True
+        entries = await off_loop(stored_entries, stored)
+        if not seen.incarnation:  # the thread this process's step made
+            seen.incarnation = incarnation
+        if incarnation not in ("", seen.incarnation) or not seen.follow(entries):
+            seen.read_first = True
             return False
         return True
 
