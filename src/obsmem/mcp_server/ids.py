@@ -1,14 +1,10 @@
-"""Which stored conversation an MCP client's ``thread_id`` names: ids are namespaced per resource.
-
-Thread ids are one namespace in the store, and the model picks ``thread_id``. So that no client
-can take an id another resource's server will need (its default conversation, or any id its
-client uses), the server of resource ``R`` stores its conversations under its own prefix,
-``mcp:<R>`` (:func:`namespaced`); an id that already has it names that conversation as it is,
-so the ids the tools report can be sent back. ``<R>`` is the resource with ``%`` written
-``%25`` and ``:`` written ``%3A``, so it holds no ``:``: two resources never share a stored id,
-and the ids one resource's clients reach are exactly those starting with its prefix. (A
-resource without ``%`` or ``:`` keeps the default ``mcp:<resource>`` of earlier versions.) An
-operator's ``--thread ID`` is not a client's id: it stays literal.
+"""Which stored conversation an MCP client's ``thread_id`` names (the README's "An MCP server"
+gives the scheme). Thread ids are one namespace in the store, and the model picks ``thread_id``:
+so that no client can take an id another resource's server will need, the server of resource
+``R`` stores its conversations under its own prefix ``mcp:<R>`` (:func:`namespaced`), ``<R>``
+escaped so that it holds no ``:`` and two resources never share a stored id. An id that already
+has the prefix names that conversation as it is, so the ids the tools report can be sent back.
+An operator's ``--thread ID`` is not a client's id: it stays literal.
 
 Conversations that earlier versions stored under a client's id as it was (``diary``, not
 ``mcp:<R>:diary``) stay reachable by that id (:func:`legacy_ids`) while the namespaced one does
@@ -22,14 +18,11 @@ from ..errors import MAX_ID_LENGTH
 __all__ = ["default_thread", "legacy_ids", "longest_client_id", "namespaced"]
 
 
-def _escaped(resource: str) -> str:
-    return resource.replace("%", "%25").replace(":", "%3A")
-
-
 def default_thread(resource: str) -> str:
     """The conversation a server without ``--thread`` uses when a call names none:
     ``mcp:<resource>`` (``%`` and ``:`` in the resource escaped as ``%25`` and ``%3A``)."""
-    return f"mcp:{_escaped(resource)}"
+    escaped = resource.replace("%", "%25").replace(":", "%3A")
+    return f"mcp:{escaped}"
 
 
 def namespaced(resource: str, thread_id: str | None) -> str:

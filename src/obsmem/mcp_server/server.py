@@ -86,11 +86,28 @@ def _tool(
 ) -> Callable[..., Awaitable[Any]]:
     """The tool function the SDK reads: its signature gives the schemas the client sees
     (``parameters``: name to ``Annotated`` type, every one optional). The tools check what they
-    are sent themselves, so a bad argument is answered in words that say what to send."""
-    from mcp_types import CallToolResult
+    are sent themselves, so a bad argument is answered in words that say what to send. It
+    answers text for the model and the data as structured content; a bad argument or a refused
+    operation is a tool error saying what to do."""
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp_types import CallToolResult, TextContent
+
+    from ..cli.common import describe_error
 
     async def tool(**arguments: Any) -> Any:
-        return await _answer(work(**arguments))
+        try:
+            result = await work(**arguments)
+        except BadArguments as exc:
+            raise ToolError(str(exc)) from None
+        except Exception as exc:  # a refused operation, a model or store failure: logged too
+            known = describe_error(exc)
+            if known is None:
+                raise
+            logger.warning("%s", known[1])
+            raise ToolError(known[1]) from None
+        return CallToolResult(
+            content=[TextContent(type="text", text=result.text)], structured_content=result.data
+        )
 
     keyword = inspect.Parameter.KEYWORD_ONLY
     tool.__name__ = name
@@ -104,29 +121,6 @@ def _tool(
         return_annotation=CallToolResult,
     )
     return tool
-
-
-async def _answer(work: Awaitable[ToolAnswer]) -> Any:
-    """A tool's answer as the SDK's result (text for the model, the data as structured
-    content); a bad argument or a refused operation as a tool error saying what to do."""
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp_types import CallToolResult, TextContent
-
-    from ..cli.common import describe_error
-
-    try:
-        result = await work
-    except BadArguments as exc:
-        raise ToolError(str(exc)) from None
-    except Exception as exc:  # a refused operation, a model or store failure: logged too
-        known = describe_error(exc)
-        if known is None:
-            raise
-        logger.warning("%s", known[1])
-        raise ToolError(known[1]) from None
-    return CallToolResult(
-        content=[TextContent(type="text", text=result.text)], structured_content=result.data
-    )
 
 
 def _parameters(tools: MemoryTools) -> dict[str, dict[str, Any]]:

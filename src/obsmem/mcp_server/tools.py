@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from ..errors import MAX_ID_LENGTH, ConfigError, check_id
 from ..messages import Message
@@ -282,11 +282,7 @@ class MemoryTools:
 
 def _synthetic(message: Message) -> str | None:
     """The memory section a context message is (None for a stored message)."""
-    meta = message.metadata.get("obsmem")
-    if isinstance(meta, Mapping):
-        section = cast(Mapping[str, Any], meta).get("synthetic")
-        return str(section) if section is not None else None
-    return None
+    return (message.metadata.get("obsmem") or {}).get("synthetic")
 
 
 def _line(message: Message) -> str:
