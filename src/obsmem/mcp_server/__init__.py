@@ -1,15 +1,11 @@
 """``obsmem mcp``: observational memory as an MCP server, over stdio or streamable HTTP (the
-README's "An MCP server" says what it serves and how a client is configured).
-
-The server serves one resource: every tool reads and writes that resource's memory only,
-whatever the model passes (a client's conversation ids are namespaced, :mod:`.ids`). Memory
-work follows ``failure_policy="warn"``: a failing Observer is reported in the tool results and
-as a WARNING on the ``obsmem`` logger, never as a crash. Bad arguments are tool errors that say
-what to send instead.
+README's "An MCP server" says what it serves, how a client is configured and how memory
+failures and bad arguments are answered).
 
 ``tools`` holds the tools' logic (:class:`MemoryTools`, without the SDK), ``arguments`` the
-checks of what they are sent, ``server`` puts them behind the official ``mcp`` SDK's
-``MCPServer`` (:func:`build_server`), ``command`` is ``obsmem mcp`` itself (:func:`add`).
+checks of what they are sent, ``ids`` the per-resource namespace of a client's conversation
+ids, ``server`` puts the tools behind the official ``mcp`` SDK's ``MCPServer``
+(:func:`build_server`), ``command`` is ``obsmem mcp`` itself (:func:`add`).
 """
 
 from __future__ import annotations

@@ -174,8 +174,7 @@ async def _serve(args: argparse.Namespace, out: TextIO, stopped: asyncio.Event) 
         working_memory=True if args.working_memory != "off" else None,
     )
     try:
-        tools = MemoryTools(memory, resource=args.resource, thread=args.thread)
-        server = build_server(tools)
+        server = build_server(MemoryTools(memory, resource=args.resource, thread=args.thread))
         where = f"resource {args.resource!r} in {db_label(args.db)}"
         if args.transport == "stdio":
             print(f"obsmem mcp: serving {where} on stdio", file=sys.stderr)

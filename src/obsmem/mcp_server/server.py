@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from ..errors import require_modules
 from .arguments import MAX_MESSAGES, MAX_WORKING_MEMORY_CHARS, ROLES, BadArguments
@@ -126,8 +126,6 @@ def _tool(
 def _parameters(tools: MemoryTools) -> dict[str, dict[str, Any]]:
     """Each tool's parameters as the SDK reads them: ``Annotated`` types with JSON schemas and
     descriptions."""
-    from typing import Annotated
-
     from pydantic import Field, WithJsonSchema
 
     from ..recall import RecallRequest

@@ -159,14 +159,13 @@ class MemoryTools:
         thread, count = await self.conversation(thread_id)
         parsed = parse_messages(messages, thread=thread)
         door = self._door(thread)
-        ref = door.ref
         # Stored as a turn's input (memory work that is due happens: activation, or past
         # block_after a synchronous observation), then as after a reply (background buffering
         # starts when an interval is due), so memory keeps up with a client that only stores.
         context = await door.step(parsed)
-        await self.memory.save(ref, [], actor_model=None)
+        await self.memory.save(door.ref, [], actor_model=None)
         stored = context.stored_input
-        status = await self.memory.status(ref)
+        status = await self.memory.status(door.ref)
         new = [m for m in stored if (m.seq or 0) > count]
         text = (
             f"Stored {len(new)} message(s) in conversation {thread!r} "
