@@ -33,8 +33,8 @@ class ToolAnswer:
 
 
 class MemoryTools:
-    """The MCP tools over one :class:`~obsmem.Memory`, bound to ``resource`` (and, when
-    ``thread`` is given, to that conversation only, its id as given)."""
+    """The MCP tools (its public methods) over one :class:`~obsmem.Memory`, bound to
+    ``resource`` (and, when ``thread`` is given, to that conversation only, its id as given)."""
 
     def __init__(self, memory: Memory, *, resource: str, thread: str | None = None) -> None:
         check_id("--resource", resource)
@@ -51,8 +51,6 @@ class MemoryTools:
         self.resource = resource
         self.locked = thread is not None
         self.thread = thread if thread is not None else default_thread(resource)
-
-    # -- which conversation ----------------------------------------------------------------------
 
     def _given(self, thread_id: object) -> str | None:
         """``thread_id`` checked: None for the default conversation."""
@@ -107,10 +105,6 @@ class MemoryTools:
             raise BadArguments(f"the conversation {chosen!r} cannot be used here: {fix}")
         return chosen, found.message_count if found is not None else 0
 
-    def _search_on(self) -> bool:
-        om = self.memory.om
-        return om is not None and om.options.retrieval is not None and om.options.retrieval.vector
-
     def _ref(self, thread: str) -> dict[str, str]:
         return {"resource": self.resource, "thread": thread}
 
@@ -122,8 +116,6 @@ class MemoryTools:
 
         return Door(self.memory, ThreadRef.of(self._ref(thread)), recall=True)
 
-    # -- the tools ------------------------------------------------------------------------------
-
     async def recall(self, arguments: Mapping[str, Any]) -> ToolAnswer:
         """The ``recall`` tool of the server's conversation (its own ``thread_id`` reaches
         another conversation of the resource, as the library's recall tool does)."""
@@ -134,7 +126,9 @@ class MemoryTools:
             raise BadArguments(checked)
         if checked.mode not in ("messages", "threads", "search"):
             raise BadArguments(f'mode {checked.mode!r}: use "messages", "threads" or "search"')
-        if checked.mode == "search" and not self._search_on():
+        om = self.memory.om
+        search = om is not None and om.options.retrieval is not None and om.options.retrieval.vector
+        if checked.mode == "search" and not search:
             raise BadArguments(
                 'mode "search" is off on this server (it starts with --search local, or an '
                 'embedding model, to offer it): use mode "messages" or "threads"'
@@ -218,8 +212,7 @@ class MemoryTools:
         )
         parts = [header, *notes]
         if include_messages:
-            shown = [*left_out, *raw]
-            parts.append("Messages not observed yet:\n" + "\n".join(_line(m) for m in shown))
+            parts.append("Messages not observed yet:\n" + "\n".join(map(_line, [*left_out, *raw])))
         problems = _problems(status)
         if problems:
             parts.append(_NOT_WORKING + "\n".join(problems))
