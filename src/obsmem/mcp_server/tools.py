@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..errors import MAX_ID_LENGTH, ConfigError, check_id
 from ..messages import Message
@@ -274,7 +274,8 @@ class MemoryTools:
 
 def _synthetic(message: Message) -> str | None:
     """The memory section a context message is (None for a stored message)."""
-    return (message.metadata.get("obsmem") or {}).get("synthetic")
+    meta = message.metadata.get("obsmem")
+    return cast(dict[str, Any], meta).get("synthetic") if isinstance(meta, dict) else None
 
 
 def _line(message: Message) -> str:
