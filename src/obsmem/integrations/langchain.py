@@ -92,13 +92,11 @@ class ObservationalMemoryMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         )
 
     def _request_bind(self, request: ModelRequest[Any]) -> BoundCall:
-        """:meth:`_bind` for a model call: its model is the actor's."""
+        """:meth:`_bind` for a model call: its model is the actor's, and the context may
+        mention ``recall`` only when this call offers the tool (and retrieval is on: Door)."""
         self.actor_model = actor_model_of(request.model) or self.actor_model
-        return self._bind(request.runtime, recall=self._offers_recall(request))
-
-    def _offers_recall(self, request: ModelRequest[Any]) -> bool:
-        """This model call offers a ``recall`` tool (so the context may mention it)."""
-        return self.memory.retrieval and any(_tool_name(t) == "recall" for t in request.tools)
+        offered = any(_tool_name(t) == "recall" for t in request.tools)
+        return self._bind(request.runtime, recall=offered)
 
     # -- before and around the model -------------------------------------------------------------
 

@@ -177,7 +177,7 @@ class _Thread(Door):
         """Memory's context for a request of ``messages``, storing what is new in them; None
         when nothing is new and the context was sent already."""
         reply, new_input = self.new(messages)
-        if reply or new_input or not _has_context(messages, self.ref.thread):
+        if reply or new_input or all(_mark_of(m, self.ref.thread) != "context" for m in messages):
             return await self.context(messages, [*reply, *new_input], model)
         return None
 
@@ -397,10 +397,6 @@ def _deferred(output: object) -> frozenset[str]:
     if not isinstance(output, DeferredToolRequests):
         return frozenset()
     return frozenset(c.tool_call_id for c in [*output.calls, *output.approvals])
-
-
-def _has_context(messages: Sequence[pa.ModelMessage], thread: str) -> bool:
-    return any(_mark_of(m, thread) == "context" for m in messages)
 
 
 def _actor(ctx: RunContext[Any]) -> Model | None:

@@ -12,7 +12,7 @@ import asyncio
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeAlias, TypeVar, cast
+from typing import Any, TypeAlias, TypeVar
 
 from langchain_core.runnables import RunnableConfig
 
@@ -47,19 +47,11 @@ P = TypeVar("P")
 R = TypeVar("R")
 
 
-def _value(source: Any, key: str) -> Any:
-    if source is None:
-        return None
-    if isinstance(source, Mapping):
-        return cast(Mapping[str, Any], source).get(key)
-    return getattr(source, key, None)
-
-
 def _first_id(sources: Sequence[Any], keys: Sequence[str]) -> str | None:
     """The first non-empty id under ``keys`` in ``sources`` (mappings or objects), as text."""
     for source in sources:
         for key in keys:
-            value = _value(source, key)
+            value = source.get(key) if isinstance(source, Mapping) else getattr(source, key, None)
             if isinstance(value, str | int) and not isinstance(value, bool) and str(value):
                 return str(value)
     return None

@@ -185,10 +185,6 @@ class LangGraphMemory:
             self._known.setdefault(ref.thread, {}).update(seqs)
             _keep_recent(self._known, ref.thread, KNOWN_THREADS)
 
-    def _remember_stored(self, ref: ThreadRef, stored: Sequence[Message]) -> None:
-        prefix = stored_id(ref.thread, "")
-        self._remember(ref, {m.id.removeprefix(prefix): m.seq for m in stored})
-
     async def prepare(self, door: Door, messages: Sequence[Any]) -> ModelInput:
         """Store what of ``messages`` (the graph's, in order) is new and assemble the model's
         input, in one memory step (one store round trip, plus any memory work that is due)."""
@@ -200,7 +196,7 @@ class LangGraphMemory:
             inputs.storable(new, ref.thread, messages),
             step_from=inputs.step_from(messages, new, known),
         )
-        self._remember_stored(ref, context.stored_input)
+        self._remember(ref, inputs.stored_seqs(ref.thread, context.stored_input))
         sent = to_langchain(context.messages)
         lead = inputs.leading_system(sent)
         system = inputs.joined_system(
@@ -245,7 +241,7 @@ class LangGraphMemory:
         known = await self.stored(door.ref, turn)
         new = [m for m in turn if m.id not in known]
         stored = await door.reply(inputs.storable(new, door.thread, messages), waiting=waiting)
-        self._remember_stored(door.ref, stored)
+        self._remember(door.ref, inputs.stored_seqs(door.thread, stored))
         return stored
 
     # -- a hand-built model node -----------------------------------------------------------------

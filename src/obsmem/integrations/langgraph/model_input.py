@@ -30,6 +30,7 @@ __all__ = [
     "state_messages",
     "step_from",
     "storable",
+    "stored_seqs",
     "waiting_calls",
     "with_id",
 ]
@@ -156,6 +157,12 @@ def storable(
     return [m for m in read if m.role != "system"]
 
 
+def stored_seqs(thread: str, stored: Sequence[Message]) -> dict[str, int | None]:
+    """The seq of each of ``stored`` (as stored in ``thread``), by LangChain message id."""
+    prefix = stored_id(thread, "")
+    return {m.id.removeprefix(prefix): m.seq for m in stored}
+
+
 def observed_ids(
     thread: str,
     messages: Sequence[BaseMessage],
@@ -166,9 +173,7 @@ def observed_ids(
     """Ids of ``messages`` memory has observed: stored at or before seq ``through``."""
     if not through:
         return ()
-    prefix = stored_id(thread, "")
-    seqs = dict(known)
-    seqs.update({m.id.removeprefix(prefix): m.seq for m in stored_input})
+    seqs = {**known, **stored_seqs(thread, stored_input)}
     return tuple(
         m.id for m in messages if m.id and (seq := seqs.get(m.id)) is not None and seq <= through
     )

@@ -44,20 +44,10 @@ def waiting_calls(stored: Sequence[Message], approving: frozenset[str]) -> list[
 def answered_elsewhere(items: Sequence[Any]) -> set[str]:
     """The call ids of the outputs in ``items`` that name no tool and whose call is not in
     ``items``: their call was stored in an earlier batch."""
-    read = [item_dict(item) for item in items]
-    called = {
-        d["call_id"]
-        for d in read
-        if str(d.get("type", "")).endswith("_call") and isinstance(d.get("call_id"), str)
-    }
-    return {
-        d["call_id"]
-        for d in read
-        if str(d.get("type", "")).endswith("_output")
-        and isinstance(d.get("call_id"), str)
-        and not isinstance(d.get("name"), str)
-        and d["call_id"] not in called
-    }
+    read = [d for d in map(item_dict, items) if isinstance(d.get("call_id"), str)]
+    called = {d["call_id"] for d in read if str(d.get("type", "")).endswith("_call")}
+    outputs = [d for d in read if str(d.get("type", "")).endswith("_output")]
+    return {d["call_id"] for d in outputs if not isinstance(d.get("name"), str)} - called
 
 
 async def call_names(memory: Memory, thread: str, wanted: set[str]) -> dict[str, str]:
@@ -77,10 +67,10 @@ async def call_names(memory: Memory, thread: str, wanted: set[str]) -> dict[str,
 def _tied_to(message: Message, dropped: set[str]) -> bool:
     """A synthetic message memory put next to one of the ``dropped`` messages (its temporal-gap
     note, or the answer to its unanswered calls)."""
-    for prefix in ("obsmem-gap-", "obsmem-interrupted-"):
-        if message.id.startswith(prefix) and message.id.removeprefix(prefix) in dropped:
-            return True
-    return False
+    return any(
+        message.id.startswith(prefix) and message.id.removeprefix(prefix) in dropped
+        for prefix in ("obsmem-gap-", "obsmem-interrupted-")
+    )
 
 
 def _without_orphan_results(messages: Sequence[Message]) -> list[Message]:

@@ -449,8 +449,7 @@ class ObservationalSession:
     async def _store_input(self) -> None:
         """Store the run's input if the filter has not (the Runner reads its writes back)."""
         if self._input:
-            items, self._input = self._input, None
-            await self._store(items)
+            await self._store(())  # _store takes the pending input first
 
     async def _store(self, items: Sequence[Any]) -> None:
         pending, self._input = self._input or [], None
