@@ -1,10 +1,7 @@
 """Door: the step protocol every front door follows, for one (memory, conversation).
 
-The protocol is written here once, as phases (``docs/writing-a-door.md`` is the guide): begin
-(:meth:`Door.step`), send (the framework's own model call), finish (:meth:`Door.reply`) and on
-overflow (:meth:`Door.retry_after`). :meth:`Door.exchange` composes them for the doors that make
-the call; the doors that never see the send use the phases they see. Each framework file keeps
-only what is its own: hook signatures, framework state, channels.
+The protocol is written here once, as phases (``docs/writing-a-door.md`` is the guide), so each
+framework file keeps only what is its own: hook signatures, framework state, channels.
 """
 
 from __future__ import annotations
@@ -189,11 +186,10 @@ class Door:
         window, tail = "the model refused it as too long", ""
         if limit:
             window = f"the model's context is {limit:,} tokens"
-            options = om.options
             advice = fit_advice(
                 limit,
-                message_tokens=options.observation.message_tokens,
-                observation_tokens=options.reflection.observation_tokens,
+                message_tokens=om.options.observation.message_tokens,
+                observation_tokens=om.options.reflection.observation_tokens,
             )
             tail = f"; {advice}" if advice else ""
         if not shrank:

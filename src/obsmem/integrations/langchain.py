@@ -170,5 +170,5 @@ def _with_removals(response: ModelResponse[Any], sent: ModelInput) -> _Result:
     ``trim_checkpoint``)."""
     if not sent.observed:
         return response
-    update: dict[str, Any] = {"messages": sent.removals}
-    return ExtendedModelResponse(model_response=response, command=Command(update=update))
+    command = Command(update={"messages": sent.removals})
+    return ExtendedModelResponse(model_response=response, command=command)

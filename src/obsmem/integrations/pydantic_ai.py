@@ -164,8 +164,6 @@ class _Thread(Door):
     ) -> None:
         """Store ``messages``; the calls in ``deferred`` wait on purpose (an approval, an
         external result) and are stored marked so (``window.is_deferred``)."""
-        if not messages:
-            return
         storable = [mark_deferred(m, deferred) for m in _storable(messages)]
         if storable:
             await self.reply(storable, actor_model=model)

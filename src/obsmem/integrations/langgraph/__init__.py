@@ -5,14 +5,8 @@ A message is new when the thread has not stored its LangChain id (the ids stored
 per thread, so a plain turn costs two store calls). A Memory used from sync code works on its
 own loop thread: end with ``memory.close()`` there (``await memory.aclose()`` in async code).
 
-Every call takes its step through :class:`~obsmem.integrations.door.Door`. The package's parts:
-:mod:`.memory` (:class:`LangGraphMemory`, its hooks, model node and ``recall`` tool),
-:mod:`.model_input` (what a model call is sent, the graph state read), :mod:`.call_context` (the
-conversation from the config and runtime context, the custom stream, the sync bridge),
-:mod:`.hooks` (the hooks as functions of a ``Memory``), :mod:`.compacting`
-(``create_react_agent``'s model, wrapped) and :mod:`.models` (the actor's model and its cache
-breakpoint). Imports run one way: ``hooks`` -> ``memory`` -> ``compacting`` -> ``model_input``,
-``call_context``, ``models``. The message conversion is :mod:`obsmem.convert.langchain`.
+Every call takes its step through :class:`~obsmem.integrations.door.Door`; each module's
+docstring says what it holds, and the message conversion is :mod:`obsmem.convert.langchain`.
 """
 
 from __future__ import annotations

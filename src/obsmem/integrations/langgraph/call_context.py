@@ -75,8 +75,7 @@ def find_ref(
     resource: str | IdFrom | None,
 ) -> ThreadRef:
     """The conversation of a call (see the module docstring)."""
-    configurable = (config or {}).get("configurable") or {}
-    sources = (context, configurable)
+    sources = (context, (config or {}).get("configurable") or {})
     found_thread = _given("thread", thread, context) or _first_id(sources, ("thread_id",))
     if found_thread is None:
         raise ConfigError(
@@ -116,10 +115,6 @@ def current_config() -> RunnableConfig:
         return {}
 
 
-def _ignore(_: Any) -> None:
-    return None
-
-
 def stream_writer() -> StreamWriter:
     """LangGraph's custom stream of the running node (a no-op outside a graph run)."""
     try:
@@ -127,7 +122,7 @@ def stream_writer() -> StreamWriter:
 
         return get_stream_writer()
     except (ImportError, RuntimeError, AttributeError, KeyError):
-        return _ignore
+        return lambda _: None
 
 
 def run_sync(door: Door, work: Coroutine[Any, Any, T]) -> T:

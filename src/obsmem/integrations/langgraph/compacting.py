@@ -31,10 +31,7 @@ __all__ = ["CompactingChatModel"]
 def _one_system(value: Any) -> Any:
     """``value`` (a model's input) with its leading system messages joined into one."""
     messages = _messages(value)
-    if messages is None:
-        return value
-    lead = leading_system(messages)
-    if lead < 2:
+    if messages is None or (lead := leading_system(messages)) < 2:
         return value
     return [joined_system(messages[:lead]), *messages[lead:]]
 
@@ -109,12 +106,11 @@ class CompactingChatModel(Runnable[Any, BaseMessage]):
         sent = _messages(input) or []
         lead = sent[: len(sent) - len(kept.sent)]
         call.door.step_from = kept.step_from
-        began = [False]
+        first = [input]
 
         async def begin() -> Any:
-            if not began[0]:
-                began[0] = True
-                return input
+            if first:
+                return first.pop()
             return [*lead, *(await self.lg.prepare(call.door, kept.state)).messages]
 
         return begin

@@ -122,11 +122,10 @@ class LangGraphMemory:
     ) -> Door:
         """The :class:`Door` of one call in ``ref``'s conversation: the actor's model (this
         call's ``model``, else :attr:`actor_model`) and the recall flag passed on."""
-        actor = actor_model_of(model) if model is not None else None
         return Door(
             self.memory,
             ref,
-            actor_model=actor or self.actor_model,
+            actor_model=actor_model_of(model) or self.actor_model,
             recall=self.recall if recall is None else recall,
         )
 

@@ -76,8 +76,7 @@ def _provider(model: Any, params: Mapping[str, Any]) -> str | None:
         return _PROVIDERS[named.lower()]
     kind = _attribute(model, "_llm_type")
     if isinstance(kind, str):
-        lowered = kind.lower()
-        return next((p for fragment, p in _LLM_TYPES if fragment in lowered), None)
+        return next((p for fragment, p in _LLM_TYPES if fragment in kind.lower()), None)
     return None
 
 

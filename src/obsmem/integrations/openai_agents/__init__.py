@@ -8,11 +8,9 @@ is assembled once per run (the session says so once with a WARNING on the ``obsm
 ``SessionSettings(limit=n)`` is honoured on top of memory: the Runner never sees the limit, which
 would make it read the raw tail.
 
-The package needs nothing from the SDK to be imported (``pip install "obsmem[openai-agents]"``).
-Its parts: :mod:`.session` (the ``Session`` the Runner is given), :mod:`.history` (approvals,
-late results, ``SessionSettings``, clears), :mod:`.models` (the actor's model and its cache
-breakpoint), :mod:`.compacting` (the wrapped model) and :mod:`.tracing` (spans and stream
-events). The item conversion is :mod:`obsmem.convert.openai_agents`.
+The package needs nothing from the SDK to be imported (``pip install "obsmem[openai-agents]"``);
+each module's docstring says what it holds. The item conversion is
+:mod:`obsmem.convert.openai_agents`.
 """
 
 from obsmem.convert.openai_agents import METADATA_KEY, from_agents_items, to_agents_items

@@ -32,13 +32,8 @@ def waiting_calls(stored: Sequence[Message], approving: frozenset[str]) -> list[
     """The calls in ``stored`` of tools that need approval, stored without their output."""
     parts = [p for m in stored for p in m.parts]
     answered = {p.tool_call_id for p in parts if isinstance(p, ToolResultPart)}
-    return [
-        p.tool_call_id
-        for p in parts
-        if isinstance(p, ToolCallPart)
-        and p.tool_name in approving
-        and p.tool_call_id not in answered
-    ]
+    calls = [p for p in parts if isinstance(p, ToolCallPart) and p.tool_name in approving]
+    return [p.tool_call_id for p in calls if p.tool_call_id not in answered]
 
 
 def answered_elsewhere(items: Sequence[Any]) -> set[str]:

@@ -82,9 +82,7 @@ def with_cache_breakpoint(items: Sequence[Any], mark: dict[str, str] | None) -> 
     out = list(items)
     if mark is None:
         return out
-    leading = 0
-    while leading < len(out) and _system(out[leading]):
-        leading += 1
+    leading = next((i for i, item in enumerate(out) if not _system(item)), len(out))
     if leading == 0 or any(
         _FIELD in p for i in out[:leading] for p in _parts(i) if isinstance(p, dict)
     ):
