@@ -25,8 +25,6 @@ ClearChoice: TypeAlias = Literal["new_thread", "forget"]
 memory thread, forgetting nothing (``"new_thread"``, the default), or forget this thread's
 memory (``"forget"``)."""
 
-_Item = dict[str, Any]
-
 
 def waiting_calls(stored: Sequence[Message], approving: frozenset[str]) -> list[str]:
     """The calls in ``stored`` of tools that need approval, stored without their output."""
@@ -150,7 +148,7 @@ def next_thread(metadata: Mapping[str, Any]) -> tuple[str | None, int]:
     state: Any = metadata.get(METADATA_KEY)
     if not isinstance(state, dict):
         return None, 0
-    state = cast(_Item, state)
+    state = cast(dict[str, Any], state)
     thread, clears = state.get("thread"), state.get("clears")
     return (thread if isinstance(thread, str) else None, clears if isinstance(clears, int) else 0)
 
