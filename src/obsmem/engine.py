@@ -306,13 +306,10 @@ class ObservationalMemory:
         self._check_open()
         subject = self.subject(thread_id, resource_id)
         self._settle_models(actor_model)
-        patches = (
-            [
-                ThreadPatch(
-                    thread_id=thread_id, set=(((META_LAST_MODEL,), views.model_label(actor_model)),)
-                )
-            ]
-            if actor_model is not None
+        label = views.model_label(actor_model) if actor_model is not None else None
+        patches = (  # the actor's model, when the thread as last loaded names another
+            [ThreadPatch(thread_id=thread_id, set=(((META_LAST_MODEL,), label),))]
+            if label is not None and label != self._deps.cached.last_model(thread_id)
             else []
         )
         request = LoadRequest(

@@ -13,7 +13,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from .messages import Message, ToolCallPart, ToolResultPart
-from .meta_keys import META_DEFERRED, META_HELD_CALLS, META_RETRACTED, META_RETRACTED_THROUGH
+from .meta_keys import (
+    META_DEFERRED,
+    META_HELD_CALLS,
+    META_LAST_MODEL,
+    META_RETRACTED,
+    META_RETRACTED_THROUGH,
+)
 from .snapshot import Snapshot, Subject, ThreadState
 from .tokens import TokenEstimator
 
@@ -174,6 +180,9 @@ class CachedMessages:
         self._counted_by: dict[str, TokenEstimator] = {}
         self._covered: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._incarnations: OrderedDict[str, str] = OrderedDict()
+        self._last_models: dict[str, object] = {}
+        """Per thread, its ``META_LAST_MODEL`` as last loaded (a reply whose actor model is
+        that one need not write it again)."""
 
     def messages(self, subject: Subject) -> dict[str, tuple[Message, ...]]:
         """What is cached for the threads ``subject`` covers (as last loaded)."""
@@ -192,6 +201,7 @@ class CachedMessages:
                 self._tokens.pop(state.id, None)
             self._incarnations[state.id] = state.thread.incarnation
             self._incarnations.move_to_end(state.id)
+            self._last_models[state.id] = state.thread.metadata.get(META_LAST_MODEL)
             self._messages[state.id] = state.unobserved
             self._messages.move_to_end(state.id)
             counted = self._tokens.setdefault(state.id, {})
@@ -207,8 +217,13 @@ class CachedMessages:
         while len(self._covered) > self._max:
             self._covered.popitem(last=False)
         while len(self._incarnations) > self._max:
-            self._incarnations.popitem(last=False)
+            thread_id, _ = self._incarnations.popitem(last=False)
+            self._last_models.pop(thread_id, None)
         return snapshot
+
+    def last_model(self, thread_id: str) -> object:
+        """The thread's ``META_LAST_MODEL`` as last loaded (None: none, or not known)."""
+        return self._last_models.get(thread_id)
 
     def incarnations(self, thread_ids: Collection[str]) -> dict[str, str]:
         """The incarnation each of these threads was read from (those known)."""

@@ -105,6 +105,30 @@ async def test_plain_and_observing_turns_on_the_wire(
     await om.aclose()
 
 
+async def test_a_turn_with_an_actor_model_is_two_round_trips(
+    counted: tuple[PostgresStore, WireCounter],
+) -> None:
+    """Every door names the actor's model: the reply writes it only when the thread as last
+    loaded names another (the write is a patch, which the reply's one-batch load does not
+    take), so a plain turn stays at one round trip per store call; another model is written."""
+    store, counter = counted
+    conv = Conversation()
+    om = _engine(store, conv)
+    await om.prepare("t1", "u1", [conv.user(20)], actor_model="openai:gpt-5.2")
+    await om.record("t1", "u1", [conv.assistant(20)], actor_model="openai:gpt-5.2")
+    counter.take()
+    for _ in range(3):
+        await om.prepare("t1", "u1", [conv.user(20)], actor_model="openai:gpt-5.2")
+        await om.record("t1", "u1", [conv.assistant(20)], actor_model="openai:gpt-5.2")
+        assert counter.take() <= 2
+    await om.prepare("t1", "u1", [conv.user(20)], actor_model="anthropic:x")
+    await om.record("t1", "u1", [conv.assistant(20)], actor_model="anthropic:x")
+    thread = await store.get_thread("t1")
+    assert thread is not None
+    assert thread.metadata["om:last_actor_model"] == "anthropic/x"
+    await om.aclose()
+
+
 async def test_a_lost_commit_race_costs_two_round_trips(
     counted: tuple[PostgresStore, WireCounter],
 ) -> None:
