@@ -153,6 +153,15 @@ async def _turn(proxy: Proxy, history: list[dict[str, Any]], answer: str) -> Ste
     return step
 
 
+async def _talk(*proxies: Proxy) -> list[dict[str, Any]]:
+    """A conversation of one turn per proxy, in order: u1 answered a1, u2 answered a2, ..."""
+    history: list[dict[str, Any]] = []
+    for i, proxy in enumerate(proxies, 1):
+        history.append({"role": "user", "content": f"u{i}"})
+        await _turn(proxy, history, f"a{i}")
+    return history
+
+
 async def _shown(proxy: Proxy) -> list[str]:
     memory = await proxy.memory("m")
     return texts([m async for m in memory.shown_tail(REF.thread)][::-1])
@@ -165,10 +174,7 @@ async def test_an_edit_lands_once_whichever_process_stored_what_it_replaces(
     tmp_path: Path,
 ) -> None:
     async with _proxies(tmp_path / "m.db") as (one, other):
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
-        history.append({"role": "user", "content": "u2"})
-        await _turn(other, history, "a2")
+        history = await _talk(one, other)
         history[2:] = [{"role": "user", "content": "u2 edited"}]  # the client edits u2
         await _turn(one, history, "a2'")
         history.append({"role": "user", "content": "u3"})
@@ -186,10 +192,7 @@ async def test_a_retry_after_another_process_erased_the_thread_sends_the_new_tur
     tmp_path: Path,
 ) -> None:
     async with _proxies(tmp_path / "m.db") as (one, other):
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
-        history.append({"role": "user", "content": "u2"})
-        await _turn(one, history, "a2")
+        history = await _talk(one, one)
         await (await other.memory("m")).delete_thread(REF)
         sent, step = await one.prepare(REF, history[:3], "m")  # the client retries u2
         await one.finish(step, {"role": "assistant", "content": "a2 again"})
@@ -225,10 +228,7 @@ async def test_a_copy_another_process_made_stale_is_refused_then_read(tmp_path: 
     async with _proxies(tmp_path / "m.db", wrap=CountingStore) as (one, other):
         counting = one.config.store
         assert isinstance(counting, CountingStore)
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
-        history.append({"role": "user", "content": "u2"})
-        await _turn(one, history, "a2")
+        history = await _talk(one, one)
         assert counting.take() == {"get_thread": 1, "get_resource": 1, "load": 4}
         history.append({"role": "user", "content": "u3"})
         await _turn(other, history, "a3")
@@ -318,10 +318,7 @@ async def test_a_write_between_the_read_and_the_step_is_lined_up(tmp_path: Path)
     async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, other):
         hooked = one.config.store
         assert isinstance(hooked, Hooked)
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
-        history.append({"role": "user", "content": "u2"})
-        await _turn(other, history, "a2")
+        history = await _talk(one, other)
         history.append({"role": "user", "content": "u3"})
         hooked.after, hooked.hook = "list_messages", lambda: _aside(other)
         sent, step = await one.prepare(REF, history, "m")
@@ -339,10 +336,7 @@ async def test_an_edit_with_a_write_between_the_read_and_the_take_back(tmp_path:
     async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, other):
         hooked = one.config.store
         assert isinstance(hooked, Hooked)
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
-        history.append({"role": "user", "content": "u2"})
-        await _turn(one, history, "a2")
+        history = await _talk(one, one)
         history[2:] = [{"role": "user", "content": "u2 edited"}]
         hooked.after, hooked.hook = "get_thread", lambda: _aside(other)
         sent, step = await one.prepare(REF, history, "m")
@@ -358,8 +352,7 @@ async def test_an_edit_while_this_process_stores_a_streamed_answer(tmp_path: Pat
     async with _proxies(tmp_path / "m.db", wrap=Hooked) as (one, _):
         hooked = one.config.store
         assert isinstance(hooked, Hooked)
-        history = [{"role": "user", "content": "u1"}]
-        await _turn(one, history, "a1")
+        history = await _talk(one)
         _, streaming = await one.prepare(REF, [*history, {"role": "user", "content": "u2"}], "m")
 
         async def stream_ends() -> None:

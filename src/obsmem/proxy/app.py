@@ -197,11 +197,10 @@ class Proxy:
         tail = tuple(shown[len(shown) - alignment.retract :]) if alignment.retract else ()
         again = bool(tail) and alignment.known == len(conversation)
         if tail and not again:  # an edit: the thread follows the client now
+            if not unread:  # taken back from the thread as read, never from a copy
+                await self._take_back(memory, ref, len(tail), taken)
             if check:
-                if not unread:
-                    await self._take_back(memory, ref, len(tail), taken)
-                return None
-            await self._take_back(memory, ref, len(tail), taken)
+                return None  # lined up again, with the thread read
         after = (
             alignment.after.id
             if alignment.after is not None

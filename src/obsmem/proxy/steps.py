@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import copy
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -60,9 +60,10 @@ class Seen:
     messages back, or what it stored did not follow on."""
 
     @property
-    def retracted(self) -> dict[str, Any]:
+    def retracted(self) -> Mapping[str, Any]:
+        """The thread's taken-back ids (read only: the copy's own value)."""
         gone = self.marks[META_RETRACTED]
-        return dict(cast(dict[str, Any], gone)) if isinstance(gone, dict) else {}
+        return cast(dict[str, Any], gone) if isinstance(gone, dict) else {}
 
     @property
     def status(self) -> str:
